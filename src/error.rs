@@ -1,0 +1,270 @@
+//! The crate's error type.
+//!
+//! Every fallible operation returns [`Result<T>`](crate::Result). Variants carry what a caller needs to
+//! act: the transaction id, the table and key concerned, the current item when a condition failed, and
+//! for DynamoDB errors the error code, message and whether the request may have been applied anyway.
+
+use std::collections::HashMap;
+use std::fmt;
+
+use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_dynamodb::types::AttributeValue;
+
+use crate::TxId;
+
+/// A DynamoDB item or key: attribute name to value.
+pub type Item = HashMap<String, AttributeValue>;
+
+/// `std::result::Result` with this crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A boxed error source.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Everything that can go wrong.
+///
+/// Match on the variants you can act on and use [`Error::is_retryable`] to decide whether running the
+/// whole unit of work again may succeed. New variants may be added in minor versions.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The transaction was rolled back (by this coordinator, by a competitor that needed its items, or
+    /// because a request failed). None of its writes are visible.
+    #[error("transaction {tx_id} was rolled back")]
+    RolledBack {
+        /// The transaction.
+        tx_id: TxId,
+    },
+
+    /// The transaction is already committed, so it cannot be changed or rolled back.
+    #[error("transaction {tx_id} is already committed")]
+    AlreadyCommitted {
+        /// The transaction.
+        tx_id: TxId,
+    },
+
+    /// The transaction's record is gone, so whether it committed or rolled back cannot be known.
+    #[error("the outcome of transaction {tx_id} is unknown: its record was deleted")]
+    UnknownOutcome {
+        /// The transaction.
+        tx_id: TxId,
+    },
+
+    /// Whether the commit took effect is undetermined: the commit request failed ambiguously (for
+    /// example a timeout) and the record could not be read back. Resume the transaction later to learn
+    /// the outcome; it is never left half-applied.
+    #[error("the outcome of committing transaction {tx_id} is undetermined: {source}")]
+    Undetermined {
+        /// The transaction.
+        tx_id: TxId,
+        /// What failed.
+        #[source]
+        source: Box<Error>,
+    },
+
+    /// No transaction with this id exists.
+    #[error("transaction {tx_id} not found")]
+    TransactionNotFound {
+        /// The transaction.
+        tx_id: TxId,
+    },
+
+    /// A transaction writes each item at most once; this request writes an item again.
+    #[error("transaction {tx_id} already writes this item of table {table}: {key:?}")]
+    DuplicateRequest {
+        /// The transaction.
+        tx_id: TxId,
+        /// Table of the item.
+        table: String,
+        /// Key of the item.
+        key: Item,
+    },
+
+    /// The request is invalid; nothing was written for it.
+    #[error("invalid request: {reason}")]
+    InvalidRequest {
+        /// What is wrong with it.
+        reason: String,
+    },
+
+    /// The item is locked by another transaction, and contention resolution gave up.
+    #[error("item of table {table} is locked by transaction {owner}: {key:?}")]
+    ItemLocked {
+        /// Table of the item.
+        table: String,
+        /// Key of the item.
+        key: Item,
+        /// The transaction holding the lock.
+        owner: TxId,
+    },
+
+    /// A request's `ConditionExpression` was false. The transaction was rolled back.
+    #[error("condition of request {request_index} on table {table} failed (key {key:?})")]
+    ConditionFailed {
+        /// The transaction.
+        tx_id: TxId,
+        /// Position of the failed request in the transaction (0-based, in the order of calls).
+        request_index: usize,
+        /// Table of the item.
+        table: String,
+        /// Key of the item.
+        key: Item,
+        /// The item as it was when the condition was evaluated (`None` if it did not exist).
+        item: Option<Item>,
+    },
+
+    /// DynamoDB rejected a request of the transaction when it was applied (for example a type
+    /// mismatch in an update expression). The transaction was rolled back.
+    #[error("request {request_index} on table {table} was rejected by DynamoDB: {message}")]
+    RequestRejected {
+        /// The transaction.
+        tx_id: TxId,
+        /// Position of the request in the transaction.
+        request_index: usize,
+        /// Table of the item.
+        table: String,
+        /// DynamoDB's message.
+        message: String,
+    },
+
+    /// The transaction was already committed, rolled back or abandoned by this handle.
+    #[error("transaction {tx_id} is finished and cannot be used")]
+    TransactionFinished {
+        /// The transaction.
+        tx_id: TxId,
+    },
+
+    /// A table does not exist.
+    #[error("table {table} does not exist")]
+    TableNotFound {
+        /// The table.
+        table: String,
+    },
+
+    /// An existing table does not have the layout the library needs.
+    #[error("table {table} has the wrong layout: {mismatch}")]
+    TableMismatch {
+        /// The table.
+        table: String,
+        /// What differs.
+        mismatch: String,
+    },
+
+    /// A read at `Committed` isolation kept finding the item in flux and gave up.
+    #[error("could not read a committed version of an item of table {table} after {attempts} attempts")]
+    ReadContention {
+        /// The table.
+        table: String,
+        /// Attempts made.
+        attempts: u32,
+    },
+
+    /// A DynamoDB request failed.
+    #[error("DynamoDB {operation} failed{}: {}", code.as_deref().map(|c| format!(" ({c})")).unwrap_or_default(), message.as_deref().unwrap_or("no message"))]
+    DynamoDb {
+        /// The operation, e.g. `"UpdateItem"`.
+        operation: &'static str,
+        /// DynamoDB's error code, e.g. `"ThrottlingException"`.
+        code: Option<String>,
+        /// DynamoDB's message.
+        message: Option<String>,
+        /// True when the request may have been applied although it failed (timeout, lost response).
+        ambiguous: bool,
+        /// The SDK error.
+        #[source]
+        source: BoxError,
+    },
+
+    /// An item could not be converted to or from a Rust type.
+    #[error("item conversion failed: {0}")]
+    Serde(#[from] serde_dynamo::Error),
+
+    /// An internal invariant of the protocol was found broken (a bug, or tables changed behind the
+    /// library's back). The message says what was found.
+    #[error("protocol invariant broken: {0}")]
+    Invariant(String),
+}
+
+impl Error {
+    /// True when running the unit of work again may succeed: the transaction lost contention or was
+    /// rolled back by a competitor, or DynamoDB throttled or reported a conflict.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Error::RolledBack { .. } | Error::ItemLocked { .. } | Error::ReadContention { .. } => true,
+            Error::DynamoDb { code, ambiguous, .. } => {
+                *ambiguous
+                    || matches!(
+                        code.as_deref(),
+                        Some(
+                            "ThrottlingException"
+                                | "ProvisionedThroughputExceededException"
+                                | "RequestLimitExceeded"
+                                | "TransactionConflictException"
+                                | "TransactionInProgressException"
+                                | "InternalServerError"
+                        )
+                    )
+            }
+            _ => false,
+        }
+    }
+
+    /// True for [`Error::RolledBack`].
+    pub fn is_rolled_back(&self) -> bool {
+        matches!(self, Error::RolledBack { .. })
+    }
+
+    /// True for [`Error::ConditionFailed`].
+    pub fn is_condition_failed(&self) -> bool {
+        matches!(self, Error::ConditionFailed { .. })
+    }
+
+    /// True for [`Error::InvalidRequest`].
+    pub fn is_invalid_request(&self) -> bool {
+        matches!(self, Error::InvalidRequest { .. })
+    }
+
+    /// True for [`Error::ItemLocked`].
+    pub fn is_item_locked(&self) -> bool {
+        matches!(self, Error::ItemLocked { .. })
+    }
+
+    /// True for [`Error::Undetermined`] and [`Error::UnknownOutcome`]: the caller cannot know whether
+    /// the transaction committed.
+    pub fn is_undetermined(&self) -> bool {
+        matches!(self, Error::Undetermined { .. } | Error::UnknownOutcome { .. })
+    }
+
+    /// The DynamoDB error code, if this is a DynamoDB error.
+    pub fn dynamodb_code(&self) -> Option<&str> {
+        match self {
+            Error::DynamoDb { code, .. } => code.as_deref(),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn invalid(reason: impl fmt::Display) -> Error {
+        Error::InvalidRequest { reason: reason.to_string() }
+    }
+
+    pub(crate) fn invariant(msg: impl fmt::Display) -> Error {
+        Error::Invariant(msg.to_string())
+    }
+
+    /// Wraps an SDK error, keeping its code and message and whether the request may have landed.
+    pub(crate) fn sdk<E, R>(operation: &'static str, err: SdkError<E, R>) -> Error
+    where
+        E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+        R: fmt::Debug + Send + Sync + 'static,
+    {
+        let ambiguous = matches!(
+            err,
+            SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_)
+        );
+        let (code, message) = match &err {
+            SdkError::ServiceError(s) => (s.err().code().map(String::from), s.err().message().map(String::from)),
+            other => (None, Some(aws_sdk_dynamodb::error::DisplayErrorContext(other).to_string())),
+        };
+        Error::DynamoDb { operation, code, message, ambiguous, source: Box::new(err) }
+    }
+}

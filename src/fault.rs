@@ -1,0 +1,215 @@
+//! SDK interceptors for counting requests and injecting faults.
+//!
+//! These are test and benchmark tools: attach them to the `aws_sdk_dynamodb::Config` of the client you
+//! give the [`TransactionManager`](crate::TransactionManager). They never fake DynamoDB: a failure
+//! injected *before send* means the request never reached the server; one injected *after send* means
+//! the server applied it and the caller never heard back (a lost response).
+//!
+//! ```no_run
+//! use dynamodb_transactions::fault::{FaultInjector, FaultMode, RequestCounter};
+//! # fn demo(endpoint: &str) {
+//! let counter = RequestCounter::new();
+//! let faults = FaultInjector::new();
+//! let conf = aws_sdk_dynamodb::Config::builder()
+//!     .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
+//!     .endpoint_url(endpoint)
+//!     .region(aws_sdk_dynamodb::config::Region::new("us-east-1"))
+//!     .interceptor(counter.clone())
+//!     .interceptor(faults.clone())
+//!     .build();
+//! // The 3rd request from now fails after reaching the server, and every later one fails too:
+//! faults.crash_at(3, FaultMode::AfterSend);
+//! # }
+//! ```
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use aws_sdk_dynamodb::config::interceptors::{
+    BeforeDeserializationInterceptorContextRef, BeforeTransmitInterceptorContextRef,
+};
+use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
+use aws_smithy_runtime_api::client::orchestrator::Metadata;
+
+type HookResult = Result<(), aws_sdk_dynamodb::error::BoxError>;
+
+fn operation(cfg: &ConfigBag) -> String {
+    cfg.load::<Metadata>().map(|m| m.name().to_string()).unwrap_or_default()
+}
+
+/// Counts requests (each attempt, retries included) per DynamoDB operation.
+#[derive(Debug, Clone, Default)]
+pub struct RequestCounter {
+    counts: Arc<Mutex<BTreeMap<String, u64>>>,
+}
+
+impl RequestCounter {
+    /// A counter at zero.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Requests per operation name (`"UpdateItem"`, `"TransactWriteItems"`, ...).
+    pub fn snapshot(&self) -> BTreeMap<String, u64> {
+        self.counts.lock().expect("counter poisoned").clone()
+    }
+
+    /// All requests counted.
+    pub fn total(&self) -> u64 {
+        self.counts.lock().expect("counter poisoned").values().sum()
+    }
+
+    /// Requests of one operation.
+    pub fn get(&self, operation: &str) -> u64 {
+        self.counts.lock().expect("counter poisoned").get(operation).copied().unwrap_or(0)
+    }
+
+    /// Back to zero.
+    pub fn reset(&self) {
+        self.counts.lock().expect("counter poisoned").clear();
+    }
+}
+
+impl Intercept for RequestCounter {
+    fn name(&self) -> &'static str {
+        "RequestCounter"
+    }
+
+    fn read_before_transmit(
+        &self,
+        _ctx: &BeforeTransmitInterceptorContextRef<'_>,
+        _rc: &RuntimeComponents,
+        cfg: &mut ConfigBag,
+    ) -> HookResult {
+        *self.counts.lock().expect("counter poisoned").entry(operation(cfg)).or_default() += 1;
+        Ok(())
+    }
+}
+
+/// Where an injected failure strikes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FaultMode {
+    /// The request fails before it is sent: DynamoDB never sees it.
+    BeforeSend,
+    /// The request reaches DynamoDB and is applied, but the response is lost: the caller gets an
+    /// error (an ambiguous failure).
+    AfterSend,
+}
+
+#[derive(Debug, Default)]
+struct FaultState {
+    seen: u64,
+    /// Request number (1-based, counted from arming) at which the fault strikes.
+    strike_at: Option<u64>,
+    mode: Option<FaultMode>,
+    /// Only requests of this operation are counted and failed.
+    only: Option<String>,
+    /// After striking, fail every later request (a dead coordinator) instead of just one.
+    sticky: bool,
+    struck: bool,
+    injected: u64,
+}
+
+/// Fails chosen requests, to simulate a coordinator that crashes or a response that is lost.
+///
+/// Cheap to clone; clones share state.
+#[derive(Debug, Clone, Default)]
+pub struct FaultInjector {
+    state: Arc<Mutex<FaultState>>,
+}
+
+impl FaultInjector {
+    /// An injector that injects nothing until armed.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The `n`-th request from now (1-based) fails in `mode`, and so does every request after it,
+    /// as if the process had died at that point.
+    pub fn crash_at(&self, n: u64, mode: FaultMode) {
+        self.arm(n, mode, None, true);
+    }
+
+    /// Only the `n`-th request from now fails; later ones go through.
+    pub fn fail_once_at(&self, n: u64, mode: FaultMode) {
+        self.arm(n, mode, None, false);
+    }
+
+    /// Only the `n`-th request of `operation` (e.g. `"UpdateItem"`) from now fails.
+    pub fn fail_operation_at(&self, operation: &str, n: u64, mode: FaultMode) {
+        self.arm(n, mode, Some(operation.to_string()), false);
+    }
+
+    fn arm(&self, n: u64, mode: FaultMode, only: Option<String>, sticky: bool) {
+        let mut s = self.state.lock().expect("fault state poisoned");
+        *s = FaultState { strike_at: Some(n.max(1)), mode: Some(mode), only, sticky, ..FaultState::default() };
+    }
+
+    /// Stops injecting and forgets any crash.
+    pub fn disarm(&self) {
+        *self.state.lock().expect("fault state poisoned") = FaultState::default();
+    }
+
+    /// True once the armed fault struck.
+    pub fn struck(&self) -> bool {
+        self.state.lock().expect("fault state poisoned").struck
+    }
+
+    /// Requests counted since arming.
+    pub fn requests_seen(&self) -> u64 {
+        self.state.lock().expect("fault state poisoned").seen
+    }
+
+    /// Failures injected since arming.
+    pub fn injected(&self) -> u64 {
+        self.state.lock().expect("fault state poisoned").injected
+    }
+
+    fn decide(&self, cfg: &ConfigBag, phase: FaultMode) -> HookResult {
+        let mut s = self.state.lock().expect("fault state poisoned");
+        let (Some(at), Some(mode)) = (s.strike_at, s.mode) else { return Ok(()) };
+        let op = operation(cfg);
+        if s.only.as_deref().is_some_and(|o| o != op) {
+            return Ok(());
+        }
+        // Count each request once, in the before-send phase.
+        if phase == FaultMode::BeforeSend {
+            s.seen += 1;
+        }
+        let fire = if s.struck {
+            s.sticky && phase == FaultMode::BeforeSend
+        } else {
+            s.seen == at && phase == mode
+        };
+        if fire {
+            s.struck = true;
+            s.injected += 1;
+            return Err(format!("injected fault ({phase:?}) at request {} ({op})", s.seen).into());
+        }
+        Ok(())
+    }
+}
+
+impl Intercept for FaultInjector {
+    fn name(&self) -> &'static str {
+        "FaultInjector"
+    }
+
+    fn read_before_transmit(
+        &self,
+        _ctx: &BeforeTransmitInterceptorContextRef<'_>,
+        _rc: &RuntimeComponents,
+        cfg: &mut ConfigBag,
+    ) -> HookResult {
+        self.decide(cfg, FaultMode::BeforeSend)
+    }
+
+    fn read_before_deserialization(
+        &self,
+        _ctx: &BeforeDeserializationInterceptorContextRef<'_>,
+        _rc: &RuntimeComponents,
+        cfg: &mut ConfigBag,
+    ) -> HookResult {
+        self.decide(cfg, FaultMode::AfterSend)
+    }
+}

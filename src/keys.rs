@@ -1,0 +1,249 @@
+//! Key schemas of user tables, key validation and canonical item identities.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::sync::{Arc, RwLock};
+
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::types::{AttributeValue, KeyType, ScalarAttributeType};
+
+use crate::error::{Error, Item, Result};
+use crate::tables;
+
+/// The primary key layout of a user table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct KeySchema {
+    pub hash: (String, ScalarAttributeType),
+    pub range: Option<(String, ScalarAttributeType)>,
+}
+
+impl KeySchema {
+    /// Names of the key attributes.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        std::iter::once(self.hash.0.as_str()).chain(self.range.iter().map(|r| r.0.as_str()))
+    }
+
+    pub fn is_key_attribute(&self, name: &str) -> bool {
+        self.names().any(|n| n == name)
+    }
+
+    /// Checks that `key` has exactly the key attributes, with the right types.
+    pub fn validate_key(&self, table: &str, key: &Item) -> Result<()> {
+        if key.is_empty() {
+            return Err(Error::invalid(format!("the key for table {table} is empty")));
+        }
+        for (name, ty) in std::iter::once(&self.hash).chain(self.range.iter()) {
+            match key.get(name) {
+                None => {
+                    return Err(Error::invalid(format!("the key for table {table} is missing key attribute {name}")));
+                }
+                Some(v) => check_type(table, name, ty, v)?,
+            }
+        }
+        if let Some(extra) = key.keys().find(|k| !self.is_key_attribute(k)) {
+            return Err(Error::invalid(format!(
+                "the key for table {table} has attribute {extra}, which is not a key attribute"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Extracts the key of a full item (a put), checking the key attributes are present and typed.
+    pub fn key_of(&self, table: &str, item: &Item) -> Result<Item> {
+        let mut key = Item::new();
+        for (name, ty) in std::iter::once(&self.hash).chain(self.range.iter()) {
+            match item.get(name) {
+                None => {
+                    return Err(Error::invalid(format!(
+                        "the item for table {table} must contain the key attribute {name}"
+                    )));
+                }
+                Some(v) => {
+                    check_type(table, name, ty, v)?;
+                    key.insert(name.clone(), v.clone());
+                }
+            }
+        }
+        Ok(key)
+    }
+
+    /// A key of this schema that no real item is expected to have: used to evaluate a condition
+    /// expression against an absent item.
+    pub fn phantom_key(&self) -> Item {
+        let id = uuid::Uuid::new_v4();
+        let value = |ty: &ScalarAttributeType| match ty {
+            ScalarAttributeType::N => AttributeValue::N(format!("-{}.{}", id.as_u128() % 1_000_000_007, id.as_u128() % 999_983)),
+            ScalarAttributeType::B => AttributeValue::B(aws_sdk_dynamodb::primitives::Blob::new(
+                [b"\0_TxPhantom_".as_slice(), id.as_bytes()].concat(),
+            )),
+            _ => AttributeValue::S(format!("\u{0}_TxPhantom_{id}")),
+        };
+        let mut key = Item::new();
+        key.insert(self.hash.0.clone(), value(&self.hash.1));
+        if let Some((n, t)) = &self.range {
+            key.insert(n.clone(), value(t));
+        }
+        key
+    }
+}
+
+fn check_type(table: &str, name: &str, ty: &ScalarAttributeType, v: &AttributeValue) -> Result<()> {
+    let ok = match ty {
+        ScalarAttributeType::S => matches!(v, AttributeValue::S(s) if !s.is_empty()),
+        ScalarAttributeType::N => matches!(v, AttributeValue::N(n) if normalize_number(n).is_some()),
+        ScalarAttributeType::B => matches!(v, AttributeValue::B(b) if !b.as_ref().is_empty()),
+        _ => false,
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::invalid(format!(
+            "key attribute {name} of table {table} must be a non-empty value of type {}",
+            ty.as_str()
+        )))
+    }
+}
+
+/// A cache of user tables' key schemas (one DescribeTable per table per manager).
+#[derive(Debug, Default)]
+pub(crate) struct SchemaCache {
+    map: RwLock<HashMap<String, Arc<KeySchema>>>,
+}
+
+impl SchemaCache {
+    pub async fn get(&self, client: &Client, table: &str) -> Result<Arc<KeySchema>> {
+        if let Some(s) = self.map.read().expect("schema cache poisoned").get(table) {
+            return Ok(s.clone());
+        }
+        let desc = tables::describe(client, table).await?.ok_or_else(|| Error::TableNotFound { table: table.into() })?;
+        let ty = |name: &str| {
+            desc.attribute_definitions()
+                .iter()
+                .find(|d| d.attribute_name() == name)
+                .map(|d| d.attribute_type().clone())
+                .unwrap_or(ScalarAttributeType::S)
+        };
+        let mut hash = None;
+        let mut range = None;
+        for k in desc.key_schema() {
+            let entry = (k.attribute_name().to_string(), ty(k.attribute_name()));
+            match k.key_type() {
+                KeyType::Hash => hash = Some(entry),
+                KeyType::Range => range = Some(entry),
+                _ => {}
+            }
+        }
+        let hash = hash.ok_or_else(|| Error::invariant(format!("table {table} has no hash key")))?;
+        let schema = Arc::new(KeySchema { hash, range });
+        self.map.write().expect("schema cache poisoned").insert(table.to_string(), schema.clone());
+        Ok(schema)
+    }
+}
+
+/// The identity of an item: its table and a canonical rendering of its key, so that keys that
+/// DynamoDB considers equal (`"1"` and `"1.0"` as numbers) compare equal.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct ItemRef {
+    pub table: String,
+    pub key: String,
+}
+
+impl ItemRef {
+    pub fn new(table: &str, key: &Item) -> ItemRef {
+        let mut names: Vec<&String> = key.keys().collect();
+        names.sort();
+        let mut s = String::new();
+        for n in names {
+            let _ = write!(s, "{}={};", n.len(), n);
+            canonical(&key[n], &mut s);
+        }
+        ItemRef { table: table.to_string(), key: s }
+    }
+}
+
+fn canonical(v: &AttributeValue, out: &mut String) {
+    match v {
+        AttributeValue::S(s) => {
+            let _ = write!(out, "S{}:{}", s.len(), s);
+        }
+        AttributeValue::N(n) => {
+            let _ = write!(out, "N{}", normalize_number(n).unwrap_or_else(|| n.clone()));
+        }
+        AttributeValue::B(b) => {
+            out.push('B');
+            for byte in b.as_ref() {
+                let _ = write!(out, "{byte:02x}");
+            }
+        }
+        other => {
+            let _ = write!(out, "?{other:?}");
+        }
+    }
+}
+
+/// Canonical form of a DynamoDB number (`"1.50"`, `"15e-1"` and `"+1.5"` all give `"15e-1"`), or
+/// `None` if `n` is not a number.
+pub(crate) fn normalize_number(n: &str) -> Option<String> {
+    let n = n.trim();
+    let (neg, rest) = match n.as_bytes().first()? {
+        b'-' => (true, &n[1..]),
+        b'+' => (false, &n[1..]),
+        _ => (false, n),
+    };
+    let (mantissa, exp) = match rest.find(['e', 'E']) {
+        Some(i) => (&rest[..i], rest[i + 1..].parse::<i64>().ok()?),
+        None => (rest, 0),
+    };
+    let (int, frac) = match mantissa.find('.') {
+        Some(i) => (&mantissa[..i], &mantissa[i + 1..]),
+        None => (mantissa, ""),
+    };
+    if int.is_empty() && frac.is_empty() {
+        return None;
+    }
+    if !int.bytes().chain(frac.bytes()).all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let digits: String = format!("{int}{frac}");
+    let mut exp = exp - frac.len() as i64;
+    let digits = digits.trim_start_matches('0');
+    if digits.is_empty() {
+        return Some("0".into());
+    }
+    let trimmed = digits.trim_end_matches('0');
+    exp += (digits.len() - trimmed.len()) as i64;
+    Some(format!("{}{}e{}", if neg { "-" } else { "" }, trimmed, exp))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_normalize() {
+        assert_eq!(normalize_number("1"), normalize_number("1.0"));
+        assert_eq!(normalize_number("1.50"), normalize_number("15e-1"));
+        assert_eq!(normalize_number("+1.5"), normalize_number("1.5"));
+        assert_eq!(normalize_number("0.000"), Some("0".into()));
+        assert_eq!(normalize_number("-0"), Some("0".into()));
+        assert_ne!(normalize_number("1"), normalize_number("-1"));
+        assert_ne!(normalize_number("10"), normalize_number("1"));
+        assert_eq!(normalize_number("abc"), None);
+        assert_eq!(normalize_number("."), None);
+        assert_eq!(normalize_number("1e"), None);
+    }
+
+    #[test]
+    fn item_refs_ignore_number_spelling_and_key_order() {
+        let mut a = Item::new();
+        a.insert("h".into(), AttributeValue::S("x".into()));
+        a.insert("r".into(), AttributeValue::N("1".into()));
+        let mut b = Item::new();
+        b.insert("r".into(), AttributeValue::N("1.00".into()));
+        b.insert("h".into(), AttributeValue::S("x".into()));
+        assert_eq!(ItemRef::new("t", &a), ItemRef::new("t", &b));
+        assert_ne!(ItemRef::new("t", &a), ItemRef::new("u", &b));
+        b.insert("r".into(), AttributeValue::N("2".into()));
+        assert_ne!(ItemRef::new("t", &a), ItemRef::new("t", &b));
+    }
+}

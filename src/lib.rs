@@ -1,0 +1,55 @@
+//! # dynamodb-transactions
+//!
+//! Multi-item ACID transactions of any size over Amazon DynamoDB, reads at three isolation levels,
+//! and fair distributed locks.
+//!
+//! A [`Transaction`] coordinator records its requests in a TX record, locks each item, applies the
+//! changes and commits with one conditional write on the record's version; any coordinator can resume,
+//! finish or roll back any transaction. See `docs/PROTOCOL.md` for the protocol.
+#![warn(missing_docs)]
+
+mod error;
+pub mod fault;
+mod keys;
+pub mod lock;
+mod manager;
+mod tables;
+
+pub use error::{BoxError, Error, Item, Result};
+pub use manager::{
+    DEFAULT_IMAGES_TABLE, DEFAULT_TRANSACTIONS_TABLE, Settings, TransactionManager, TransactionManagerBuilder,
+};
+
+/// The id of a transaction (a UUID string).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TxId(pub(crate) String);
+
+impl TxId {
+    /// A fresh random id.
+    pub fn new_random() -> TxId {
+        TxId(uuid::Uuid::new_v4().to_string())
+    }
+
+    /// The id as a string.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for TxId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl From<String> for TxId {
+    fn from(s: String) -> Self {
+        TxId(s)
+    }
+}
+
+impl From<&str> for TxId {
+    fn from(s: &str) -> Self {
+        TxId(s.to_string())
+    }
+}

@@ -1,0 +1,203 @@
+//! [`TransactionManager`]: the entry point. Holds the client, the table names and the settings.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_sdk_dynamodb::Client;
+
+use crate::error::Result;
+use crate::keys::SchemaCache;
+use crate::tables;
+
+/// Default name of the transactions table.
+pub const DEFAULT_TRANSACTIONS_TABLE: &str = "Transactions";
+/// Default name of the images table.
+pub const DEFAULT_IMAGES_TABLE: &str = "TransactionImages";
+
+/// Tunable settings of a [`TransactionManager`]. Build with [`TransactionManagerBuilder`].
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Settings {
+    /// Most DynamoDB requests one transaction keeps in flight at once (locks, applies, unlocks).
+    pub concurrency: usize,
+    /// Attempts to lock one item before giving up with [`Error::ItemLocked`](crate::Error::ItemLocked).
+    pub lock_attempts: u32,
+    /// Most items committed by the one-request commit path (a single `TransactWriteItems` that applies
+    /// every write, unlocks every item and commits the record). Larger transactions apply, commit and
+    /// unlock in phases. 0 disables the one-request path.
+    pub one_shot_max_items: usize,
+    /// Attempts of [`TransactionManager::run`] before it gives up.
+    pub run_attempts: u32,
+    /// First backoff of retries; doubles each attempt, with full jitter.
+    pub backoff_base: Duration,
+    /// Longest backoff of retries.
+    pub backoff_max: Duration,
+    /// Attempts of a read at `Committed` isolation that finds the item changing under it.
+    pub committed_read_attempts: u32,
+    /// Whether dropping an unfinished [`Transaction`](crate::Transaction) rolls it back in the
+    /// background (needs a Tokio runtime). When false, dropping only abandons it: other coordinators
+    /// or the sweeper roll it back later.
+    pub rollback_on_drop: bool,
+    /// How long to wait for created tables to become ACTIVE.
+    pub table_wait: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            concurrency: 32,
+            lock_attempts: 6,
+            one_shot_max_items: 98,
+            run_attempts: 10,
+            backoff_base: Duration::from_millis(10),
+            backoff_max: Duration::from_millis(500),
+            committed_read_attempts: 4,
+            rollback_on_drop: true,
+            table_wait: Duration::from_secs(300),
+        }
+    }
+}
+
+/// Coordinates transactions over DynamoDB tables.
+///
+/// Cheap to clone (an `Arc` inside); `Send + Sync`. Create one per process and share it.
+///
+/// ```no_run
+/// # async fn demo(client: aws_sdk_dynamodb::Client) -> dynamodb_transactions::Result<()> {
+/// use dynamodb_transactions::TransactionManager;
+/// let manager = TransactionManager::builder(client)
+///     .transactions_table("Transactions")
+///     .images_table("TransactionImages")
+///     .build();
+/// manager.create_tables().await?; // idempotent
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct TransactionManager {
+    pub(crate) inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+pub(crate) struct Inner {
+    pub client: Client,
+    pub tx_table: String,
+    pub image_table: String,
+    pub settings: Settings,
+    pub schemas: SchemaCache,
+}
+
+/// Builds a [`TransactionManager`].
+#[derive(Debug)]
+#[must_use]
+pub struct TransactionManagerBuilder {
+    client: Client,
+    tx_table: String,
+    image_table: String,
+    settings: Settings,
+}
+
+impl TransactionManagerBuilder {
+    /// Name of the transactions table (default [`DEFAULT_TRANSACTIONS_TABLE`]).
+    pub fn transactions_table(mut self, name: impl Into<String>) -> Self {
+        self.tx_table = name.into();
+        self
+    }
+
+    /// Name of the images table (default [`DEFAULT_IMAGES_TABLE`]).
+    pub fn images_table(mut self, name: impl Into<String>) -> Self {
+        self.image_table = name.into();
+        self
+    }
+
+    /// Replaces all settings.
+    pub fn settings(mut self, settings: Settings) -> Self {
+        self.settings = settings;
+        self
+    }
+
+    /// Changes some settings in place.
+    pub fn configure(mut self, f: impl FnOnce(&mut Settings)) -> Self {
+        f(&mut self.settings);
+        self
+    }
+
+    /// Builds the manager. Does no I/O; call [`TransactionManager::create_tables`] or
+    /// [`TransactionManager::verify_tables`] before use.
+    pub fn build(self) -> TransactionManager {
+        TransactionManager {
+            inner: Arc::new(Inner {
+                client: self.client,
+                tx_table: self.tx_table,
+                image_table: self.image_table,
+                settings: self.settings,
+                schemas: SchemaCache::default(),
+            }),
+        }
+    }
+}
+
+impl TransactionManager {
+    /// Starts building a manager around an `aws_sdk_dynamodb::Client`.
+    pub fn builder(client: Client) -> TransactionManagerBuilder {
+        TransactionManagerBuilder {
+            client,
+            tx_table: DEFAULT_TRANSACTIONS_TABLE.into(),
+            image_table: DEFAULT_IMAGES_TABLE.into(),
+            settings: Settings::default(),
+        }
+    }
+
+    /// The DynamoDB client.
+    pub fn client(&self) -> &Client {
+        &self.inner.client
+    }
+
+    /// Name of the transactions table.
+    pub fn transactions_table(&self) -> &str {
+        &self.inner.tx_table
+    }
+
+    /// Name of the images table.
+    pub fn images_table(&self) -> &str {
+        &self.inner.image_table
+    }
+
+    /// The settings.
+    pub fn settings(&self) -> &Settings {
+        &self.inner.settings
+    }
+
+    /// Creates the transactions and images tables (on-demand billing) unless they exist, and waits
+    /// until both are ACTIVE. Idempotent: existing tables are verified instead.
+    ///
+    /// # Errors
+    /// [`Error::TableMismatch`](crate::Error::TableMismatch) names the table and what differs when an
+    /// existing table has the wrong key schema.
+    ///
+    /// # Cancel safety
+    /// Dropping the future midway may leave a table created but not yet waited for; calling again
+    /// finishes the job.
+    pub async fn create_tables(&self) -> Result<()> {
+        let wait = self.inner.settings.table_wait;
+        let c = &self.inner.client;
+        let (a, b) = tokio::join!(
+            tables::create_or_verify(c, &self.inner.tx_table, &tables::TX_TABLE, wait),
+            tables::create_or_verify(c, &self.inner.image_table, &tables::IMAGE_TABLE, wait),
+        );
+        a.and(b)
+    }
+
+    /// Checks that both tables exist with the right key schema.
+    ///
+    /// # Errors
+    /// [`Error::TableNotFound`](crate::Error::TableNotFound) or
+    /// [`Error::TableMismatch`](crate::Error::TableMismatch), naming the table.
+    ///
+    /// # Cancel safety
+    /// Read-only; safe to drop at any point.
+    pub async fn verify_tables(&self) -> Result<()> {
+        let c = &self.inner.client;
+        tables::verify(c, &self.inner.tx_table, &tables::TX_TABLE).await?;
+        tables::verify(c, &self.inner.image_table, &tables::IMAGE_TABLE).await
+    }
+}

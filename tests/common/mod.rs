@@ -1,0 +1,261 @@
+//! Integration-test harness: one DynamoDB Local per test binary (or the endpoint in
+//! `AWS_ENDPOINT_URL_DYNAMODB`), a client per test, uniquely named tables that are deleted afterwards.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::{Mutex, OnceLock};
+
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::config::retry::RetryConfig;
+use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Intercept, Region, SharedInterceptor};
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
+};
+use dynamodb_transactions::fault::{FaultInjector, RequestCounter};
+use dynamodb_transactions::{Item, TransactionManager};
+
+static ENDPOINT: OnceLock<String> = OnceLock::new();
+
+/// The endpoint of the DynamoDB to test against, starting DynamoDB Local if none is configured.
+pub fn endpoint() -> &'static str {
+    ENDPOINT.get_or_init(|| {
+        if let Ok(ep) = std::env::var("AWS_ENDPOINT_URL_DYNAMODB") {
+            if !ep.is_empty() {
+                return ep;
+            }
+        }
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/dynamodb-local");
+        let mut child = Command::new("bash")
+            .arg(script)
+            .arg("serve")
+            .arg(std::process::id().to_string())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("cannot run scripts/dynamodb-local");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let mut lines = BufReader::new(stdout).lines();
+        let endpoint = loop {
+            match lines.next() {
+                Some(Ok(line)) => {
+                    if let Some(ep) = line.strip_prefix("endpoint ") {
+                        break ep.trim().to_string();
+                    }
+                }
+                _ => panic!("scripts/dynamodb-local serve did not print an endpoint"),
+            }
+        };
+        // The script stops the server when this process exits; keep the handle alive.
+        std::mem::forget(child);
+        endpoint
+    })
+}
+
+/// A client for the test endpoint, with extra interceptors.
+pub fn client_with(interceptors: Vec<SharedInterceptor>) -> Client {
+    let mut b = aws_sdk_dynamodb::Config::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .endpoint_url(endpoint())
+        .region(Region::new(std::env::var("AWS_REGION").unwrap_or_else(|_| "us-east-1".into())))
+        .retry_config(RetryConfig::standard().with_max_attempts(3));
+    b = match (std::env::var("AWS_ACCESS_KEY_ID"), std::env::var("AWS_SECRET_ACCESS_KEY")) {
+        (Ok(k), Ok(s)) => b.credentials_provider(Credentials::new(k, s, std::env::var("AWS_SESSION_TOKEN").ok(), None, "env")),
+        _ => b.credentials_provider(Credentials::new("local", "local", None, None, "static")),
+    };
+    for i in interceptors {
+        b = b.interceptor(i);
+    }
+    Client::from_conf(b.build())
+}
+
+/// A plain client.
+pub fn client() -> Client {
+    client_with(vec![])
+}
+
+pub fn shared<I: Intercept + 'static>(i: I) -> SharedInterceptor {
+    SharedInterceptor::new(i)
+}
+
+/// Unique name for a table of this test.
+pub fn unique_name(prefix: &str) -> String {
+    format!("{prefix}-{}", &uuid::Uuid::new_v4().simple().to_string()[..12])
+}
+
+/// Tables created by a test, deleted when the guard drops (even if the test panicked).
+#[derive(Default)]
+pub struct TableGuard {
+    names: Mutex<Vec<String>>,
+}
+
+impl TableGuard {
+    pub fn add(&self, name: &str) {
+        self.names.lock().unwrap().push(name.to_string());
+    }
+}
+
+impl Drop for TableGuard {
+    fn drop(&mut self) {
+        let names = std::mem::take(&mut *self.names.lock().unwrap());
+        if names.is_empty() || std::env::var("KEEP_TEST_TABLES").is_ok() {
+            return;
+        }
+        let client = client();
+        // Drop cannot await, and may run inside a runtime: use a thread with its own runtime.
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            rt.block_on(async {
+                for n in names {
+                    let _ = client.delete_table().table_name(n).send().await;
+                }
+            });
+        })
+        .join();
+    }
+}
+
+/// A test's environment: a manager over fresh tables, a hash-key table and a hash+range table,
+/// a request counter and a fault injector on the manager's client.
+pub struct TestEnv {
+    pub client: Client,
+    pub manager: TransactionManager,
+    pub counter: RequestCounter,
+    pub faults: FaultInjector,
+    /// Hash key `Id` (S).
+    pub table: String,
+    /// Hash key `Id` (S), range key `RangeAttr` (N).
+    pub range_table: String,
+    pub guard: TableGuard,
+}
+
+impl TestEnv {
+    pub async fn new(prefix: &str) -> TestEnv {
+        Self::with_settings(prefix, |_| {}).await
+    }
+
+    pub async fn with_settings(prefix: &str, f: impl FnOnce(&mut dynamodb_transactions::Settings)) -> TestEnv {
+        let counter = RequestCounter::new();
+        let faults = FaultInjector::new();
+        let client = client_with(vec![shared(counter.clone()), shared(faults.clone())]);
+        let guard = TableGuard::default();
+        let tx_table = unique_name(&format!("{prefix}-tx"));
+        let img_table = unique_name(&format!("{prefix}-img"));
+        let table = unique_name(&format!("{prefix}-items"));
+        let range_table = unique_name(&format!("{prefix}-range"));
+        for t in [&tx_table, &img_table, &table, &range_table] {
+            guard.add(t);
+        }
+        let manager = TransactionManager::builder(client.clone())
+            .transactions_table(&tx_table)
+            .images_table(&img_table)
+            .configure(|s| {
+                s.rollback_on_drop = false;
+                f(s)
+            })
+            .build();
+        manager.create_tables().await.expect("create_tables");
+        create_table(&client, &table, ("Id", ScalarAttributeType::S), None).await;
+        create_table(&client, &range_table, ("Id", ScalarAttributeType::S), Some(("RangeAttr", ScalarAttributeType::N))).await;
+        counter.reset();
+        TestEnv { client, manager, counter, faults, table, range_table, guard }
+    }
+
+    /// Another manager over the same tables with its own client, counter and faults: a second
+    /// coordinator.
+    pub fn second_coordinator(&self) -> (TransactionManager, FaultInjector) {
+        let faults = FaultInjector::new();
+        let client = client_with(vec![shared(faults.clone())]);
+        let m = TransactionManager::builder(client)
+            .transactions_table(self.manager.transactions_table())
+            .images_table(self.manager.images_table())
+            .configure(|s| s.rollback_on_drop = false)
+            .build();
+        (m, faults)
+    }
+
+    /// Raw consistent read of an item, lock attributes included.
+    pub async fn raw_get(&self, table: &str, key: &Item) -> Option<Item> {
+        self.client
+            .get_item()
+            .table_name(table)
+            .set_key(Some(key.clone()))
+            .consistent_read(true)
+            .send()
+            .await
+            .expect("GetItem")
+            .item
+    }
+
+    /// Every item of a table (raw).
+    pub async fn scan_all(&self, table: &str) -> Vec<Item> {
+        let mut out = Vec::new();
+        let mut start = None;
+        loop {
+            let page = self
+                .client
+                .scan()
+                .table_name(table)
+                .consistent_read(true)
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .expect("Scan");
+            out.extend(page.items().iter().cloned());
+            start = page.last_evaluated_key;
+            if start.is_none() {
+                break;
+            }
+        }
+        out
+    }
+
+    /// Raw put, bypassing the library.
+    pub async fn raw_put(&self, table: &str, item: Item) {
+        self.client.put_item().table_name(table).set_item(Some(item)).send().await.expect("PutItem");
+    }
+}
+
+pub async fn create_table(
+    client: &Client,
+    name: &str,
+    hash: (&str, ScalarAttributeType),
+    range: Option<(&str, ScalarAttributeType)>,
+) {
+    let mut req = client
+        .create_table()
+        .table_name(name)
+        .billing_mode(BillingMode::PayPerRequest)
+        .attribute_definitions(AttributeDefinition::builder().attribute_name(hash.0).attribute_type(hash.1).build().unwrap())
+        .key_schema(KeySchemaElement::builder().attribute_name(hash.0).key_type(KeyType::Hash).build().unwrap());
+    if let Some((r, t)) = range {
+        req = req
+            .attribute_definitions(AttributeDefinition::builder().attribute_name(r).attribute_type(t).build().unwrap())
+            .key_schema(KeySchemaElement::builder().attribute_name(r).key_type(KeyType::Range).build().unwrap());
+    }
+    req.send().await.expect("CreateTable");
+}
+
+pub fn s(v: &str) -> AttributeValue {
+    AttributeValue::S(v.to_string())
+}
+
+pub fn n(v: impl ToString) -> AttributeValue {
+    AttributeValue::N(v.to_string())
+}
+
+/// An item from pairs.
+pub fn item(pairs: &[(&str, AttributeValue)]) -> Item {
+    pairs.iter().map(|(k, v)| (k.to_string(), v.clone())).collect::<HashMap<_, _>>()
+}
+
+/// `{Id: id}`
+pub fn key(id: &str) -> Item {
+    item(&[("Id", s(id))])
+}
+
+/// True if any attribute name starts with `_Tx`.
+pub fn has_tx_attrs(item: &Item) -> bool {
+    item.keys().any(|k| k.starts_with("_Tx"))
+}
