@@ -111,6 +111,11 @@ pub(crate) struct SchemaCache {
 }
 
 impl SchemaCache {
+    /// The schema if it was fetched before.
+    pub fn cached(&self, table: &str) -> Option<Arc<KeySchema>> {
+        self.map.read().expect("schema cache poisoned").get(table).cloned()
+    }
+
     pub async fn get(&self, client: &Client, table: &str) -> Result<Arc<KeySchema>> {
         if let Some(s) = self.map.read().expect("schema cache poisoned").get(table) {
             return Ok(s.clone());

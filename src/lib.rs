@@ -8,14 +8,26 @@
 //! finish or roll back any transaction. See `docs/PROTOCOL.md` for the protocol.
 #![warn(missing_docs)]
 
+mod contention;
+mod ddb;
 mod error;
+mod expr;
+mod item_lock;
+mod record;
+mod request;
+mod transaction;
 pub mod fault;
 mod keys;
 pub mod lock;
 mod manager;
 mod tables;
 
+pub use contention::ContentionPolicy;
 pub use error::{BoxError, Error, Item, Result};
+pub use record::TxState;
+pub use transaction::{
+    DeleteItemBuilder, GetItemBuilder, GetOutput, PutItemBuilder, Transaction, UpdateItemBuilder, WriteOutput,
+};
 pub use manager::{
     DEFAULT_IMAGES_TABLE, DEFAULT_TRANSACTIONS_TABLE, Settings, TransactionManager, TransactionManagerBuilder,
 };

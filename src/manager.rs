@@ -5,9 +5,13 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::Client;
 
-use crate::error::Result;
+use crate::contention::ContentionPolicy;
+use crate::error::{Error, Result};
 use crate::keys::SchemaCache;
+use crate::record::{self, TxState};
 use crate::tables;
+use crate::transaction::Transaction;
+use crate::TxId;
 
 /// Default name of the transactions table.
 pub const DEFAULT_TRANSACTIONS_TABLE: &str = "Transactions";
@@ -40,6 +44,17 @@ pub struct Settings {
     pub rollback_on_drop: bool,
     /// How long to wait for created tables to become ACTIVE.
     pub table_wait: Duration,
+    /// What to do when an item is locked by another pending transaction.
+    pub contention: ContentionPolicy,
+    /// When set, finalized TX records get a TTL attribute (`_TxE`, epoch seconds) this far in the
+    /// future, so DynamoDB deletes them for free once TTL is enabled on the table.
+    pub record_ttl: Option<Duration>,
+}
+
+impl Settings {
+    pub(crate) fn record_ttl_secs(&self) -> Option<u64> {
+        self.record_ttl.map(|d| d.as_secs().max(1))
+    }
 }
 
 impl Default for Settings {
@@ -54,6 +69,8 @@ impl Default for Settings {
             committed_read_attempts: 4,
             rollback_on_drop: true,
             table_wait: Duration::from_secs(300),
+            contention: ContentionPolicy::default(),
+            record_ttl: None,
         }
     }
 }
@@ -199,5 +216,65 @@ impl TransactionManager {
         let c = &self.inner.client;
         tables::verify(c, &self.inner.tx_table, &tables::TX_TABLE).await?;
         tables::verify(c, &self.inner.image_table, &tables::IMAGE_TABLE).await
+    }
+}
+
+impl TransactionManager {
+    /// Starts a new transaction. Nothing is written until it first needs to be (a read, a write with
+    /// return values, or commit).
+    pub fn begin(&self) -> Transaction {
+        Transaction::new(self.clone(), TxId::new_random())
+    }
+
+    /// Resumes a transaction from its record, to drive it from this coordinator: `commit` finishes
+    /// it, `rollback` undoes it, reads and writes add to it.
+    ///
+    /// # Errors
+    /// [`Error::TransactionNotFound`] if no record exists.
+    ///
+    /// # Cancel safety
+    /// Read-only; safe to drop.
+    pub async fn resume(&self, id: &TxId) -> Result<Transaction> {
+        let rec = record::load(&self.inner.client, &self.inner.tx_table, id)
+            .await?
+            .ok_or_else(|| Error::TransactionNotFound { tx_id: id.clone() })?;
+        Ok(Transaction::from_record(self.clone(), id.clone(), rec))
+    }
+
+    /// Rolls back the transaction `id` (resuming it). Succeeds if it is or was already rolled back.
+    ///
+    /// # Errors
+    /// [`Error::AlreadyCommitted`] if it committed; [`Error::TransactionNotFound`] if there is no record.
+    ///
+    /// # Cancel safety
+    /// As [`Transaction::rollback`].
+    pub async fn rollback_transaction(&self, id: &TxId) -> Result<()> {
+        self.resume(id).await?.rollback().await
+    }
+
+    /// Drives a decided transaction to completion (releasing every lock), even if its record says it
+    /// is finalized. Returns its state; a pending transaction is left alone.
+    ///
+    /// # Cancel safety
+    /// Safe to drop midway; calling again continues.
+    pub async fn complete_transaction(&self, id: &TxId) -> Result<TxState> {
+        let tx = self.resume(id).await?;
+        tx.complete_decided().await
+    }
+
+    /// Deletes the record of a finalized transaction. Returns false if it is not finalized.
+    ///
+    /// # Cancel safety
+    /// Safe to drop midway; calling again finishes the job.
+    pub async fn delete_transaction(&self, id: &TxId) -> Result<bool> {
+        record::delete(&self.inner.client, &self.inner.tx_table, id).await
+    }
+
+    /// The state of a transaction, `None` if its record does not exist.
+    ///
+    /// # Cancel safety
+    /// Read-only; safe to drop.
+    pub async fn transaction_state(&self, id: &TxId) -> Result<Option<(TxState, bool)>> {
+        Ok(record::load_header(&self.inner.client, &self.inner.tx_table, id).await?.map(|h| (h.state, h.finalized)))
     }
 }

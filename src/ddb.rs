@@ -1,0 +1,418 @@
+//! Thin helpers over aws-sdk-dynamodb: conditional writes that report the current item when their
+//! condition fails, and `TransactWriteItems` batches with per-action outcomes.
+
+use std::collections::HashMap;
+
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::types::{
+    AttributeValue, ConditionCheck, Delete, Put, ReturnValue, ReturnValuesOnConditionCheckFailure, TransactWriteItem,
+    Update,
+};
+
+use crate::error::{Error, Item, Result};
+use crate::request::{item_size, value_size};
+
+/// Most actions in one `TransactWriteItems`.
+pub(crate) const MAX_TRANSACT_ACTIONS: usize = 100;
+/// Most bytes we put in one `TransactWriteItems` (DynamoDB allows 4 MB).
+pub(crate) const MAX_TRANSACT_BYTES: usize = 3_500_000;
+
+/// Names and values of the library's own expression placeholders (all start with `#_Tx` / `:_Tx`).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Placeholders {
+    pub names: HashMap<String, String>,
+    pub values: HashMap<String, AttributeValue>,
+}
+
+impl Placeholders {
+    /// `#_TxId` for `_TxId`, registering it.
+    pub fn name(&mut self, attr: &str) -> String {
+        let p = format!("#{attr}");
+        self.names.insert(p.clone(), attr.to_string());
+        p
+    }
+
+    /// `:_Tx<label>` for a value, registering it.
+    pub fn value(&mut self, label: &str, v: AttributeValue) -> String {
+        let p = format!(":_Tx{label}");
+        self.values.insert(p.clone(), v);
+        p
+    }
+
+    /// Adds a user's placeholders (they never collide: users may not use `#_Tx`/`:_Tx`).
+    pub fn extend_user(&mut self, names: Option<&HashMap<String, String>>, values: Option<&HashMap<String, AttributeValue>>) {
+        if let Some(n) = names {
+            self.names.extend(n.iter().map(|(k, v)| (k.clone(), v.clone())));
+        }
+        if let Some(v) = values {
+            self.values.extend(v.iter().map(|(k, v)| (k.clone(), v.clone())));
+        }
+    }
+
+    /// Keeps only the placeholders that `exprs` use (DynamoDB rejects unused ones).
+    fn used_by(&self, exprs: &[&str]) -> (Option<HashMap<String, String>>, Option<HashMap<String, AttributeValue>>) {
+        let uses = |p: &str| exprs.iter().any(|e| contains_placeholder(e, p));
+        let names: HashMap<_, _> = self.names.iter().filter(|(k, _)| uses(k)).map(|(k, v)| (k.clone(), v.clone())).collect();
+        let values: HashMap<_, _> = self.values.iter().filter(|(k, _)| uses(k)).map(|(k, v)| (k.clone(), v.clone())).collect();
+        ((!names.is_empty()).then_some(names), (!values.is_empty()).then_some(values))
+    }
+}
+
+fn contains_placeholder(expr: &str, p: &str) -> bool {
+    let mut from = 0;
+    while let Some(i) = expr[from..].find(p) {
+        let end = from + i + p.len();
+        let next = expr.as_bytes().get(end).copied();
+        if !next.is_some_and(|c| c.is_ascii_alphanumeric() || c == b'_') {
+            return true;
+        }
+        from = end;
+    }
+    false
+}
+
+/// One conditional write.
+#[derive(Debug, Clone)]
+pub(crate) enum WriteKind {
+    Put { item: Item },
+    Update { key: Item, update: String },
+    Delete { key: Item },
+    /// Only a condition (inside `TransactWriteItems`).
+    Check { key: Item },
+}
+
+/// A write with its table, condition and placeholders.
+#[derive(Debug, Clone)]
+pub(crate) struct Write {
+    pub table: String,
+    pub kind: WriteKind,
+    pub condition: Option<String>,
+    pub ph: Placeholders,
+}
+
+/// Outcome of a single conditional write.
+#[derive(Debug)]
+pub(crate) enum Written {
+    /// Done; the attributes asked for with `ReturnValues`.
+    Ok(Option<Item>),
+    /// The condition was false; the item as it is (`None`: it does not exist).
+    ConditionFailed(Option<Item>),
+}
+
+/// Why one action of a cancelled `TransactWriteItems` failed.
+#[derive(Debug, Clone)]
+pub(crate) struct Reason {
+    pub code: String,
+    pub message: Option<String>,
+    pub item: Option<Item>,
+}
+
+impl Reason {
+    pub fn is_ok(&self) -> bool {
+        self.code == "None"
+    }
+    pub fn is_condition_failed(&self) -> bool {
+        self.code == "ConditionalCheckFailed"
+    }
+}
+
+/// Outcome of a `TransactWriteItems`.
+#[derive(Debug)]
+pub(crate) enum Transacted {
+    Ok,
+    /// Cancelled; one reason per action, in order.
+    Cancelled(Vec<Reason>),
+}
+
+impl Write {
+    /// The key of the item the write targets (`None` for a put).
+    pub fn kind_key(&self) -> Option<&Item> {
+        match &self.kind {
+            WriteKind::Put { .. } => None,
+            WriteKind::Update { key, .. } | WriteKind::Delete { key } | WriteKind::Check { key } => Some(key),
+        }
+    }
+
+    pub fn size(&self) -> usize {
+        let body = match &self.kind {
+            WriteKind::Put { item } => item_size(item),
+            WriteKind::Update { key, update } => item_size(key) + update.len(),
+            WriteKind::Delete { key } | WriteKind::Check { key } => item_size(key),
+        };
+        body + self.condition.as_ref().map_or(0, |c| c.len()) + self.ph.values.values().map(value_size).sum::<usize>()
+    }
+
+    fn exprs(&self) -> Vec<&str> {
+        let mut e: Vec<&str> = self.condition.iter().map(String::as_str).collect();
+        if let WriteKind::Update { update, .. } = &self.kind {
+            e.push(update);
+        }
+        e
+    }
+
+    pub fn to_transact(&self) -> Result<TransactWriteItem> {
+        let (names, values) = self.ph.used_by(&self.exprs());
+        let on_fail = ReturnValuesOnConditionCheckFailure::AllOld;
+        let built = match &self.kind {
+            WriteKind::Put { item } => TransactWriteItem::builder().put(
+                Put::builder()
+                    .table_name(&self.table)
+                    .set_item(Some(item.clone()))
+                    .set_condition_expression(self.condition.clone())
+                    .set_expression_attribute_names(names)
+                    .set_expression_attribute_values(values)
+                    .return_values_on_condition_check_failure(on_fail)
+                    .build()
+                    .map_err(build_err)?,
+            ),
+            WriteKind::Update { key, update } => TransactWriteItem::builder().update(
+                Update::builder()
+                    .table_name(&self.table)
+                    .set_key(Some(key.clone()))
+                    .update_expression(update)
+                    .set_condition_expression(self.condition.clone())
+                    .set_expression_attribute_names(names)
+                    .set_expression_attribute_values(values)
+                    .return_values_on_condition_check_failure(on_fail)
+                    .build()
+                    .map_err(build_err)?,
+            ),
+            WriteKind::Delete { key } => TransactWriteItem::builder().delete(
+                Delete::builder()
+                    .table_name(&self.table)
+                    .set_key(Some(key.clone()))
+                    .set_condition_expression(self.condition.clone())
+                    .set_expression_attribute_names(names)
+                    .set_expression_attribute_values(values)
+                    .return_values_on_condition_check_failure(on_fail)
+                    .build()
+                    .map_err(build_err)?,
+            ),
+            WriteKind::Check { key } => TransactWriteItem::builder().condition_check(
+                ConditionCheck::builder()
+                    .table_name(&self.table)
+                    .set_key(Some(key.clone()))
+                    .condition_expression(self.condition.clone().unwrap_or_default())
+                    .set_expression_attribute_names(names)
+                    .set_expression_attribute_values(values)
+                    .return_values_on_condition_check_failure(on_fail)
+                    .build()
+                    .map_err(build_err)?,
+            ),
+        };
+        Ok(built.build())
+    }
+
+    /// Sends the write on its own. `ConditionalCheckFailed` is an outcome, not an error.
+    pub async fn send(&self, client: &Client, return_values: Option<ReturnValue>) -> Result<Written> {
+        let (names, values) = self.ph.used_by(&self.exprs());
+        let on_fail = ReturnValuesOnConditionCheckFailure::AllOld;
+        match &self.kind {
+            WriteKind::Put { item } => {
+                let r = client
+                    .put_item()
+                    .table_name(&self.table)
+                    .set_item(Some(item.clone()))
+                    .set_condition_expression(self.condition.clone())
+                    .set_expression_attribute_names(names)
+                    .set_expression_attribute_values(values)
+                    .set_return_values(return_values)
+                    .return_values_on_condition_check_failure(on_fail)
+                    .send()
+                    .await;
+                match r {
+                    Ok(o) => Ok(Written::Ok(o.attributes)),
+                    Err(e) => match e.as_service_error() {
+                        Some(aws_sdk_dynamodb::operation::put_item::PutItemError::ConditionalCheckFailedException(c)) => {
+                            Ok(Written::ConditionFailed(c.item.clone()))
+                        }
+                        _ => Err(Error::sdk("PutItem", e)),
+                    },
+                }
+            }
+            WriteKind::Update { key, update } => {
+                let r = client
+                    .update_item()
+                    .table_name(&self.table)
+                    .set_key(Some(key.clone()))
+                    .update_expression(update)
+                    .set_condition_expression(self.condition.clone())
+                    .set_expression_attribute_names(names)
+                    .set_expression_attribute_values(values)
+                    .set_return_values(return_values)
+                    .return_values_on_condition_check_failure(on_fail)
+                    .send()
+                    .await;
+                match r {
+                    Ok(o) => Ok(Written::Ok(o.attributes)),
+                    Err(e) => match e.as_service_error() {
+                        Some(aws_sdk_dynamodb::operation::update_item::UpdateItemError::ConditionalCheckFailedException(c)) => {
+                            Ok(Written::ConditionFailed(c.item.clone()))
+                        }
+                        _ => Err(Error::sdk("UpdateItem", e)),
+                    },
+                }
+            }
+            WriteKind::Delete { key } => {
+                let r = client
+                    .delete_item()
+                    .table_name(&self.table)
+                    .set_key(Some(key.clone()))
+                    .set_condition_expression(self.condition.clone())
+                    .set_expression_attribute_names(names)
+                    .set_expression_attribute_values(values)
+                    .set_return_values(return_values)
+                    .return_values_on_condition_check_failure(on_fail)
+                    .send()
+                    .await;
+                match r {
+                    Ok(o) => Ok(Written::Ok(o.attributes)),
+                    Err(e) => match e.as_service_error() {
+                        Some(aws_sdk_dynamodb::operation::delete_item::DeleteItemError::ConditionalCheckFailedException(c)) => {
+                            Ok(Written::ConditionFailed(c.item.clone()))
+                        }
+                        _ => Err(Error::sdk("DeleteItem", e)),
+                    },
+                }
+            }
+            WriteKind::Check { .. } => match transact(client, std::slice::from_ref(self)).await? {
+                Transacted::Ok => Ok(Written::Ok(None)),
+                Transacted::Cancelled(reasons) => {
+                    let r = reasons.into_iter().next();
+                    match r {
+                        Some(r) if r.is_condition_failed() => Ok(Written::ConditionFailed(r.item)),
+                        Some(r) => Err(Error::DynamoDb {
+                            operation: "TransactWriteItems",
+                            code: Some(r.code.clone()),
+                            message: r.message.clone(),
+                            ambiguous: false,
+                            source: format!("condition check cancelled: {}", r.code).into(),
+                        }),
+                        None => Err(Error::invariant("cancelled transaction without reasons")),
+                    }
+                }
+            },
+        }
+    }
+}
+
+fn build_err(e: aws_sdk_dynamodb::error::BuildError) -> Error {
+    Error::invariant(format!("request build failed: {e}"))
+}
+
+/// Runs writes as one `TransactWriteItems` (all or nothing). Cancellation is an outcome.
+pub(crate) async fn transact(client: &Client, writes: &[Write]) -> Result<Transacted> {
+    let items = writes.iter().map(Write::to_transact).collect::<Result<Vec<_>>>()?;
+    match client.transact_write_items().set_transact_items(Some(items)).send().await {
+        Ok(_) => Ok(Transacted::Ok),
+        Err(e) => match e.as_service_error() {
+            Some(TransactWriteItemsError::TransactionCanceledException(c)) => {
+                let reasons = c
+                    .cancellation_reasons()
+                    .iter()
+                    .map(|r| Reason {
+                        code: r.code().unwrap_or("None").to_string(),
+                        message: r.message().map(String::from),
+                        item: r.item().cloned(),
+                    })
+                    .collect::<Vec<_>>();
+                if reasons.len() != writes.len() {
+                    return Err(Error::sdk("TransactWriteItems", e));
+                }
+                Ok(Transacted::Cancelled(reasons))
+            }
+            _ => Err(Error::sdk("TransactWriteItems", e)),
+        },
+    }
+}
+
+/// Consistent reads of many items (BatchGetItem, 100 keys per request, unprocessed keys retried).
+/// Returns the items found, in no particular order.
+pub(crate) async fn batch_get(client: &Client, keys: &[(String, Item)]) -> Result<Vec<(String, Item)>> {
+    use aws_sdk_dynamodb::types::KeysAndAttributes;
+    let mut out = Vec::new();
+    for chunk in keys.chunks(100) {
+        let mut by_table: HashMap<String, Vec<Item>> = HashMap::new();
+        for (t, k) in chunk {
+            let list = by_table.entry(t.clone()).or_default();
+            if !list.contains(k) {
+                list.push(k.clone());
+            }
+        }
+        let mut request: HashMap<String, KeysAndAttributes> = by_table
+            .into_iter()
+            .map(|(t, ks)| {
+                (t, KeysAndAttributes::builder().set_keys(Some(ks)).consistent_read(true).build().expect("keys set"))
+            })
+            .collect();
+        let mut delay = std::time::Duration::from_millis(5);
+        while !request.is_empty() {
+            let resp = client
+                .batch_get_item()
+                .set_request_items(Some(request))
+                .send()
+                .await
+                .map_err(|e| Error::sdk("BatchGetItem", e))?;
+            for (t, items) in resp.responses.unwrap_or_default() {
+                out.extend(items.into_iter().map(|i| (t.clone(), i)));
+            }
+            request = resp.unprocessed_keys.unwrap_or_default();
+            if !request.is_empty() {
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(std::time::Duration::from_millis(500));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Unconditional deletes of many keys (BatchWriteItem, 25 per request, unprocessed retried).
+pub(crate) async fn batch_delete(client: &Client, table: &str, keys: Vec<Item>) -> Result<()> {
+    use aws_sdk_dynamodb::types::{DeleteRequest, WriteRequest};
+    for chunk in keys.chunks(25) {
+        let reqs: Vec<WriteRequest> = chunk
+            .iter()
+            .map(|k| {
+                WriteRequest::builder()
+                    .delete_request(DeleteRequest::builder().set_key(Some(k.clone())).build().expect("key set"))
+                    .build()
+            })
+            .collect();
+        let mut pending = HashMap::from([(table.to_string(), reqs)]);
+        let mut delay = std::time::Duration::from_millis(5);
+        while !pending.is_empty() {
+            let resp = client
+                .batch_write_item()
+                .set_request_items(Some(pending))
+                .send()
+                .await
+                .map_err(|e| Error::sdk("BatchWriteItem", e))?;
+            pending = resp.unprocessed_items.unwrap_or_default();
+            pending.retain(|_, v| !v.is_empty());
+            if !pending.is_empty() {
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(std::time::Duration::from_millis(500));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Wall-clock time in epoch milliseconds (persisted; never used to measure durations).
+pub(crate) fn now_millis() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn placeholder_matching_is_whole_word() {
+        assert!(contains_placeholder("SET #_TxA = :_TxOne", "#_TxA"));
+        assert!(!contains_placeholder("SET #_TxAB = :x", "#_TxA"));
+        assert!(contains_placeholder("a = :v, b = :v2", ":v"));
+        assert!(!contains_placeholder("b = :v2", ":v"));
+    }
+}

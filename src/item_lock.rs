@@ -1,0 +1,416 @@
+//! Item locks: the attributes the protocol keeps on user items, and every write that takes, applies,
+//! releases or undoes a lock.
+//!
+//! On a locked item:
+//! - `_TxId` (S): the owning transaction.
+//! - `_TxD` (N): when it was locked (epoch ms; informational).
+//! - `_TxT`: `BOOL true` when the item did not exist and was inserted only to hold the lock
+//!   (transient). Set in the lock write with `if_not_exists(<hash key>, true)`, so the same atomic write
+//!   decides it; on items that existed it holds a copy of the hash key and means nothing.
+//! - `_TxA` (S `"1"`): the transaction's write has been applied (set in the same write as the change).
+//! - `_TxG` (M): the item's before-image, written in the same write that applies the change, so an
+//!   applied item always carries what rollback needs.
+//! - `_TxI` (S): instead of `_TxG`, the id of the before-image in the images table (items too large to
+//!   carry their own image).
+
+use std::collections::HashMap;
+
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
+
+use crate::TxId;
+use crate::ddb::{Placeholders, Write, WriteKind, Written};
+use crate::error::{Error, Item, Result};
+use crate::expr::{Clause, UpdateExpr};
+use crate::keys::KeySchema;
+use crate::request::{Op, Request};
+
+pub(crate) const OWNER: &str = "_TxId";
+pub(crate) const LOCK_DATE: &str = "_TxD";
+pub(crate) const TRANSIENT: &str = "_TxT";
+pub(crate) const APPLIED: &str = "_TxA";
+pub(crate) const IMAGE: &str = "_TxG";
+pub(crate) const IMAGE_REF: &str = "_TxI";
+
+/// Lock attributes removed when an item is released.
+const LOCK_ATTRS: [&str; 6] = [OWNER, LOCK_DATE, TRANSIENT, APPLIED, IMAGE, IMAGE_REF];
+
+/// Removes every `_Tx*` attribute: what callers may see.
+pub(crate) fn strip(mut item: Item) -> Item {
+    item.retain(|k, _| !k.starts_with(crate::expr::RESERVED_PREFIX));
+    item
+}
+
+/// What an item's raw attributes say about its lock.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Observed {
+    pub exists: bool,
+    pub owner: Option<String>,
+    pub transient: bool,
+    pub applied: bool,
+    /// The embedded before-image.
+    pub image: Option<Item>,
+    /// The images-table id of the before-image.
+    pub image_ref: Option<String>,
+    /// The item without lock attributes (empty for a placeholder).
+    pub user: Item,
+}
+
+impl Observed {
+    pub fn of(raw: Option<&Item>) -> Observed {
+        let Some(raw) = raw else { return Observed::default() };
+        Observed {
+            exists: true,
+            owner: raw.get(OWNER).and_then(|v| v.as_s().ok()).cloned(),
+            transient: matches!(raw.get(TRANSIENT), Some(AttributeValue::Bool(true))),
+            applied: raw.contains_key(APPLIED),
+            image: raw.get(IMAGE).and_then(|v| v.as_m().ok()).cloned(),
+            image_ref: raw.get(IMAGE_REF).and_then(|v| v.as_s().ok()).cloned(),
+            user: strip(raw.clone()),
+        }
+    }
+
+    pub fn locked_by(&self, id: &TxId) -> bool {
+        self.owner.as_deref() == Some(id.as_str())
+    }
+
+    /// The item as committed state shows it, ignoring any lock: `None` when it does not exist
+    /// (absent, or a placeholder that holds a lock on an absent item).
+    pub fn visible(&self) -> Option<Item> {
+        (self.exists && !(self.transient && !self.applied)).then(|| self.user.clone())
+    }
+}
+
+/// What a coordinator knows about an item it holds locked.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct LockInfo {
+    /// The item did not exist before the lock.
+    pub transient: bool,
+    /// The transaction's write has been applied.
+    pub applied: bool,
+    /// The item before the transaction (`None`: it did not exist).
+    pub before: Option<Item>,
+    /// The item now, without lock attributes (`None`: it does not exist or is a placeholder).
+    pub current: Option<Item>,
+    /// Where the before-image lives when it is in the images table.
+    pub image_ref: Option<String>,
+}
+
+impl LockInfo {
+    /// From an item observed locked by us.
+    pub fn from_observed(obs: &Observed) -> LockInfo {
+        let before = if obs.transient {
+            None
+        } else if obs.applied {
+            obs.image.clone()
+        } else {
+            Some(obs.user.clone())
+        };
+        LockInfo {
+            transient: obs.transient,
+            applied: obs.applied,
+            before,
+            current: obs.visible(),
+            image_ref: obs.image_ref.clone(),
+        }
+    }
+}
+
+/// Outcome of a lock attempt.
+#[derive(Debug)]
+pub(crate) enum LockOutcome {
+    Locked(LockInfo),
+    /// Another transaction holds it.
+    Held { owner: TxId },
+}
+
+fn me_condition(ph: &mut Placeholders, me: &TxId) -> String {
+    format!("{} = {}", ph.name(OWNER), ph.value("Me", AttributeValue::S(me.0.clone())))
+}
+
+fn applied_condition(ph: &mut Placeholders, applied: bool) -> String {
+    let a = ph.name(APPLIED);
+    if applied { format!("attribute_exists({a})") } else { format!("attribute_not_exists({a})") }
+}
+
+/// Locks an item for `me`: one UpdateItem that sets the owner and, if the item does not exist,
+/// inserts it as a transient placeholder. Returns the item's previous state.
+pub(crate) async fn lock(client: &Client, table: &str, key: &Item, schema: &KeySchema, me: &TxId) -> Result<LockOutcome> {
+    let mut ph = Placeholders::default();
+    let hk = ph.name_for_user(&schema.hash.0);
+    let update = format!(
+        "SET {o} = {me}, {d} = {now}, {t} = if_not_exists({hk}, {tru})",
+        o = ph.name(OWNER),
+        me = ph.value("Me", AttributeValue::S(me.0.clone())),
+        d = ph.name(LOCK_DATE),
+        now = ph.value("Now", AttributeValue::N(crate::ddb::now_millis().to_string())),
+        t = ph.name(TRANSIENT),
+        tru = ph.value("True", AttributeValue::Bool(true)),
+    );
+    let cond = format!("attribute_not_exists({})", ph.name(OWNER));
+    let w = Write { table: table.into(), kind: WriteKind::Update { key: key.clone(), update }, condition: Some(cond), ph };
+    match w.send(client, Some(ReturnValue::AllOld)).await {
+        Ok(Written::Ok(old)) => {
+            let old = old.filter(|o| !o.is_empty()).map(strip);
+            Ok(LockOutcome::Locked(LockInfo {
+                transient: old.is_none(),
+                applied: false,
+                current: old.clone(),
+                before: old,
+                image_ref: None,
+            }))
+        }
+        Ok(Written::ConditionFailed(found)) => {
+            let obs = Observed::of(found.as_ref());
+            match &obs.owner {
+                Some(o) if o == me.as_str() => Ok(LockOutcome::Locked(LockInfo::from_observed(&obs))),
+                Some(o) => Ok(LockOutcome::Held { owner: TxId(o.clone()) }),
+                // The condition failed but nobody holds the lock: it was released in between. Retry.
+                None => Ok(LockOutcome::Held { owner: TxId(String::new()) }),
+            }
+        }
+        Err(Error::DynamoDb { code: Some(code), message, .. }) if code == "ValidationException" => Err(Error::invalid(
+            format!("cannot lock the item of table {table}: {}", message.unwrap_or_default()),
+        )),
+        Err(e) => Err(e),
+    }
+}
+
+impl Placeholders {
+    /// A placeholder for a user attribute name (user names are never `_Tx*`).
+    pub fn name_for_user(&mut self, attr: &str) -> String {
+        let p = format!("#_TxK{}", self.names.len());
+        self.names.insert(p.clone(), attr.to_string());
+        p
+    }
+}
+
+/// Where the apply write keeps the before-image.
+#[derive(Debug, Clone)]
+pub(crate) enum ImagePlace {
+    /// In the item itself (`_TxG`).
+    Embedded,
+    /// In the images table under this id (`_TxI` on the item).
+    Table(String),
+}
+
+/// Which stage a write of the user's request belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Stage {
+    /// Apply before commit, keeping the lock and the before-image.
+    Apply,
+    /// Apply and release in one write (the one-request commit).
+    Final,
+}
+
+/// The writes that apply `req` to an item locked by `me` (one write, plus a condition check on a
+/// phantom key when the item is transient and the request has a condition). Empty when the request
+/// needs no write at this stage (a delete or read before commit without a condition).
+pub(crate) fn request_writes(
+    req: &Request,
+    lock: &LockInfo,
+    schema: &KeySchema,
+    me: &TxId,
+    stage: Stage,
+    image: &ImagePlace,
+) -> Vec<Write> {
+    let mut ph = Placeholders::default();
+    ph.extend_user(req.names.as_ref(), req.values.as_ref());
+    let mut cond = vec![me_condition(&mut ph, me), applied_condition(&mut ph, false)];
+    let mut out = Vec::new();
+    // A condition on an item that does not exist yet is evaluated against a key no item has.
+    match (&req.condition, lock.transient) {
+        (Some(c), false) => cond.push(format!("({c})")),
+        (Some(c), true) => {
+            let mut cph = Placeholders::default();
+            cph.extend_user(req.names.as_ref(), req.values.as_ref());
+            out.push(Write {
+                table: req.table.clone(),
+                kind: WriteKind::Check { key: schema.phantom_key() },
+                condition: Some(c.clone()),
+                ph: cph,
+            });
+        }
+        (None, _) => {}
+    }
+    let keep_lock = stage == Stage::Apply;
+    let image_attrs = |ph: &mut Placeholders, into: &mut Vec<(String, String)>| {
+        if lock.transient {
+            return;
+        }
+        match image {
+            ImagePlace::Embedded => {
+                let img = lock.before.clone().unwrap_or_default();
+                into.push((ph.name(IMAGE), ph.value("Img", AttributeValue::M(img))));
+            }
+            ImagePlace::Table(id) => into.push((ph.name(IMAGE_REF), ph.value("ImgRef", AttributeValue::S(id.clone())))),
+        }
+    };
+    let write = match req.op {
+        Op::Put => {
+            let mut item = req.item.clone().unwrap_or_default();
+            if keep_lock {
+                item.insert(OWNER.into(), AttributeValue::S(me.0.clone()));
+                item.insert(LOCK_DATE.into(), AttributeValue::N(crate::ddb::now_millis().to_string()));
+                item.insert(APPLIED.into(), AttributeValue::S("1".into()));
+                if lock.transient {
+                    item.insert(TRANSIENT.into(), AttributeValue::Bool(true));
+                }
+                match image {
+                    ImagePlace::Embedded if !lock.transient => {
+                        item.insert(IMAGE.into(), AttributeValue::M(lock.before.clone().unwrap_or_default()));
+                    }
+                    ImagePlace::Table(id) if !lock.transient => {
+                        item.insert(IMAGE_REF.into(), AttributeValue::S(id.clone()));
+                    }
+                    _ => {}
+                }
+            }
+            Some(WriteKind::Put { item })
+        }
+        Op::Update => {
+            let mut u = match &req.update {
+                Some(e) => UpdateExpr::parse(e).expect("validated before recording"),
+                None => UpdateExpr::default(),
+            };
+            if keep_lock {
+                let one = ph.value("One", AttributeValue::S("1".into()));
+                u.add(Clause::Set, format!("{} = {one}", ph.name(APPLIED)));
+                let mut attrs = Vec::new();
+                image_attrs(&mut ph, &mut attrs);
+                for (n, v) in attrs {
+                    u.add(Clause::Set, format!("{n} = {v}"));
+                }
+            } else {
+                for a in [OWNER, LOCK_DATE, TRANSIENT] {
+                    u.add(Clause::Remove, ph.name(a));
+                }
+            }
+            Some(WriteKind::Update { key: req.key.clone(), update: u.render() })
+        }
+        Op::Delete if !keep_lock => Some(WriteKind::Delete { key: req.key.clone() }),
+        // A conditional delete checks its condition when the others apply.
+        Op::Delete if req.condition.is_some() && !lock.transient => Some(WriteKind::Check { key: req.key.clone() }),
+        Op::Get if !keep_lock => return vec![release_write(&req.table, &req.key, lock.transient, false, me)],
+        _ => None,
+    };
+    if let Some(kind) = write {
+        out.push(Write { table: req.table.clone(), kind, condition: Some(cond.join(" AND ")), ph });
+    }
+    out
+}
+
+/// Releases an item whose transaction write is not applied: deletes a placeholder, or removes the lock.
+pub(crate) fn release_write(table: &str, key: &Item, transient: bool, applied: bool, me: &TxId) -> Write {
+    let mut ph = Placeholders::default();
+    let cond = format!("{} AND {}", me_condition(&mut ph, me), applied_condition(&mut ph, applied));
+    let kind = if transient {
+        WriteKind::Delete { key: key.clone() }
+    } else {
+        let names: Vec<String> = LOCK_ATTRS.iter().map(|a| ph.name(a)).collect();
+        WriteKind::Update { key: key.clone(), update: format!("REMOVE {}", names.join(", ")) }
+    };
+    Write { table: table.into(), kind, condition: Some(cond), ph }
+}
+
+/// The write that settles an item of a decided transaction, given what the item looks like now.
+/// `None` when there is nothing to do (not locked by `me`). `op` is the transaction's request kind for
+/// the item (its write if it has one, else `Get`). `table_image` is the before-image loaded from the
+/// images table, when the item points there.
+pub(crate) fn settle_write(
+    committed: bool,
+    op: Op,
+    table: &str,
+    key: &Item,
+    obs: &Observed,
+    me: &TxId,
+    table_image: Option<&Item>,
+) -> Result<Option<Write>> {
+    if !obs.locked_by(me) {
+        return Ok(None);
+    }
+    let mut ph = Placeholders::default();
+    let cond = format!("{} AND {}", me_condition(&mut ph, me), applied_condition(&mut ph, obs.applied));
+    let kind = if committed {
+        if op == Op::Delete {
+            WriteKind::Delete { key: key.clone() }
+        } else if op.is_write() && !obs.applied {
+            return Err(Error::invariant(format!(
+                "transaction {me} is committed but its write to an item of {table} was never applied"
+            )));
+        } else if obs.transient && !obs.applied {
+            // A read lock's placeholder.
+            WriteKind::Delete { key: key.clone() }
+        } else {
+            let names: Vec<String> = LOCK_ATTRS.iter().map(|a| ph.name(a)).collect();
+            WriteKind::Update { key: key.clone(), update: format!("REMOVE {}", names.join(", ")) }
+        }
+    } else if !obs.applied {
+        return Ok(Some(release_write(table, key, obs.transient, false, me)));
+    } else if obs.transient {
+        WriteKind::Delete { key: key.clone() }
+    } else {
+        let image = match (&obs.image, &obs.image_ref) {
+            (Some(img), _) => img.clone(),
+            (None, Some(id)) => table_image.cloned().ok_or_else(|| {
+                Error::invariant(format!("the before-image {id} of an item of {table} locked by {me} is missing"))
+            })?,
+            (None, None) => {
+                return Err(Error::invariant(format!(
+                    "an item of {table} applied by {me} carries no before-image"
+                )));
+            }
+        };
+        // Restoring the image removes the lock in the same write.
+        WriteKind::Put { item: image }
+    };
+    Ok(Some(Write { table: table.into(), kind, condition: Some(cond), ph }))
+}
+
+/// Saves a before-image in the images table (never overwriting one).
+pub(crate) async fn save_table_image(client: &Client, image_table: &str, id: &str, before: &Item) -> Result<()> {
+    let mut item = before.clone();
+    item.insert(crate::tables::IMAGE_ID.into(), AttributeValue::S(id.to_string()));
+    let mut ph = Placeholders::default();
+    let cond = format!("attribute_not_exists({})", ph.name(crate::tables::IMAGE_ID));
+    let w = Write { table: image_table.into(), kind: WriteKind::Put { item }, condition: Some(cond), ph };
+    match w.send(client, None).await? {
+        Written::Ok(_) | Written::ConditionFailed(_) => Ok(()),
+    }
+}
+
+/// Loads a before-image from the images table.
+pub(crate) async fn load_table_image(client: &Client, image_table: &str, id: &str) -> Result<Option<Item>> {
+    let out = client
+        .get_item()
+        .table_name(image_table)
+        .key(crate::tables::IMAGE_ID, AttributeValue::S(id.to_string()))
+        .consistent_read(true)
+        .send()
+        .await
+        .map_err(|e| Error::sdk("GetItem", e))?;
+    Ok(out.item.map(|mut i| {
+        i.remove(crate::tables::IMAGE_ID);
+        i
+    }))
+}
+
+/// A map from item key names to values, for error messages.
+pub(crate) fn key_of(schema: &KeySchema, item: &Item) -> Item {
+    schema.names().filter_map(|n| item.get(n).map(|v| (n.to_string(), v.clone()))).collect::<HashMap<_, _>>()
+}
+
+impl LockInfo {
+    /// What the item looks like to a settle step, as far as this coordinator knows.
+    pub fn as_observed(&self, me: &TxId) -> Observed {
+        Observed {
+            exists: true,
+            owner: Some(me.0.clone()),
+            transient: self.transient,
+            applied: self.applied,
+            image: if self.applied && self.image_ref.is_none() { self.before.clone() } else { None },
+            image_ref: self.image_ref.clone(),
+            user: self.current.clone().unwrap_or_default(),
+        }
+    }
+}

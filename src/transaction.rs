@@ -1,0 +1,1404 @@
+//! [`Transaction`]: the coordinator of one transaction.
+//!
+//! Writes without `ReturnValues` are validated at once and buffered; `commit` records them all in the
+//! TX record with one write, locks every item concurrently, and then either commits everything with one
+//! `TransactWriteItems` (the record's flip to committed, every write, every unlock) or, for larger
+//! transactions, applies in batches conditional on the record being pending, flips the record with one
+//! write conditional on its version, and unlocks. Reads (`get_item`) and writes that return values
+//! drive their item at once. See `docs/PROTOCOL.md`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
+use futures::StreamExt;
+use tracing::{debug, instrument, warn};
+
+use crate::TxId;
+use crate::ddb::{self, Transacted, Write, Written};
+use crate::error::{Error, Item, Result};
+use crate::expr;
+use crate::item_lock::{self, ImagePlace, LockInfo, LockOutcome, Observed, Stage};
+use crate::keys::{ItemRef, KeySchema};
+use crate::manager::TransactionManager;
+use crate::record::{self, Appended, Flipped, Header, RecordMeta, TxState};
+use crate::request::{self, Op, Request};
+
+/// Before-images larger than this go to the images table instead of into the item.
+const EMBED_IMAGE_MAX: usize = 64 * 1024;
+/// Bounded retries of protocol loops (record conflicts, lost locks, lost conditions).
+const PROTOCOL_ATTEMPTS: usize = 8;
+
+/// One transaction. Create with [`TransactionManager::begin`] or [`TransactionManager::resume`].
+///
+/// Methods take `&self` so a transaction can be shared by the closure of
+/// [`TransactionManager::run`]; calls are serialised internally. [`commit`](Transaction::commit) and
+/// [`rollback`](Transaction::rollback) consume it.
+///
+/// # Dropping
+/// Dropping an unfinished transaction that has written anything rolls it back in the background when
+/// [`Settings::rollback_on_drop`](crate::Settings::rollback_on_drop) is set (the default) and a Tokio
+/// runtime is running; otherwise it is left pending, and any coordinator that meets its locks, or the
+/// sweeper, rolls it back. Its locks never outlive that. Use [`abandon`](Transaction::abandon) to leave
+/// it on purpose.
+///
+/// ```no_run
+/// # async fn demo(manager: dynamodb_transactions::TransactionManager) -> dynamodb_transactions::Result<()> {
+/// use aws_sdk_dynamodb::types::AttributeValue;
+/// let tx = manager.begin();
+/// tx.update_item()
+///     .table_name("Accounts")
+///     .key("Id", AttributeValue::S("alice".into()))
+///     .update_expression("SET balance = balance - :amt")
+///     .condition_expression("balance >= :amt")
+///     .expression_attribute_values(":amt", AttributeValue::N("10".into()))
+///     .send()
+///     .await?;
+/// tx.update_item()
+///     .table_name("Accounts")
+///     .key("Id", AttributeValue::S("bob".into()))
+///     .update_expression("SET balance = balance + :amt")
+///     .expression_attribute_values(":amt", AttributeValue::N("10".into()))
+///     .send()
+///     .await?;
+/// tx.commit().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct Transaction {
+    mgr: TransactionManager,
+    id: TxId,
+    state: tokio::sync::Mutex<State>,
+    finished: AtomicBool,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// Every request, recorded ones first.
+    requests: Vec<Request>,
+    /// How many of `requests` are in the TX record.
+    recorded: usize,
+    /// The record as this coordinator last wrote or read it; `None` until it exists.
+    meta: Option<RecordMeta>,
+    /// One entry per item.
+    items: BTreeMap<ItemRef, Entry>,
+    /// Set when this handle learned the transaction is decided.
+    outcome: Option<TxState>,
+}
+
+#[derive(Debug, Clone)]
+struct Entry {
+    table: String,
+    key: Item,
+    /// Index of the write request.
+    write: Option<usize>,
+    /// Index of the read (lock) request, if any.
+    read: Option<usize>,
+    /// Lock state as this coordinator knows it (`None`: not locked by us as far as we know).
+    lock: Option<LockInfo>,
+}
+
+impl Entry {
+    fn op(&self, requests: &[Request]) -> Op {
+        self.write.map(|i| requests[i].op).unwrap_or(Op::Get)
+    }
+
+    /// The request that decides what happens to the item (its write, else its read).
+    fn request<'a>(&self, requests: &'a [Request]) -> &'a Request {
+        &requests[self.write.or(self.read).expect("an entry has a request")]
+    }
+
+    fn index(&self) -> usize {
+        self.write.or(self.read).expect("an entry has a request")
+    }
+}
+
+/// Result of a transactional write.
+#[derive(Debug, Clone, Default, PartialEq)]
+#[non_exhaustive]
+pub struct WriteOutput {
+    /// The attributes asked for with `ReturnValues` (lock attributes never included).
+    pub attributes: Option<Item>,
+}
+
+impl WriteOutput {
+    /// The attributes asked for with `ReturnValues`.
+    pub fn attributes(&self) -> Option<&Item> {
+        self.attributes.as_ref()
+    }
+}
+
+/// Result of a transactional read.
+#[derive(Debug, Clone, Default, PartialEq)]
+#[non_exhaustive]
+pub struct GetOutput {
+    /// The item as this transaction sees it; `None` if it does not exist.
+    pub item: Option<Item>,
+}
+
+impl GetOutput {
+    /// The item as this transaction sees it.
+    pub fn item(&self) -> Option<&Item> {
+        self.item.as_ref()
+    }
+}
+
+enum CommitStep {
+    Done,
+    Again,
+}
+
+impl Transaction {
+    pub(crate) fn new(mgr: TransactionManager, id: TxId) -> Transaction {
+        Transaction { mgr, id, state: tokio::sync::Mutex::new(State::default()), finished: AtomicBool::new(false) }
+    }
+
+    pub(crate) fn from_record(mgr: TransactionManager, id: TxId, rec: record::Record) -> Transaction {
+        let tx = Transaction::new(mgr, id);
+        {
+            let mut st = tx.state.try_lock().expect("new transaction is not shared");
+            st.meta = Some(rec.header.meta());
+            st.recorded = rec.requests.len();
+            for r in rec.requests {
+                st.requests.push(r);
+                let i = st.requests.len() - 1;
+                index_request(&mut st, i);
+            }
+            if rec.header.state != TxState::Pending {
+                st.outcome = Some(rec.header.state);
+            }
+        }
+        tx
+    }
+
+    /// The transaction's id: give it to [`TransactionManager::resume`] to drive it from elsewhere.
+    pub fn id(&self) -> &TxId {
+        &self.id
+    }
+
+    /// Starts a put (a full replacement of an item) in this transaction.
+    pub fn put_item(&self) -> PutItemBuilder<'_> {
+        PutItemBuilder { tx: self, req: blank(Op::Put), return_values: None }
+    }
+
+    /// Starts an update of an item in this transaction.
+    pub fn update_item(&self) -> UpdateItemBuilder<'_> {
+        UpdateItemBuilder { tx: self, req: blank(Op::Update), return_values: None }
+    }
+
+    /// Starts a delete of an item in this transaction.
+    pub fn delete_item(&self) -> DeleteItemBuilder<'_> {
+        DeleteItemBuilder { tx: self, req: blank(Op::Delete), return_values: None }
+    }
+
+    /// Starts a locked read: the item as this transaction sees it, locked until the transaction ends.
+    pub fn get_item(&self) -> GetItemBuilder<'_> {
+        GetItemBuilder { tx: self, req: blank(Op::Get), projection: None }
+    }
+
+    fn check_open(&self, st: &State) -> Result<()> {
+        if self.finished.load(Ordering::SeqCst) {
+            return Err(Error::TransactionFinished { tx_id: self.id.clone() });
+        }
+        match st.outcome {
+            Some(TxState::Committed) => Err(Error::AlreadyCommitted { tx_id: self.id.clone() }),
+            Some(TxState::RolledBack) => Err(Error::RolledBack { tx_id: self.id.clone() }),
+            _ => Ok(()),
+        }
+    }
+
+    async fn schema(&self, table: &str) -> Result<Arc<KeySchema>> {
+        if table.is_empty() {
+            return Err(Error::invalid("TableName must not be empty"));
+        }
+        self.mgr.inner.schemas.get(&self.mgr.inner.client, table).await
+    }
+
+    /// Validates and adds a write; drives it now when return values need it.
+    #[instrument(level = "debug", skip_all, fields(tx = %self.id, op = ?req.op, table = %req.table))]
+    async fn write(&self, mut req: Request, rv: Option<ReturnValue>) -> Result<WriteOutput> {
+        let rv = rv.unwrap_or(ReturnValue::None);
+        request::check_return_values(req.op, &rv)?;
+        let schema = self.schema(&req.table).await?;
+        req.validate(&schema)?;
+        let mut st = self.state.lock().await;
+        self.check_open(&st)?;
+        let r = req.item_ref();
+        if let Some(e) = st.items.get(&r) {
+            if e.write.is_some() {
+                return Err(Error::DuplicateRequest { tx_id: self.id.clone(), table: req.table, key: req.key });
+            }
+        }
+        st.requests.push(req);
+        let index = st.requests.len() - 1;
+        index_request(&mut st, index);
+        match rv {
+            ReturnValue::None => Ok(WriteOutput::default()),
+            ReturnValue::AllOld => {
+                let lock = self.drive_lock(&mut st, &r).await?;
+                Ok(WriteOutput { attributes: lock.before })
+            }
+            other => {
+                let attrs = self.apply_now(&mut st, &r, Some(other)).await?;
+                Ok(WriteOutput { attributes: attrs })
+            }
+        }
+    }
+
+    /// A locked read.
+    #[instrument(level = "debug", skip_all, fields(tx = %self.id, table = %req.table))]
+    async fn read(&self, mut req: Request, projection: Option<String>) -> Result<GetOutput> {
+        let schema = self.schema(&req.table).await?;
+        req.validate(&schema)?;
+        let paths = match &projection {
+            Some(p) => {
+                expr::check_no_reserved_words("ProjectionExpression", p)?;
+                Some(expr::parse_projection(p, req.names.as_ref())?)
+            }
+            None => None,
+        };
+        let mut st = self.state.lock().await;
+        self.check_open(&st)?;
+        let r = req.item_ref();
+        let existing = st.items.get(&r).cloned();
+        let item = match existing.as_ref().and_then(|e| e.write.map(|w| (e, st.requests[w].op))) {
+            Some((_, Op::Delete)) => None,
+            Some((e, Op::Put)) => {
+                let w = e.write.expect("has write");
+                st.requests[w].item.clone()
+            }
+            Some((_, Op::Update)) => {
+                self.apply_now(&mut st, &r, Some(ReturnValue::AllNew)).await?;
+                st.items[&r].lock.as_ref().and_then(|l| l.current.clone())
+            }
+            _ => {
+                if existing.is_none() {
+                    req.names = None;
+                    req.values = None;
+                    st.requests.push(req);
+                    let index = st.requests.len() - 1;
+                    index_request(&mut st, index);
+                }
+                self.drive_lock(&mut st, &r).await?.current
+            }
+        };
+        let item = match (item, paths) {
+            (Some(i), Some(p)) => Some(expr::project(&i, &p)),
+            (i, _) => i,
+        };
+        Ok(GetOutput { item })
+    }
+
+    /// Records buffered requests in the TX record.
+    async fn flush(&self, st: &mut State) -> Result<()> {
+        for _ in 0..PROTOCOL_ATTEMPTS {
+            if st.recorded == st.requests.len() {
+                return Ok(());
+            }
+            let c = &self.mgr.inner.client;
+            let table = &self.mgr.inner.tx_table;
+            let pending = &st.requests[st.recorded..];
+            let out = match st.meta {
+                None => record::create(c, table, &self.id, pending).await?,
+                Some(meta) => record::append(c, table, &self.id, meta, pending).await?,
+            };
+            match out {
+                Appended::Ok(meta) => {
+                    debug!(tx = %self.id, version = meta.version, requests = st.requests.len(), "recorded requests");
+                    st.meta = Some(meta);
+                    st.recorded = st.requests.len();
+                    return Ok(());
+                }
+                Appended::Conflict(header) => self.absorb_conflict(st, header).await?,
+            }
+        }
+        Err(Error::invariant(format!("could not record requests of {}: the record keeps changing", self.id)))
+    }
+
+    /// The record is not where this coordinator thought: learn what happened. Returns Ok when the
+    /// transaction is still pending (with the record's requests merged in), else the outcome error.
+    async fn absorb_conflict(&self, st: &mut State, header: Option<Header>) -> Result<()> {
+        let Some(h) = header else {
+            return if st.meta.is_none() {
+                Err(Error::invariant(format!("the record of {} could not be created", self.id)))
+            } else {
+                Err(Error::UnknownOutcome { tx_id: self.id.clone() })
+            };
+        };
+        match h.state {
+            TxState::Pending => self.merge_record(st).await,
+            TxState::RolledBack => {
+                self.finish_decided(st, TxState::RolledBack).await?;
+                Err(Error::RolledBack { tx_id: self.id.clone() })
+            }
+            TxState::Committed => {
+                self.finish_decided(st, TxState::Committed).await?;
+                Err(Error::AlreadyCommitted { tx_id: self.id.clone() })
+            }
+        }
+    }
+
+    /// Another coordinator appended requests: adopt the record's list, keep ours that are not in it.
+    async fn merge_record(&self, st: &mut State) -> Result<()> {
+        let rec = record::load(&self.mgr.inner.client, &self.mgr.inner.tx_table, &self.id)
+            .await?
+            .ok_or_else(|| Error::UnknownOutcome { tx_id: self.id.clone() })?;
+        let ours: Vec<Request> = st.requests[st.recorded..].to_vec();
+        let locks: HashMap<ItemRef, LockInfo> =
+            st.items.iter().filter_map(|(k, e)| e.lock.clone().map(|l| (k.clone(), l))).collect();
+        st.requests.clear();
+        st.items.clear();
+        st.meta = Some(rec.header.meta());
+        st.recorded = rec.requests.len();
+        for r in rec.requests {
+            st.requests.push(r);
+            let i = st.requests.len() - 1;
+            index_request(st, i);
+        }
+        for r in ours {
+            let dup = st.items.get(&r.item_ref()).is_some_and(|e| e.write.is_some() && r.op.is_write());
+            if dup {
+                return Err(Error::DuplicateRequest { tx_id: self.id.clone(), table: r.table, key: r.key });
+            }
+            st.requests.push(r);
+            let i = st.requests.len() - 1;
+            index_request(st, i);
+        }
+        for (k, l) in locks {
+            if let Some(e) = st.items.get_mut(&k) {
+                e.lock = Some(l);
+            }
+        }
+        Ok(())
+    }
+
+    /// Records and locks one item now.
+    async fn drive_lock(&self, st: &mut State, r: &ItemRef) -> Result<LockInfo> {
+        self.flush(st).await?;
+        if let Some(l) = st.items[r].lock.clone() {
+            return Ok(l);
+        }
+        let e = st.items[r].clone();
+        let lock = self.lock_one(&e.table, &e.key).await?;
+        st.items.get_mut(r).expect("entry exists").lock = Some(lock.clone());
+        Ok(lock)
+    }
+
+    /// Locks every item not yet locked by this coordinator, concurrently.
+    async fn lock_all(&self, st: &mut State) -> Result<()> {
+        let todo: Vec<(ItemRef, String, Item)> = st
+            .items
+            .iter()
+            .filter(|(_, e)| e.lock.is_none())
+            .map(|(k, e)| (k.clone(), e.table.clone(), e.key.clone()))
+            .collect();
+        if todo.is_empty() {
+            return Ok(());
+        }
+        let results: Vec<(ItemRef, Result<LockInfo>)> = futures::stream::iter(todo)
+            .map(|(k, table, key)| async move {
+                let r = self.lock_one(&table, &key).await;
+                (k, r)
+            })
+            .buffer_unordered(self.mgr.inner.settings.concurrency.max(1))
+            .collect()
+            .await;
+        let mut first_err = None;
+        for (k, r) in results {
+            match r {
+                Ok(l) => st.items.get_mut(&k).expect("entry exists").lock = Some(l),
+                Err(e) => {
+                    if first_err.is_none() {
+                        first_err = Some(e);
+                    }
+                }
+            }
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+
+    /// Locks one item, resolving contention with other transactions.
+    async fn lock_one(&self, table: &str, key: &Item) -> Result<LockInfo> {
+        let schema = self.schema(table).await?;
+        let settings = &self.mgr.inner.settings;
+        let c = &self.mgr.inner.client;
+        let mut last_owner = None;
+        for attempt in 0..settings.lock_attempts.max(1) {
+            let out = match item_lock::lock(c, table, key, &schema, &self.id).await {
+                Ok(o) => o,
+                Err(e @ Error::DynamoDb { ambiguous: true, .. }) if attempt + 1 < settings.lock_attempts => {
+                    // The lock may have landed: the next attempt recognises our own lock.
+                    debug!(tx = %self.id, error = %e, "ambiguous lock attempt; retrying");
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            match out {
+                LockOutcome::Locked(l) => return Ok(l),
+                LockOutcome::Held { owner } if owner.0.is_empty() => continue,
+                LockOutcome::Held { owner } => {
+                    debug!(tx = %self.id, other = %owner, table, "item locked by another transaction");
+                    crate::contention::resolve(&self.mgr, &self.id, &owner, table, key).await?;
+                    last_owner = Some(owner);
+                    crate::contention::backoff(settings, attempt).await;
+                }
+            }
+        }
+        Err(Error::ItemLocked {
+            table: table.to_string(),
+            key: key.clone(),
+            owner: last_owner.unwrap_or_else(|| TxId(String::new())),
+        })
+    }
+
+    /// Applies one item's write now (for return values or a read after write), keeping the lock.
+    async fn apply_now(&self, st: &mut State, r: &ItemRef, rv: Option<ReturnValue>) -> Result<Option<Item>> {
+        let lock = self.drive_lock(st, r).await?;
+        let e = st.items[r].clone();
+        let c = &self.mgr.inner.client;
+        if lock.applied {
+            // Applied already (by us or by another coordinator of this transaction).
+            let raw = ddb::batch_get(c, &[(e.table.clone(), e.key.clone())]).await?;
+            let obs = Observed::of(raw.first().map(|(_, i)| i));
+            let current = obs.visible();
+            st.items.get_mut(r).expect("entry").lock.as_mut().expect("locked").current = current.clone();
+            return Ok(current);
+        }
+        // Only apply while the transaction is pending (a decided one must not change items).
+        let header = record::load_header(c, &self.mgr.inner.tx_table, &self.id).await?;
+        match header.as_ref().map(|h| h.state) {
+            Some(TxState::Pending) => {}
+            _ => {
+                self.absorb_conflict(st, header).await?;
+                return Err(Error::RolledBack { tx_id: self.id.clone() });
+            }
+        }
+        let req = e.request(&st.requests).clone();
+        let schema = self.schema(&req.table).await?;
+        let place = self.image_place(&lock, &req).await?;
+        let writes = item_lock::request_writes(&req, &lock, &schema, &self.id, Stage::Apply, &place);
+        for w in writes {
+            let is_check = matches!(w.kind, ddb::WriteKind::Check { .. });
+            match w.send(c, if is_check { None } else { rv.clone() }).await {
+                Ok(Written::Ok(attrs)) => {
+                    if is_check {
+                        continue;
+                    }
+                    let current = match rv {
+                        Some(ReturnValue::AllNew) => attrs.clone().map(item_lock::strip),
+                        _ => None,
+                    };
+                    let l = st.items.get_mut(r).expect("entry").lock.as_mut().expect("locked");
+                    l.applied = true;
+                    l.current = current;
+                    if let ImagePlace::Table(id) = &place {
+                        l.image_ref = Some(id.clone());
+                    }
+                    return Ok(attrs.map(item_lock::strip));
+                }
+                Ok(Written::ConditionFailed(found)) => {
+                    let obs = Observed::of(found.as_ref());
+                    if !is_check && obs.locked_by(&self.id) && obs.applied {
+                        let l = st.items.get_mut(r).expect("entry").lock.as_mut().expect("locked");
+                        l.applied = true;
+                        l.current = obs.visible();
+                        return Ok(obs.visible());
+                    }
+                    if !is_check && !obs.locked_by(&self.id) {
+                        // We lost the lock: someone decided the transaction.
+                        let header = record::load_header(c, &self.mgr.inner.tx_table, &self.id).await?;
+                        self.absorb_conflict(st, header).await?;
+                        return Err(Error::RolledBack { tx_id: self.id.clone() });
+                    }
+                    let index = e.index();
+                    let item = if is_check { None } else { obs.visible() };
+                    self.rollback_locked(st).await?;
+                    return Err(Error::ConditionFailed {
+                        tx_id: self.id.clone(),
+                        request_index: index,
+                        table: req.table.clone(),
+                        key: req.key.clone(),
+                        item,
+                    });
+                }
+                Err(Error::DynamoDb { code: Some(code), message, .. }) if code == "ValidationException" => {
+                    let index = e.index();
+                    self.rollback_locked(st).await?;
+                    return Err(Error::RequestRejected {
+                        tx_id: self.id.clone(),
+                        request_index: index,
+                        table: req.table.clone(),
+                        message: message.unwrap_or_default(),
+                    });
+                }
+                Err(err) => return Err(err),
+            }
+        }
+        Err(Error::invariant("apply produced no write"))
+    }
+
+    /// Chooses where the before-image goes, saving it in the images table when it is large.
+    async fn image_place(&self, lock: &LockInfo, req: &Request) -> Result<ImagePlace> {
+        if lock.transient || !matches!(req.op, Op::Put | Op::Update) {
+            return Ok(ImagePlace::Embedded);
+        }
+        if let Some(id) = &lock.image_ref {
+            return Ok(ImagePlace::Table(id.clone()));
+        }
+        let before = lock.before.clone().unwrap_or_default();
+        let image_size = request::item_size(&before);
+        let after_estimate = match &req.item {
+            Some(i) => request::item_size(i),
+            None => image_size + req.values.as_ref().map_or(0, |v| v.values().map(request::value_size).sum()),
+        };
+        if image_size <= EMBED_IMAGE_MAX && image_size + after_estimate + request::LOCK_OVERHEAD_BYTES < request::MAX_ITEM_BYTES {
+            return Ok(ImagePlace::Embedded);
+        }
+        let id = format!("{}#{}", self.id, uuid::Uuid::new_v4().simple());
+        item_lock::save_table_image(&self.mgr.inner.client, &self.mgr.inner.image_table, &id, &before).await?;
+        Ok(ImagePlace::Table(id))
+    }
+
+    /// Commits the transaction.
+    ///
+    /// Records any buffered writes, locks every item, applies every write and flips the record to
+    /// committed. Once it returns `Ok`, every write is durable and visible.
+    ///
+    /// # Errors
+    /// - [`Error::ConditionFailed`] / [`Error::RequestRejected`]: a request's condition was false or
+    ///   DynamoDB rejected it; the transaction was rolled back.
+    /// - [`Error::RolledBack`]: another transaction rolled this one back (retry the unit of work).
+    /// - [`Error::Undetermined`]: the decisive write failed ambiguously and its effect could not be read
+    ///   back; resume the transaction later to learn the outcome.
+    /// - [`Error::ItemLocked`]: contention resolution gave up; the transaction is still pending.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe in the sense that the outcome is then unknown to the caller: dropping the future
+    /// midway leaves the transaction pending (or already committed). It is never left half-applied:
+    /// any coordinator can finish it with [`TransactionManager::resume`], and contending transactions or
+    /// the sweeper roll it back.
+    #[instrument(level = "info", skip_all, fields(tx = %self.id))]
+    pub async fn commit(self) -> Result<()> {
+        let r = self.commit_inner().await;
+        self.finished.store(true, Ordering::SeqCst);
+        r
+    }
+
+    async fn commit_inner(&self) -> Result<()> {
+        let mut st = self.state.lock().await;
+        if self.finished.load(Ordering::SeqCst) {
+            return Err(Error::TransactionFinished { tx_id: self.id.clone() });
+        }
+        match st.outcome {
+            Some(TxState::Committed) => return self.finish_decided(&mut st, TxState::Committed).await,
+            Some(TxState::RolledBack) => {
+                self.finish_decided(&mut st, TxState::RolledBack).await?;
+                return Err(Error::RolledBack { tx_id: self.id.clone() });
+            }
+            _ => {}
+        }
+        for _ in 0..PROTOCOL_ATTEMPTS {
+            if st.requests.is_empty() && st.meta.is_none() {
+                return Ok(()); // nothing was ever written
+            }
+            self.flush(&mut st).await?;
+            self.lock_all(&mut st).await?;
+            let one_shot = self.one_shot_fits(&st);
+            let step = if one_shot { self.commit_one_shot(&mut st).await? } else { self.commit_phased(&mut st).await? };
+            match step {
+                CommitStep::Done => return Ok(()),
+                CommitStep::Again => continue,
+            }
+        }
+        Err(Error::invariant(format!("commit of {} kept meeting concurrent changes", self.id)))
+    }
+
+    fn one_shot_fits(&self, st: &State) -> bool {
+        let max = self.mgr.inner.settings.one_shot_max_items;
+        if st.items.len() > max {
+            return false;
+        }
+        let actions: usize = 1 + st
+            .items
+            .values()
+            .map(|e| {
+                let req = e.request(&st.requests);
+                1 + usize::from(req.condition.is_some() && e.lock.as_ref().is_some_and(|l| l.transient))
+            })
+            .sum::<usize>();
+        let bytes: usize = st.items.values().map(|e| e.request(&st.requests).encoded_size() * 2).sum();
+        actions <= ddb::MAX_TRANSACT_ACTIONS && bytes < ddb::MAX_TRANSACT_BYTES
+    }
+
+    /// The final writes of every item, for the one-request commit. Returns (writes, owner entry per write).
+    fn final_writes(&self, st: &State) -> Result<(Vec<Write>, Vec<Option<ItemRef>>)> {
+        let mut writes = Vec::new();
+        let mut owners = Vec::new();
+        for (k, e) in &st.items {
+            let lock = e.lock.as_ref().ok_or_else(|| Error::invariant("committing an unlocked item"))?;
+            let op = e.op(&st.requests);
+            let ws = if lock.applied {
+                let obs = lock.as_observed(&self.id);
+                item_lock::settle_write(true, op, &e.table, &e.key, &obs, &self.id, None)?.into_iter().collect()
+            } else {
+                let req = e.request(&st.requests);
+                let schema = self.mgr.inner.schemas.cached(&req.table).ok_or_else(|| Error::invariant("schema not cached"))?;
+                item_lock::request_writes(req, lock, &schema, &self.id, Stage::Final, &ImagePlace::Embedded)
+            };
+            for w in ws {
+                writes.push(w);
+                owners.push(Some(k.clone()));
+            }
+        }
+        Ok((writes, owners))
+    }
+
+    /// Commits with one `TransactWriteItems`: the record's flip (and finalization) plus every item's
+    /// final write.
+    async fn commit_one_shot(&self, st: &mut State) -> Result<CommitStep> {
+        let meta = st.meta.expect("flushed");
+        let (item_writes, owners) = self.final_writes(st)?;
+        let mut writes = vec![record::decide_write(&self.mgr.inner.tx_table, &self.id, meta.version, TxState::Committed, true)];
+        writes.extend(item_writes);
+        let c = &self.mgr.inner.client;
+        let out = match ddb::transact(c, &writes).await {
+            Ok(o) => o,
+            Err(e @ Error::DynamoDb { ambiguous: true, .. }) => return self.learn_after_ambiguous_commit(st, e).await,
+            Err(e) => return Err(e),
+        };
+        match out {
+            Transacted::Ok => {
+                debug!(tx = %self.id, items = st.items.len(), "committed in one request");
+                st.outcome = Some(TxState::Committed);
+                self.after_finalize(st).await;
+                Ok(CommitStep::Done)
+            }
+            Transacted::Cancelled(reasons) => {
+                if !reasons[0].is_ok() {
+                    return self.header_failed(st, &reasons[0]).await;
+                }
+                self.items_failed(st, &writes, &owners, &reasons, 1).await
+            }
+        }
+    }
+
+    /// The record's condition failed inside a batch: find out why.
+    async fn header_failed(&self, st: &mut State, reason: &ddb::Reason) -> Result<CommitStep> {
+        if reason.code == "TransactionConflict" {
+            crate::contention::backoff(&self.mgr.inner.settings, 1).await;
+            return Ok(CommitStep::Again);
+        }
+        if !reason.is_condition_failed() {
+            return Err(cancelled_error(reason));
+        }
+        let header = reason.item.as_ref().map(record::Header::parse).transpose()?;
+        match header.as_ref().map(|h| h.state) {
+            Some(TxState::Committed) => {
+                self.finish_decided(st, TxState::Committed).await?;
+                Ok(CommitStep::Done)
+            }
+            _ => {
+                self.absorb_conflict(st, header).await?;
+                Ok(CommitStep::Again)
+            }
+        }
+    }
+
+    /// Some item actions of a batch failed: learn what the items look like and decide.
+    async fn items_failed(
+        &self,
+        st: &mut State,
+        writes: &[Write],
+        owners: &[Option<ItemRef>],
+        reasons: &[ddb::Reason],
+        offset: usize,
+    ) -> Result<CommitStep> {
+        for (i, reason) in reasons.iter().enumerate().skip(offset) {
+            if reason.is_ok() {
+                continue;
+            }
+            let Some(k) = owners[i - offset].clone() else { continue };
+            let e = st.items[&k].clone();
+            let req = e.request(&st.requests).clone();
+            let is_check = matches!(writes[i].kind, ddb::WriteKind::Check { .. });
+            match reason.code.as_str() {
+                "ConditionalCheckFailed" => {
+                    let obs = Observed::of(reason.item.as_ref());
+                    let expected_applied = e.lock.as_ref().is_some_and(|l| l.applied);
+                    let is_phantom = is_check && writes[i].kind_key() != Some(&e.key);
+                    if !is_phantom && !obs.locked_by(&self.id) {
+                        // Our lock is gone: someone decided us, or it was broken. Re-check and retry.
+                        let header = record::load_header(&self.mgr.inner.client, &self.mgr.inner.tx_table, &self.id).await?;
+                        self.absorb_conflict(st, header).await?;
+                        st.items.get_mut(&k).expect("entry").lock = None;
+                        return Ok(CommitStep::Again);
+                    }
+                    if !is_phantom && obs.applied != expected_applied {
+                        // Another coordinator of this transaction moved the item on; adopt its state.
+                        st.items.get_mut(&k).expect("entry").lock = Some(LockInfo::from_observed(&obs));
+                        return Ok(CommitStep::Again);
+                    }
+                    // The request's own condition is false.
+                    self.rollback_locked(st).await?;
+                    return Err(Error::ConditionFailed {
+                        tx_id: self.id.clone(),
+                        request_index: e.index(),
+                        table: req.table.clone(),
+                        key: req.key.clone(),
+                        item: if is_phantom { None } else { obs.visible() },
+                    });
+                }
+                "ValidationError" => {
+                    self.rollback_locked(st).await?;
+                    return Err(Error::RequestRejected {
+                        tx_id: self.id.clone(),
+                        request_index: e.index(),
+                        table: req.table.clone(),
+                        message: reason.message.clone().unwrap_or_default(),
+                    });
+                }
+                "TransactionConflict" => {
+                    crate::contention::backoff(&self.mgr.inner.settings, 1).await;
+                    return Ok(CommitStep::Again);
+                }
+                _ => return Err(cancelled_error(reason)),
+            }
+        }
+        // Cancelled with no failing item we own (a phantom check with no owner, or a conflict).
+        crate::contention::backoff(&self.mgr.inner.settings, 1).await;
+        Ok(CommitStep::Again)
+    }
+
+    /// The decisive write failed ambiguously: read the record to learn the outcome.
+    async fn learn_after_ambiguous_commit(&self, st: &mut State, cause: Error) -> Result<CommitStep> {
+        warn!(tx = %self.id, error = %cause, "commit request failed ambiguously; reading the record");
+        let header = match record::load_header(&self.mgr.inner.client, &self.mgr.inner.tx_table, &self.id).await {
+            Ok(h) => h,
+            Err(_) => return Err(Error::Undetermined { tx_id: self.id.clone(), source: Box::new(cause) }),
+        };
+        match header.as_ref().map(|h| h.state) {
+            Some(TxState::Committed) => {
+                self.finish_decided(st, TxState::Committed).await?;
+                Ok(CommitStep::Done)
+            }
+            Some(TxState::Pending) => Ok(CommitStep::Again),
+            _ => {
+                self.absorb_conflict(st, header).await?;
+                Ok(CommitStep::Again)
+            }
+        }
+    }
+
+    /// Commits in phases: apply every write (batches conditional on the record being pending), flip
+    /// the record, unlock every item, finalize.
+    async fn commit_phased(&self, st: &mut State) -> Result<CommitStep> {
+        let meta = st.meta.expect("flushed");
+        // 1. Apply.
+        let mut writes = Vec::new();
+        let mut owners = Vec::new();
+        let keys: Vec<ItemRef> = st.items.keys().cloned().collect();
+        for k in &keys {
+            let e = st.items[k].clone();
+            let lock = e.lock.clone().ok_or_else(|| Error::invariant("applying to an unlocked item"))?;
+            if lock.applied {
+                continue;
+            }
+            let req = e.request(&st.requests).clone();
+            let schema = self.schema(&req.table).await?;
+            let place = self.image_place(&lock, &req).await?;
+            if let ImagePlace::Table(id) = &place {
+                st.items.get_mut(k).expect("entry").lock.as_mut().expect("locked").image_ref = Some(id.clone());
+            }
+            for w in item_lock::request_writes(&req, &lock, &schema, &self.id, Stage::Apply, &place) {
+                writes.push(w);
+                owners.push(Some(k.clone()));
+            }
+        }
+        let c = &self.mgr.inner.client;
+        let groups = group_with_owners(writes, owners, 1);
+        let results: Vec<Result<(Vec<Write>, Vec<Option<ItemRef>>, Transacted)>> = futures::stream::iter(groups)
+            .map(|(ws, os)| async move {
+                let mut batch = vec![record::pending_check(&self.mgr.inner.tx_table, &self.id)];
+                batch.extend(ws);
+                let out = ddb::transact(c, &batch).await?;
+                Ok((batch, os, out))
+            })
+            .buffer_unordered(self.mgr.inner.settings.concurrency.clamp(1, 8))
+            .collect()
+            .await;
+        let mut again = false;
+        for r in results {
+            let (batch, os, out) = r?;
+            match out {
+                Transacted::Ok => {
+                    for k in os.iter().flatten() {
+                        let op = st.items[k].op(&st.requests);
+                        if let Some(l) = st.items.get_mut(k).and_then(|e| e.lock.as_mut()) {
+                            // Only puts and updates are applied before commit; a delete's check is not.
+                            if matches!(op, Op::Put | Op::Update) {
+                                l.applied = true;
+                            }
+                        }
+                    }
+                }
+                Transacted::Cancelled(reasons) => {
+                    if !reasons[0].is_ok() {
+                        return self.header_failed(st, &reasons[0]).await;
+                    }
+                    match self.items_failed(st, &batch, &os, &reasons, 1).await? {
+                        CommitStep::Again => again = true,
+                        CommitStep::Done => return Ok(CommitStep::Done),
+                    }
+                }
+            }
+        }
+        if again {
+            return Ok(CommitStep::Again);
+        }
+        // 2. Flip.
+        let flipped = match record::decide(c, &self.mgr.inner.tx_table, &self.id, meta.version, TxState::Committed).await {
+            Ok(f) => f,
+            Err(e @ Error::DynamoDb { ambiguous: true, .. }) => return self.learn_after_ambiguous_commit(st, e).await,
+            Err(e) => return Err(e),
+        };
+        match flipped {
+            Flipped::Ok => {}
+            Flipped::Failed(Some(h)) if h.state == TxState::Committed => {}
+            Flipped::Failed(header) => {
+                self.absorb_conflict(st, header).await?;
+                return Ok(CommitStep::Again);
+            }
+        }
+        st.outcome = Some(TxState::Committed);
+        debug!(tx = %self.id, items = st.items.len(), "committed; unlocking");
+        // 3-4. Unlock and finalize.
+        self.complete(st, TxState::Committed, true).await?;
+        Ok(CommitStep::Done)
+    }
+
+    /// Rolls the transaction back: no write of it takes effect, every lock is released.
+    ///
+    /// # Errors
+    /// [`Error::AlreadyCommitted`] if it committed first (its completion is then driven to the end).
+    ///
+    /// # Cancel safety
+    /// Dropping the future midway leaves the transaction pending or rolled back but not fully cleaned;
+    /// calling `rollback` again on a resumed handle, any contending transaction, or the sweeper finishes
+    /// it.
+    #[instrument(level = "info", skip_all, fields(tx = %self.id))]
+    pub async fn rollback(self) -> Result<()> {
+        let r = async {
+            let mut st = self.state.lock().await;
+            if self.finished.load(Ordering::SeqCst) {
+                return Err(Error::TransactionFinished { tx_id: self.id.clone() });
+            }
+            self.rollback_locked(&mut st).await
+        }
+        .await;
+        self.finished.store(true, Ordering::SeqCst);
+        r
+    }
+
+    /// Rolls back (state already locked).
+    async fn rollback_locked(&self, st: &mut State) -> Result<()> {
+        match st.outcome {
+            Some(TxState::RolledBack) => return self.finish_decided(st, TxState::RolledBack).await,
+            Some(TxState::Committed) => {
+                self.finish_decided(st, TxState::Committed).await?;
+                return Err(Error::AlreadyCommitted { tx_id: self.id.clone() });
+            }
+            _ => {}
+        }
+        // Buffered requests never touched an item: forget them.
+        st.requests.truncate(st.recorded);
+        st.items.retain(|_, e| e.write.is_none_or(|w| w < st.recorded) || e.read.is_some_and(|r| r < st.recorded));
+        for e in st.items.values_mut() {
+            if e.write.is_some_and(|w| w >= st.recorded) {
+                e.write = None;
+            }
+        }
+        for _ in 0..PROTOCOL_ATTEMPTS {
+            let Some(meta) = st.meta else {
+                st.outcome = Some(TxState::RolledBack);
+                return Ok(()); // nothing was ever recorded
+            };
+            let c = &self.mgr.inner.client;
+            match record::decide(c, &self.mgr.inner.tx_table, &self.id, meta.version, TxState::RolledBack).await? {
+                Flipped::Ok => {
+                    st.outcome = Some(TxState::RolledBack);
+                    return self.complete(st, TxState::RolledBack, false).await;
+                }
+                Flipped::Failed(None) => return Err(Error::UnknownOutcome { tx_id: self.id.clone() }),
+                Flipped::Failed(Some(h)) => match h.state {
+                    TxState::RolledBack => return self.finish_decided(st, TxState::RolledBack).await,
+                    TxState::Committed => {
+                        self.finish_decided(st, TxState::Committed).await?;
+                        return Err(Error::AlreadyCommitted { tx_id: self.id.clone() });
+                    }
+                    TxState::Pending => self.merge_record(st).await?,
+                },
+            }
+        }
+        Err(Error::invariant(format!("rollback of {} kept meeting concurrent changes", self.id)))
+    }
+
+    /// Drives a transaction found decided to completion (unless finalized), with the record's requests.
+    async fn finish_decided(&self, st: &mut State, decided: TxState) -> Result<()> {
+        st.outcome = Some(decided);
+        let c = &self.mgr.inner.client;
+        let header = record::load_header(c, &self.mgr.inner.tx_table, &self.id).await?;
+        let Some(h) = header else { return Ok(()) };
+        if h.finalized {
+            return Ok(());
+        }
+        if st.meta.map(|m| m.version) != Some(h.version) {
+            self.merge_record(st).await?;
+            st.outcome = Some(decided);
+        }
+        self.complete(st, decided, false).await
+    }
+
+    /// Settles every item of a decided transaction (unlock after commit, restore after rollback),
+    /// deletes images-table images, finalizes the record. `trust_memory`: this coordinator's lock
+    /// knowledge is fresh (it just applied everything), so items need not be read first.
+    async fn complete(&self, st: &mut State, decided: TxState, trust_memory: bool) -> Result<()> {
+        let committed = decided == TxState::Committed;
+        let c = &self.mgr.inner.client;
+        let mut keys: Vec<ItemRef> = st.items.keys().cloned().collect();
+        let mut image_ids: Vec<String> = Vec::new();
+        let mut known: HashMap<ItemRef, Observed> = HashMap::new();
+        if trust_memory {
+            for k in &keys {
+                if let Some(l) = &st.items[k].lock {
+                    known.insert(k.clone(), l.as_observed(&self.id));
+                }
+            }
+        }
+        for _round in 0..PROTOCOL_ATTEMPTS {
+            if keys.is_empty() {
+                break;
+            }
+            // Read the items whose state we do not know.
+            let unknown: Vec<(String, Item)> = keys
+                .iter()
+                .filter(|k| !known.contains_key(*k))
+                .map(|k| (st.items[k].table.clone(), st.items[k].key.clone()))
+                .collect();
+            if !unknown.is_empty() {
+                for (table, item) in ddb::batch_get(c, &unknown).await? {
+                    let schema = self.schema(&table).await?;
+                    let key = item_lock::key_of(&schema, &item);
+                    known.insert(ItemRef::new(&table, &key), Observed::of(Some(&item)));
+                }
+                for k in &keys {
+                    known.entry(k.clone()).or_insert_with(|| Observed::of(None));
+                }
+            }
+            let mut writes = Vec::new();
+            let mut owners = Vec::new();
+            for k in &keys {
+                let e = &st.items[k];
+                let obs = &known[k];
+                if let Some(id) = &obs.image_ref {
+                    if obs.locked_by(&self.id) && !image_ids.contains(id) {
+                        image_ids.push(id.clone());
+                    }
+                }
+                let table_image = match (&obs.image_ref, committed, obs.applied && obs.locked_by(&self.id)) {
+                    (Some(id), false, true) => item_lock::load_table_image(c, &self.mgr.inner.image_table, id).await?,
+                    _ => None,
+                };
+                if let Some(w) =
+                    item_lock::settle_write(committed, e.op(&st.requests), &e.table, &e.key, obs, &self.id, table_image.as_ref())?
+                {
+                    writes.push(w);
+                    owners.push(Some(k.clone()));
+                }
+            }
+            if writes.is_empty() {
+                break;
+            }
+            // Items whose settle write failed are re-read (from the failure) and retried.
+            let mut retry: Vec<ItemRef> = Vec::new();
+            if writes.len() == 1 {
+                let k = owners[0].clone().expect("owner");
+                match writes[0].send(c, None).await? {
+                    Written::Ok(_) => {}
+                    Written::ConditionFailed(found) => {
+                        known.insert(k.clone(), Observed::of(found.as_ref()));
+                        retry.push(k);
+                    }
+                }
+            } else {
+                let groups = group_with_owners(writes, owners, 0);
+                let results: Vec<Result<(Vec<Option<ItemRef>>, Transacted)>> = futures::stream::iter(groups)
+                    .map(|(ws, os)| async move { Ok((os, ddb::transact(c, &ws).await?)) })
+                    .buffer_unordered(self.mgr.inner.settings.concurrency.clamp(1, 8))
+                    .collect()
+                    .await;
+                for r in results {
+                    let (os, out) = r?;
+                    if let Transacted::Cancelled(reasons) = out {
+                        for (k, reason) in os.into_iter().zip(reasons) {
+                            let k = k.expect("owner");
+                            if reason.is_condition_failed() {
+                                known.insert(k.clone(), Observed::of(reason.item.as_ref()));
+                            } else if !reason.is_ok() && reason.code != "TransactionConflict" {
+                                return Err(cancelled_error(&reason));
+                            }
+                            // Actions that were fine are retried too: the batch did nothing.
+                            retry.push(k);
+                        }
+                    }
+                }
+            }
+            keys = retry;
+            if !keys.is_empty() {
+                crate::contention::backoff(&self.mgr.inner.settings, 0).await;
+            }
+        }
+        if !image_ids.is_empty() {
+            let keys: Vec<Item> = image_ids
+                .iter()
+                .map(|id| HashMap::from([(crate::tables::IMAGE_ID.to_string(), AttributeValue::S(id.clone()))]))
+                .collect();
+            ddb::batch_delete(c, &self.mgr.inner.image_table, keys).await?;
+        }
+        record::finalize(c, &self.mgr.inner.tx_table, &self.id, decided, self.mgr.inner.settings.record_ttl_secs()).await?;
+        for e in st.items.values_mut() {
+            e.lock = None;
+        }
+        debug!(tx = %self.id, state = %decided, "finalized");
+        Ok(())
+    }
+
+    /// Hook after the one-request commit (which finalizes in the same write).
+    async fn after_finalize(&self, st: &mut State) {
+        for e in st.items.values_mut() {
+            e.lock = None;
+        }
+        if let Some(ttl) = self.mgr.inner.settings.record_ttl_secs() {
+            let _ = record::finalize(&self.mgr.inner.client, &self.mgr.inner.tx_table, &self.id, TxState::Committed, Some(ttl)).await;
+        }
+    }
+
+    /// Completes a decided transaction (even a finalized one); leaves a pending one alone.
+    pub(crate) async fn complete_decided(self) -> Result<TxState> {
+        let r = async {
+            let mut st = self.state.lock().await;
+            let Some(decided) = st.outcome else { return Ok(TxState::Pending) };
+            self.complete(&mut st, decided, false).await?;
+            Ok(decided)
+        }
+        .await;
+        self.finished.store(true, Ordering::SeqCst);
+        r
+    }
+
+    /// Leaves the transaction as it is, without committing or rolling back, as if this process had
+    /// died. Its record and locks stay until another coordinator or the sweeper resolves them.
+    pub fn abandon(self) {
+        self.finished.store(true, Ordering::SeqCst);
+    }
+
+    /// Deletes the transaction's record, which must be finalized (committed or rolled back and
+    /// cleaned up). Returns false when it is not finalized yet.
+    ///
+    /// # Cancel safety
+    /// Safe to drop midway; calling again finishes the job.
+    pub async fn delete(self) -> Result<bool> {
+        self.finished.store(true, Ordering::SeqCst);
+        record::delete(&self.mgr.inner.client, &self.mgr.inner.tx_table, &self.id).await
+    }
+}
+
+impl Drop for Transaction {
+    fn drop(&mut self) {
+        if self.finished.load(Ordering::SeqCst) || !self.mgr.inner.settings.rollback_on_drop {
+            return;
+        }
+        let has_record = self.state.try_lock().map(|s| s.meta.is_some()).unwrap_or(true);
+        if !has_record {
+            return;
+        }
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            let mgr = self.mgr.clone();
+            let id = self.id.clone();
+            handle.spawn(async move {
+                if let Err(e) = mgr.rollback_transaction(&id).await {
+                    warn!(tx = %id, error = %e, "background rollback of a dropped transaction failed");
+                }
+            });
+        }
+    }
+}
+
+fn index_request(st: &mut State, i: usize) {
+    let r = &st.requests[i];
+    let k = r.item_ref();
+    let e = st.items.entry(k).or_insert_with(|| Entry {
+        table: r.table.clone(),
+        key: r.key.clone(),
+        write: None,
+        read: None,
+        lock: None,
+    });
+    if r.op.is_write() {
+        e.write = Some(i);
+    } else if e.read.is_none() {
+        e.read = Some(i);
+    }
+}
+
+fn blank(op: Op) -> Request {
+    Request { op, table: String::new(), key: Item::new(), item: None, update: None, condition: None, names: None, values: None }
+}
+
+fn cancelled_error(reason: &ddb::Reason) -> Error {
+    Error::DynamoDb {
+        operation: "TransactWriteItems",
+        code: Some(reason.code.clone()),
+        message: reason.message.clone(),
+        ambiguous: false,
+        source: format!("transaction cancelled: {}", reason.code).into(),
+    }
+}
+
+type Group = (Vec<Write>, Vec<Option<ItemRef>>);
+
+/// Splits writes into `TransactWriteItems` groups, keeping each write's owner beside it.
+fn group_with_owners(writes: Vec<Write>, owners: Vec<Option<ItemRef>>, reserve: usize) -> Vec<Group> {
+    let tagged: Vec<(Write, Option<ItemRef>)> = writes.into_iter().zip(owners).collect();
+    let mut out: Vec<Group> = Vec::new();
+    let mut cur: Group = (Vec::new(), Vec::new());
+    let mut bytes = 0;
+    for (w, o) in tagged {
+        let sz = w.size();
+        if !cur.0.is_empty() && (cur.0.len() + reserve >= ddb::MAX_TRANSACT_ACTIONS || bytes + sz > ddb::MAX_TRANSACT_BYTES) {
+            out.push(std::mem::take(&mut cur));
+            bytes = 0;
+        }
+        bytes += sz;
+        cur.0.push(w);
+        cur.1.push(o);
+    }
+    if !cur.0.is_empty() {
+        out.push(cur);
+    }
+    out
+}
+
+macro_rules! common_builder_methods {
+    () => {
+        /// The table.
+        pub fn table_name(mut self, table: impl Into<String>) -> Self {
+            self.req.table = table.into();
+            self
+        }
+
+        /// Adds one `ExpressionAttributeNames` entry.
+        pub fn expression_attribute_names(mut self, k: impl Into<String>, v: impl Into<String>) -> Self {
+            self.req.names.get_or_insert_with(HashMap::new).insert(k.into(), v.into());
+            self
+        }
+
+        /// Replaces `ExpressionAttributeNames`.
+        pub fn set_expression_attribute_names(mut self, names: Option<HashMap<String, String>>) -> Self {
+            self.req.names = names;
+            self
+        }
+    };
+}
+
+macro_rules! write_builder_methods {
+    () => {
+        common_builder_methods!();
+
+        /// Adds one `ExpressionAttributeValues` entry.
+        pub fn expression_attribute_values(mut self, k: impl Into<String>, v: AttributeValue) -> Self {
+            self.req.values.get_or_insert_with(HashMap::new).insert(k.into(), v);
+            self
+        }
+
+        /// Replaces `ExpressionAttributeValues`.
+        pub fn set_expression_attribute_values(mut self, values: Option<HashMap<String, AttributeValue>>) -> Self {
+            self.req.values = values;
+            self
+        }
+
+        /// A condition checked against the item under this transaction's lock. If it is false at commit,
+        /// the whole transaction rolls back with [`Error::ConditionFailed`].
+        pub fn condition_expression(mut self, c: impl Into<String>) -> Self {
+            self.req.condition = Some(c.into());
+            self
+        }
+
+        /// What to return. `None` (default) buffers the write until commit; `AllOld` locks the item
+        /// now; for updates, `AllNew`, `UpdatedOld` and `UpdatedNew` apply it now.
+        pub fn return_values(mut self, rv: ReturnValue) -> Self {
+            self.return_values = Some(rv);
+            self
+        }
+    };
+}
+
+/// Builds a transactional put. Send with [`send`](PutItemBuilder::send).
+#[derive(Debug)]
+#[must_use]
+pub struct PutItemBuilder<'a> {
+    tx: &'a Transaction,
+    req: Request,
+    return_values: Option<ReturnValue>,
+}
+
+impl PutItemBuilder<'_> {
+    write_builder_methods!();
+
+    /// Adds one attribute of the item.
+    pub fn item(mut self, k: impl Into<String>, v: AttributeValue) -> Self {
+        self.req.item.get_or_insert_with(HashMap::new).insert(k.into(), v);
+        self
+    }
+
+    /// Replaces the item.
+    pub fn set_item(mut self, item: Option<Item>) -> Self {
+        self.req.item = item;
+        self
+    }
+
+    /// Validates the put and adds it to the transaction.
+    ///
+    /// # Errors
+    /// [`Error::InvalidRequest`] before anything is written when the request is invalid;
+    /// [`Error::DuplicateRequest`] if the transaction already writes this item.
+    ///
+    /// # Cancel safety
+    /// Without `ReturnValues` nothing is written, so dropping is harmless. With `AllOld` the item may be
+    /// left locked by the transaction; it is released when the transaction ends.
+    pub async fn send(self) -> Result<WriteOutput> {
+        self.tx.write(self.req, self.return_values).await
+    }
+}
+
+/// Builds a transactional update. Send with [`send`](UpdateItemBuilder::send).
+#[derive(Debug)]
+#[must_use]
+pub struct UpdateItemBuilder<'a> {
+    tx: &'a Transaction,
+    req: Request,
+    return_values: Option<ReturnValue>,
+}
+
+impl UpdateItemBuilder<'_> {
+    write_builder_methods!();
+
+    /// Adds one key attribute.
+    pub fn key(mut self, k: impl Into<String>, v: AttributeValue) -> Self {
+        self.req.key.insert(k.into(), v);
+        self
+    }
+
+    /// Replaces the key.
+    pub fn set_key(mut self, key: Option<Item>) -> Self {
+        self.req.key = key.unwrap_or_default();
+        self
+    }
+
+    /// The `UpdateExpression`. Without one, the update only makes sure the item exists.
+    pub fn update_expression(mut self, e: impl Into<String>) -> Self {
+        self.req.update = Some(e.into());
+        self
+    }
+
+    /// Validates the update and adds it to the transaction.
+    ///
+    /// # Errors
+    /// As [`PutItemBuilder::send`]; with `AllNew`/`Updated*` also the errors of applying it now
+    /// ([`Error::ConditionFailed`], [`Error::RequestRejected`], both rolling the transaction back).
+    ///
+    /// # Cancel safety
+    /// Without `ReturnValues` nothing is written. Otherwise the item may be left locked (and applied)
+    /// by the transaction; rollback or commit settles it.
+    pub async fn send(self) -> Result<WriteOutput> {
+        self.tx.write(self.req, self.return_values).await
+    }
+}
+
+/// Builds a transactional delete. Send with [`send`](DeleteItemBuilder::send).
+#[derive(Debug)]
+#[must_use]
+pub struct DeleteItemBuilder<'a> {
+    tx: &'a Transaction,
+    req: Request,
+    return_values: Option<ReturnValue>,
+}
+
+impl DeleteItemBuilder<'_> {
+    write_builder_methods!();
+
+    /// Adds one key attribute.
+    pub fn key(mut self, k: impl Into<String>, v: AttributeValue) -> Self {
+        self.req.key.insert(k.into(), v);
+        self
+    }
+
+    /// Replaces the key.
+    pub fn set_key(mut self, key: Option<Item>) -> Self {
+        self.req.key = key.unwrap_or_default();
+        self
+    }
+
+    /// Validates the delete and adds it to the transaction. The item disappears at commit.
+    ///
+    /// # Errors
+    /// As [`PutItemBuilder::send`].
+    ///
+    /// # Cancel safety
+    /// As [`PutItemBuilder::send`].
+    pub async fn send(self) -> Result<WriteOutput> {
+        self.tx.write(self.req, self.return_values).await
+    }
+}
+
+/// Builds a locked read. Send with [`send`](GetItemBuilder::send).
+#[derive(Debug)]
+#[must_use]
+pub struct GetItemBuilder<'a> {
+    tx: &'a Transaction,
+    req: Request,
+    projection: Option<String>,
+}
+
+impl GetItemBuilder<'_> {
+    common_builder_methods!();
+
+    /// Adds one key attribute.
+    pub fn key(mut self, k: impl Into<String>, v: AttributeValue) -> Self {
+        self.req.key.insert(k.into(), v);
+        self
+    }
+
+    /// Replaces the key.
+    pub fn set_key(mut self, key: Option<Item>) -> Self {
+        self.req.key = key.unwrap_or_default();
+        self
+    }
+
+    /// Which attributes to return (applied to the result; the whole item stays locked).
+    pub fn projection_expression(mut self, p: impl Into<String>) -> Self {
+        self.projection = Some(p.into());
+        self
+    }
+
+    /// Locks the item (inserting a placeholder if it does not exist, so nobody can create it) and
+    /// returns it as this transaction sees it: after this transaction's own writes, `None` if it does
+    /// not exist.
+    ///
+    /// # Cancel safety
+    /// Dropping midway may leave the item locked by the transaction; it is released when the
+    /// transaction ends.
+    pub async fn send(self) -> Result<GetOutput> {
+        self.tx.read(self.req, self.projection).await
+    }
+}
