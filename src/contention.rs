@@ -24,7 +24,13 @@ pub enum ContentionPolicy {
 
 /// Resolves a lock held by `owner` on an item `me` needs: decides the owner if it is pending (per the
 /// policy) and completes it, so that the item is released.
-pub(crate) async fn resolve(mgr: &TransactionManager, me: &TxId, owner: &TxId, table: &str, key: &Item) -> Result<()> {
+pub(crate) async fn resolve(
+    mgr: &TransactionManager,
+    me: &TxId,
+    owner: &TxId,
+    table: &str,
+    key: &Item,
+) -> Result<()> {
     let inner = &mgr.inner;
     let header = record::load_header(&inner.client, &inner.tx_table, owner).await?;
     match header {
@@ -33,8 +39,12 @@ pub(crate) async fn resolve(mgr: &TransactionManager, me: &TxId, owner: &TxId, t
             ContentionPolicy::RollBackOthers => {
                 debug!(tx = %me, other = %owner, "rolling back a contending transaction");
                 match mgr.rollback_transaction(owner).await {
-                    Ok(()) | Err(Error::AlreadyCommitted { .. }) | Err(Error::UnknownOutcome { .. }) => Ok(()),
-                    Err(Error::TransactionNotFound { .. }) => steal_orphan(mgr, owner, table, key).await,
+                    Ok(())
+                    | Err(Error::AlreadyCommitted { .. })
+                    | Err(Error::UnknownOutcome { .. }) => Ok(()),
+                    Err(Error::TransactionNotFound { .. }) => {
+                        steal_orphan(mgr, owner, table, key).await
+                    }
                     Err(e) => Err(e),
                 }
             }
@@ -50,7 +60,12 @@ pub(crate) async fn resolve(mgr: &TransactionManager, me: &TxId, owner: &TxId, t
 
 /// The owner's record is gone. Its lock can be released if its write was never applied; an applied
 /// write of a vanished transaction cannot be judged automatically.
-async fn steal_orphan(mgr: &TransactionManager, owner: &TxId, table: &str, key: &Item) -> Result<()> {
+async fn steal_orphan(
+    mgr: &TransactionManager,
+    owner: &TxId,
+    table: &str,
+    key: &Item,
+) -> Result<()> {
     let c = &mgr.inner.client;
     let raw = crate::ddb::batch_get(c, &[(table.to_string(), key.clone())]).await?;
     let obs = Observed::of(raw.first().map(|(_, i)| i));
@@ -58,7 +73,11 @@ async fn steal_orphan(mgr: &TransactionManager, owner: &TxId, table: &str, key: 
         return Ok(());
     }
     if obs.applied {
-        return Err(Error::ItemLocked { table: table.to_string(), key: key.clone(), owner: owner.clone() });
+        return Err(Error::ItemLocked {
+            table: table.to_string(),
+            key: key.clone(),
+            owner: owner.clone(),
+        });
     }
     debug!(other = %owner, table, "releasing the lock of a transaction whose record is gone");
     let w = item_lock::release_write(table, key, obs.transient, false, owner);
@@ -69,7 +88,10 @@ async fn steal_orphan(mgr: &TransactionManager, owner: &TxId, table: &str, key: 
 /// Sleeps before retry `attempt` (0-based): full jitter over an exponentially growing window.
 pub(crate) async fn backoff(settings: &Settings, attempt: u32) {
     let cap = settings.backoff_max.as_micros() as u64;
-    let window = (settings.backoff_base.as_micros() as u64).saturating_mul(1u64 << attempt.min(20)).min(cap).max(1);
+    let window = (settings.backoff_base.as_micros() as u64)
+        .saturating_mul(1u64 << attempt.min(20))
+        .min(cap)
+        .max(1);
     let us = rand::rng().random_range(0..=window);
     tokio::time::sleep(Duration::from_micros(us)).await;
 }

@@ -6,8 +6,8 @@ use std::collections::HashMap;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{
-    AttributeValue, ConditionCheck, Delete, Put, ReturnValue, ReturnValuesOnConditionCheckFailure, TransactWriteItem,
-    Update,
+    AttributeValue, ConditionCheck, Delete, Put, ReturnValue, ReturnValuesOnConditionCheckFailure,
+    TransactWriteItem, Update,
 };
 
 use crate::error::{Error, Item, Result};
@@ -41,21 +41,46 @@ impl Placeholders {
     }
 
     /// Adds a user's placeholders (they never collide: users may not use `#_Tx`/`:_Tx`).
-    pub fn extend_user(&mut self, names: Option<&HashMap<String, String>>, values: Option<&HashMap<String, AttributeValue>>) {
+    pub fn extend_user(
+        &mut self,
+        names: Option<&HashMap<String, String>>,
+        values: Option<&HashMap<String, AttributeValue>>,
+    ) {
         if let Some(n) = names {
-            self.names.extend(n.iter().map(|(k, v)| (k.clone(), v.clone())));
+            self.names
+                .extend(n.iter().map(|(k, v)| (k.clone(), v.clone())));
         }
         if let Some(v) = values {
-            self.values.extend(v.iter().map(|(k, v)| (k.clone(), v.clone())));
+            self.values
+                .extend(v.iter().map(|(k, v)| (k.clone(), v.clone())));
         }
     }
 
     /// Keeps only the placeholders that `exprs` use (DynamoDB rejects unused ones).
-    fn used_by(&self, exprs: &[&str]) -> (Option<HashMap<String, String>>, Option<HashMap<String, AttributeValue>>) {
+    fn used_by(
+        &self,
+        exprs: &[&str],
+    ) -> (
+        Option<HashMap<String, String>>,
+        Option<HashMap<String, AttributeValue>>,
+    ) {
         let uses = |p: &str| exprs.iter().any(|e| contains_placeholder(e, p));
-        let names: HashMap<_, _> = self.names.iter().filter(|(k, _)| uses(k)).map(|(k, v)| (k.clone(), v.clone())).collect();
-        let values: HashMap<_, _> = self.values.iter().filter(|(k, _)| uses(k)).map(|(k, v)| (k.clone(), v.clone())).collect();
-        ((!names.is_empty()).then_some(names), (!values.is_empty()).then_some(values))
+        let names: HashMap<_, _> = self
+            .names
+            .iter()
+            .filter(|(k, _)| uses(k))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let values: HashMap<_, _> = self
+            .values
+            .iter()
+            .filter(|(k, _)| uses(k))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        (
+            (!names.is_empty()).then_some(names),
+            (!values.is_empty()).then_some(values),
+        )
     }
 }
 
@@ -75,11 +100,20 @@ fn contains_placeholder(expr: &str, p: &str) -> bool {
 /// One conditional write.
 #[derive(Debug, Clone)]
 pub(crate) enum WriteKind {
-    Put { item: Item },
-    Update { key: Item, update: String },
-    Delete { key: Item },
+    Put {
+        item: Item,
+    },
+    Update {
+        key: Item,
+        update: String,
+    },
+    Delete {
+        key: Item,
+    },
     /// Only a condition (inside `TransactWriteItems`).
-    Check { key: Item },
+    Check {
+        key: Item,
+    },
 }
 
 /// A write with its table, condition and placeholders.
@@ -130,7 +164,9 @@ impl Write {
     pub fn kind_key(&self) -> Option<&Item> {
         match &self.kind {
             WriteKind::Put { .. } => None,
-            WriteKind::Update { key, .. } | WriteKind::Delete { key } | WriteKind::Check { key } => Some(key),
+            WriteKind::Update { key, .. }
+            | WriteKind::Delete { key }
+            | WriteKind::Check { key } => Some(key),
         }
     }
 
@@ -140,7 +176,8 @@ impl Write {
             WriteKind::Update { key, update } => item_size(key) + update.len(),
             WriteKind::Delete { key } | WriteKind::Check { key } => item_size(key),
         };
-        body + self.condition.as_ref().map_or(0, |c| c.len()) + self.ph.values.values().map(value_size).sum::<usize>()
+        body + self.condition.as_ref().map_or(0, |c| c.len())
+            + self.ph.values.values().map(value_size).sum::<usize>()
     }
 
     fn exprs(&self) -> Vec<&str> {
@@ -205,7 +242,11 @@ impl Write {
     }
 
     /// Sends the write on its own. `ConditionalCheckFailed` is an outcome, not an error.
-    pub async fn send(&self, client: &Client, return_values: Option<ReturnValue>) -> Result<Written> {
+    pub async fn send(
+        &self,
+        client: &Client,
+        return_values: Option<ReturnValue>,
+    ) -> Result<Written> {
         let (names, values) = self.ph.used_by(&self.exprs());
         let on_fail = ReturnValuesOnConditionCheckFailure::AllOld;
         match &self.kind {
@@ -303,8 +344,16 @@ fn build_err(e: aws_sdk_dynamodb::error::BuildError) -> Error {
 
 /// Runs writes as one `TransactWriteItems` (all or nothing). Cancellation is an outcome.
 pub(crate) async fn transact(client: &Client, writes: &[Write]) -> Result<Transacted> {
-    let items = writes.iter().map(Write::to_transact).collect::<Result<Vec<_>>>()?;
-    match client.transact_write_items().set_transact_items(Some(items)).send().await {
+    let items = writes
+        .iter()
+        .map(Write::to_transact)
+        .collect::<Result<Vec<_>>>()?;
+    match client
+        .transact_write_items()
+        .set_transact_items(Some(items))
+        .send()
+        .await
+    {
         Ok(_) => Ok(Transacted::Ok),
         Err(e) => match e.as_service_error() {
             Some(TransactWriteItemsError::TransactionCanceledException(c)) => {
@@ -329,7 +378,10 @@ pub(crate) async fn transact(client: &Client, writes: &[Write]) -> Result<Transa
 
 /// Consistent reads of many items (BatchGetItem, 100 keys per request, unprocessed keys retried).
 /// Returns the items found, in no particular order.
-pub(crate) async fn batch_get(client: &Client, keys: &[(String, Item)]) -> Result<Vec<(String, Item)>> {
+pub(crate) async fn batch_get(
+    client: &Client,
+    keys: &[(String, Item)],
+) -> Result<Vec<(String, Item)>> {
     use aws_sdk_dynamodb::types::KeysAndAttributes;
     let mut out = Vec::new();
     for chunk in keys.chunks(100) {
@@ -343,7 +395,14 @@ pub(crate) async fn batch_get(client: &Client, keys: &[(String, Item)]) -> Resul
         let mut request: HashMap<String, KeysAndAttributes> = by_table
             .into_iter()
             .map(|(t, ks)| {
-                (t, KeysAndAttributes::builder().set_keys(Some(ks)).consistent_read(true).build().expect("keys set"))
+                (
+                    t,
+                    KeysAndAttributes::builder()
+                        .set_keys(Some(ks))
+                        .consistent_read(true)
+                        .build()
+                        .expect("keys set"),
+                )
             })
             .collect();
         let mut delay = std::time::Duration::from_millis(5);
@@ -375,7 +434,12 @@ pub(crate) async fn batch_delete(client: &Client, table: &str, keys: Vec<Item>) 
             .iter()
             .map(|k| {
                 WriteRequest::builder()
-                    .delete_request(DeleteRequest::builder().set_key(Some(k.clone())).build().expect("key set"))
+                    .delete_request(
+                        DeleteRequest::builder()
+                            .set_key(Some(k.clone()))
+                            .build()
+                            .expect("key set"),
+                    )
                     .build()
             })
             .collect();
@@ -401,7 +465,10 @@ pub(crate) async fn batch_delete(client: &Client, table: &str, keys: Vec<Item>) 
 
 /// Wall-clock time in epoch milliseconds (persisted; never used to measure durations).
 pub(crate) fn now_millis() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }
 
 #[cfg(test)]

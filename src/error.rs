@@ -151,7 +151,9 @@ pub enum Error {
     },
 
     /// A read at `Committed` isolation kept finding the item in flux and gave up.
-    #[error("could not read a committed version of an item of table {table} after {attempts} attempts")]
+    #[error(
+        "could not read a committed version of an item of table {table} after {attempts} attempts"
+    )]
     ReadContention {
         /// The table.
         table: String,
@@ -190,8 +192,12 @@ impl Error {
     /// rolled back by a competitor, or DynamoDB throttled or reported a conflict.
     pub fn is_retryable(&self) -> bool {
         match self {
-            Error::RolledBack { .. } | Error::ItemLocked { .. } | Error::ReadContention { .. } => true,
-            Error::DynamoDb { code, ambiguous, .. } => {
+            Error::RolledBack { .. } | Error::ItemLocked { .. } | Error::ReadContention { .. } => {
+                true
+            }
+            Error::DynamoDb {
+                code, ambiguous, ..
+            } => {
                 *ambiguous
                     || matches!(
                         code.as_deref(),
@@ -232,7 +238,10 @@ impl Error {
     /// True for [`Error::Undetermined`] and [`Error::UnknownOutcome`]: the caller cannot know whether
     /// the transaction committed.
     pub fn is_undetermined(&self) -> bool {
-        matches!(self, Error::Undetermined { .. } | Error::UnknownOutcome { .. })
+        matches!(
+            self,
+            Error::Undetermined { .. } | Error::UnknownOutcome { .. }
+        )
     }
 
     /// The DynamoDB error code, if this is a DynamoDB error.
@@ -244,7 +253,9 @@ impl Error {
     }
 
     pub(crate) fn invalid(reason: impl fmt::Display) -> Error {
-        Error::InvalidRequest { reason: reason.to_string() }
+        Error::InvalidRequest {
+            reason: reason.to_string(),
+        }
     }
 
     pub(crate) fn invariant(msg: impl fmt::Display) -> Error {
@@ -262,9 +273,21 @@ impl Error {
             SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_)
         );
         let (code, message) = match &err {
-            SdkError::ServiceError(s) => (s.err().code().map(String::from), s.err().message().map(String::from)),
-            other => (None, Some(aws_sdk_dynamodb::error::DisplayErrorContext(other).to_string())),
+            SdkError::ServiceError(s) => (
+                s.err().code().map(String::from),
+                s.err().message().map(String::from),
+            ),
+            other => (
+                None,
+                Some(aws_sdk_dynamodb::error::DisplayErrorContext(other).to_string()),
+            ),
         };
-        Error::DynamoDb { operation, code, message, ambiguous, source: Box::new(err) }
+        Error::DynamoDb {
+            operation,
+            code,
+            message,
+            ambiguous,
+            source: Box::new(err),
+        }
     }
 }

@@ -45,20 +45,37 @@ fn tokenize(expr: &str) -> Result<Vec<Token>> {
                 i += 1;
             }
             if i == start + 1 {
-                return Err(Error::invalid(format!("invalid expression {expr:?}: empty placeholder at {start}")));
+                return Err(Error::invalid(format!(
+                    "invalid expression {expr:?}: empty placeholder at {start}"
+                )));
             }
             let name = expr[start..i].to_string();
-            out.push(Token { tok: if c == b'#' { Tok::Name(name) } else { Tok::Value(name) }, start });
+            out.push(Token {
+                tok: if c == b'#' {
+                    Tok::Name(name)
+                } else {
+                    Tok::Value(name)
+                },
+                start,
+            });
         } else if is_word(c) {
             while i < bytes.len() && is_word(bytes[i]) {
                 i += 1;
             }
-            out.push(Token { tok: Tok::Word(expr[start..i].to_string()), start });
+            out.push(Token {
+                tok: Tok::Word(expr[start..i].to_string()),
+                start,
+            });
         } else if b"(),=+-.[]<>!".contains(&c) {
-            out.push(Token { tok: Tok::Punct(c as char), start });
+            out.push(Token {
+                tok: Tok::Punct(c as char),
+                start,
+            });
             i += 1;
         } else {
-            return Err(Error::invalid(format!("invalid expression {expr:?}: unexpected character at {start}")));
+            return Err(Error::invalid(format!(
+                "invalid expression {expr:?}: unexpected character at {start}"
+            )));
         }
     }
     Ok(out)
@@ -77,7 +94,9 @@ pub(crate) fn check_no_reserved_words(what: &str, expr: &str) -> Result<()> {
 }
 
 pub(crate) fn reserved(what: &str, name: &str) -> Error {
-    Error::invalid(format!("{what} must not contain the reserved attribute name {name} (names starting with _Tx are reserved)"))
+    Error::invalid(format!(
+        "{what} must not contain the reserved attribute name {name} (names starting with _Tx are reserved)"
+    ))
 }
 
 /// Rejects reserved names among the values of `ExpressionAttributeNames` and reserved placeholders.
@@ -87,10 +106,14 @@ pub(crate) fn check_names_and_values(
 ) -> Result<()> {
     for (k, v) in names.into_iter().flatten() {
         if !k.starts_with('#') {
-            return Err(Error::invalid(format!("expression attribute name placeholder {k} must start with #")));
+            return Err(Error::invalid(format!(
+                "expression attribute name placeholder {k} must start with #"
+            )));
         }
         if k.starts_with("#_Tx") {
-            return Err(Error::invalid(format!("expression attribute name placeholder {k} is reserved")));
+            return Err(Error::invalid(format!(
+                "expression attribute name placeholder {k} is reserved"
+            )));
         }
         if v.starts_with(RESERVED_PREFIX) {
             return Err(reserved("ExpressionAttributeNames", v));
@@ -98,10 +121,14 @@ pub(crate) fn check_names_and_values(
     }
     for k in values.into_iter().flatten().map(|(k, _)| k) {
         if !k.starts_with(':') {
-            return Err(Error::invalid(format!("expression attribute value placeholder {k} must start with :")));
+            return Err(Error::invalid(format!(
+                "expression attribute value placeholder {k} must start with :"
+            )));
         }
         if k.starts_with(":_Tx") {
-            return Err(Error::invalid(format!("expression attribute value placeholder {k} is reserved")));
+            return Err(Error::invalid(format!(
+                "expression attribute value placeholder {k} is reserved"
+            )));
         }
     }
     Ok(())
@@ -121,13 +148,17 @@ pub(crate) fn check_placeholders(
             match t.tok {
                 Tok::Name(n) => {
                     if !names.is_some_and(|m| m.contains_key(&n)) {
-                        return Err(Error::invalid(format!("expression uses {n}, which ExpressionAttributeNames does not define")));
+                        return Err(Error::invalid(format!(
+                            "expression uses {n}, which ExpressionAttributeNames does not define"
+                        )));
                     }
                     used_names.insert(n);
                 }
                 Tok::Value(v) => {
                     if !values.is_some_and(|m| m.contains_key(&v)) {
-                        return Err(Error::invalid(format!("expression uses {v}, which ExpressionAttributeValues does not define")));
+                        return Err(Error::invalid(format!(
+                            "expression uses {v}, which ExpressionAttributeValues does not define"
+                        )));
                     }
                     used_values.insert(v);
                 }
@@ -135,11 +166,25 @@ pub(crate) fn check_placeholders(
             }
         }
     }
-    if let Some(unused) = names.into_iter().flatten().map(|(k, _)| k).find(|k| !used_names.contains(*k)) {
-        return Err(Error::invalid(format!("ExpressionAttributeNames defines {unused}, which no expression uses")));
+    if let Some(unused) = names
+        .into_iter()
+        .flatten()
+        .map(|(k, _)| k)
+        .find(|k| !used_names.contains(*k))
+    {
+        return Err(Error::invalid(format!(
+            "ExpressionAttributeNames defines {unused}, which no expression uses"
+        )));
     }
-    if let Some(unused) = values.into_iter().flatten().map(|(k, _)| k).find(|k| !used_values.contains(*k)) {
-        return Err(Error::invalid(format!("ExpressionAttributeValues defines {unused}, which no expression uses")));
+    if let Some(unused) = values
+        .into_iter()
+        .flatten()
+        .map(|(k, _)| k)
+        .find(|k| !used_values.contains(*k))
+    {
+        return Err(Error::invalid(format!(
+            "ExpressionAttributeValues defines {unused}, which no expression uses"
+        )));
     }
     Ok(())
 }
@@ -209,7 +254,10 @@ impl UpdateExpr {
                     push_action(&mut clauses, k, expr[s..t.start].trim(), &bad)?;
                 }
                 if clauses.iter().any(|(k, _)| *k == kind) {
-                    return Err(bad(&format!("the {} clause appears more than once", kind.keyword())));
+                    return Err(bad(&format!(
+                        "the {} clause appears more than once",
+                        kind.keyword()
+                    )));
                 }
                 clauses.push((kind, Vec::new()));
                 let next = toks.get(i + 1).map(|t| t.start).unwrap_or(expr.len());
@@ -282,9 +330,15 @@ fn push_action(
     bad: &dyn Fn(&str) -> Error,
 ) -> Result<()> {
     if text.is_empty() {
-        return Err(bad(&format!("the {} clause has an empty action", kind.keyword())));
+        return Err(bad(&format!(
+            "the {} clause has an empty action",
+            kind.keyword()
+        )));
     }
-    let entry = clauses.iter_mut().find(|(k, _)| *k == kind).expect("clause pushed before its actions");
+    let entry = clauses
+        .iter_mut()
+        .find(|(k, _)| *k == kind)
+        .expect("clause pushed before its actions");
     entry.1.push(text.to_string());
     Ok(())
 }
@@ -297,7 +351,10 @@ pub(crate) enum PathElem {
 }
 
 /// Parses a `ProjectionExpression` into its paths (placeholders resolved).
-pub(crate) fn parse_projection(expr: &str, names: Option<&HashMap<String, String>>) -> Result<Vec<Vec<PathElem>>> {
+pub(crate) fn parse_projection(
+    expr: &str,
+    names: Option<&HashMap<String, String>>,
+) -> Result<Vec<Vec<PathElem>>> {
     let toks = tokenize(expr)?;
     let bad = |why: &str| Error::invalid(format!("invalid ProjectionExpression {expr:?}: {why}"));
     let mut paths = Vec::new();
@@ -306,10 +363,11 @@ pub(crate) fn parse_projection(expr: &str, names: Option<&HashMap<String, String
     let name_of = |t: &Tok| -> Result<String> {
         match t {
             Tok::Word(w) => Ok(w.clone()),
-            Tok::Name(n) => names
-                .and_then(|m| m.get(n))
-                .cloned()
-                .ok_or_else(|| Error::invalid(format!("ProjectionExpression uses {n}, which ExpressionAttributeNames does not define"))),
+            Tok::Name(n) => names.and_then(|m| m.get(n)).cloned().ok_or_else(|| {
+                Error::invalid(format!(
+                    "ProjectionExpression uses {n}, which ExpressionAttributeNames does not define"
+                ))
+            }),
             _ => Err(bad("expected an attribute name")),
         }
     };
@@ -332,7 +390,9 @@ pub(crate) fn parse_projection(expr: &str, names: Option<&HashMap<String, String
             }
             Tok::Punct('[') => {
                 let idx = match toks.get(i + 1).map(|t| &t.tok) {
-                    Some(Tok::Word(w)) => w.parse::<usize>().map_err(|_| bad("list index must be a number"))?,
+                    Some(Tok::Word(w)) => w
+                        .parse::<usize>()
+                        .map_err(|_| bad("list index must be a number"))?,
                     _ => return Err(bad("expected a list index")),
                 };
                 if toks.get(i + 2).map(|t| &t.tok) != Some(&Tok::Punct(']')) {
@@ -355,7 +415,9 @@ pub(crate) fn parse_projection(expr: &str, names: Option<&HashMap<String, String
 pub(crate) fn project(item: &Item, paths: &[Vec<PathElem>]) -> Item {
     let mut out = Item::new();
     for path in paths {
-        let PathElem::Attr(top) = &path[0] else { continue };
+        let PathElem::Attr(top) = &path[0] else {
+            continue;
+        };
         let Some(v) = item.get(top) else { continue };
         if let Some(sub) = extract(v, &path[1..]) {
             merge_into(out.entry(top.clone()), sub);
@@ -365,7 +427,9 @@ pub(crate) fn project(item: &Item, paths: &[Vec<PathElem>]) -> Item {
 }
 
 fn extract(v: &AttributeValue, rest: &[PathElem]) -> Option<AttributeValue> {
-    let Some((first, tail)) = rest.split_first() else { return Some(v.clone()) };
+    let Some((first, tail)) = rest.split_first() else {
+        return Some(v.clone());
+    };
     match (first, v) {
         (PathElem::Attr(a), AttributeValue::M(m)) => {
             let inner = extract(m.get(a)?, tail)?;
@@ -379,7 +443,10 @@ fn extract(v: &AttributeValue, rest: &[PathElem]) -> Option<AttributeValue> {
     }
 }
 
-fn merge_into(slot: std::collections::hash_map::Entry<'_, String, AttributeValue>, v: AttributeValue) {
+fn merge_into(
+    slot: std::collections::hash_map::Entry<'_, String, AttributeValue>,
+    v: AttributeValue,
+) {
     use std::collections::hash_map::Entry;
     match slot {
         Entry::Vacant(e) => {
@@ -403,21 +470,29 @@ mod tests {
 
     #[test]
     fn splits_and_merges_update_clauses() {
-        let mut u = UpdateExpr::parse("set a = :a, b = list_append(b, :l) REMOVE c ADD #n :one").unwrap();
+        let mut u =
+            UpdateExpr::parse("set a = :a, b = list_append(b, :l) REMOVE c ADD #n :one").unwrap();
         u.add(Clause::Remove, "#_TxId");
         u.add(Clause::Set, "#_TxA = :_Tx1");
-        assert_eq!(u.render(), "SET a = :a, b = list_append(b, :l), #_TxA = :_Tx1 REMOVE c, #_TxId ADD #n :one");
+        assert_eq!(
+            u.render(),
+            "SET a = :a, b = list_append(b, :l), #_TxA = :_Tx1 REMOVE c, #_TxId ADD #n :one"
+        );
         let names = HashMap::from([
             ("#n".to_string(), "counter".to_string()),
             ("#_TxId".to_string(), "_TxId".to_string()),
             ("#_TxA".to_string(), "_TxA".to_string()),
         ]);
-        assert_eq!(u.targets(Some(&names)).unwrap(), vec!["a", "b", "_TxA", "c", "_TxId", "counter"]);
+        assert_eq!(
+            u.targets(Some(&names)).unwrap(),
+            vec!["a", "b", "_TxA", "c", "_TxId", "counter"]
+        );
     }
 
     #[test]
     fn update_targets_resolve_placeholders() {
-        let u = UpdateExpr::parse("SET #a.b[2] = :v, c = if_not_exists(c, :z) DELETE s :x").unwrap();
+        let u =
+            UpdateExpr::parse("SET #a.b[2] = :v, c = if_not_exists(c, :z) DELETE s :x").unwrap();
         let names = HashMap::from([("#a".to_string(), "alpha".to_string())]);
         assert_eq!(u.targets(Some(&names)).unwrap(), vec!["alpha", "c", "s"]);
     }
@@ -436,7 +511,9 @@ mod tests {
     #[test]
     fn reserved_words_are_found() {
         assert!(check_no_reserved_words("UpdateExpression", "SET _TxId = :x").is_err());
-        assert!(check_no_reserved_words("ConditionExpression", "attribute_exists(a._TxA)").is_err());
+        assert!(
+            check_no_reserved_words("ConditionExpression", "attribute_exists(a._TxA)").is_err()
+        );
         assert!(check_no_reserved_words("ConditionExpression", "attribute_exists(my_Tx)").is_ok());
         let names = HashMap::from([("#a".to_string(), "_TxT".to_string())]);
         assert!(check_names_and_values(Some(&names), None).is_err());
@@ -464,13 +541,28 @@ mod tests {
                     ("q".to_string(), AttributeValue::N("2".into())),
                 ])),
             ),
-            ("l".to_string(), AttributeValue::L(vec![AttributeValue::N("0".into()), AttributeValue::N("1".into())])),
+            (
+                "l".to_string(),
+                AttributeValue::L(vec![
+                    AttributeValue::N("0".into()),
+                    AttributeValue::N("1".into()),
+                ]),
+            ),
         ]);
         let names = HashMap::from([("#m".to_string(), "m".to_string())]);
         let p = parse_projection("a, #m.p, l[1], missing", Some(&names)).unwrap();
         let out = project(&item, &p);
         assert_eq!(out.len(), 3);
-        assert_eq!(out["m"], AttributeValue::M(HashMap::from([("p".to_string(), AttributeValue::N("1".into()))])));
-        assert_eq!(out["l"], AttributeValue::L(vec![AttributeValue::N("1".into())]));
+        assert_eq!(
+            out["m"],
+            AttributeValue::M(HashMap::from([(
+                "p".to_string(),
+                AttributeValue::N("1".into())
+            )]))
+        );
+        assert_eq!(
+            out["l"],
+            AttributeValue::L(vec![AttributeValue::N("1".into())])
+        );
     }
 }

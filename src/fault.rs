@@ -34,7 +34,9 @@ use aws_smithy_runtime_api::client::orchestrator::Metadata;
 type HookResult = Result<(), aws_sdk_dynamodb::error::BoxError>;
 
 fn operation(cfg: &ConfigBag) -> String {
-    cfg.load::<Metadata>().map(|m| m.name().to_string()).unwrap_or_default()
+    cfg.load::<Metadata>()
+        .map(|m| m.name().to_string())
+        .unwrap_or_default()
 }
 
 /// Counts requests (each attempt, retries included) per DynamoDB operation.
@@ -61,7 +63,12 @@ impl RequestCounter {
 
     /// Requests of one operation.
     pub fn get(&self, operation: &str) -> u64 {
-        self.counts.lock().expect("counter poisoned").get(operation).copied().unwrap_or(0)
+        self.counts
+            .lock()
+            .expect("counter poisoned")
+            .get(operation)
+            .copied()
+            .unwrap_or(0)
     }
 
     /// Back to zero.
@@ -81,7 +88,12 @@ impl Intercept for RequestCounter {
         _rc: &RuntimeComponents,
         cfg: &mut ConfigBag,
     ) -> HookResult {
-        *self.counts.lock().expect("counter poisoned").entry(operation(cfg)).or_default() += 1;
+        *self
+            .counts
+            .lock()
+            .expect("counter poisoned")
+            .entry(operation(cfg))
+            .or_default() += 1;
         Ok(())
     }
 }
@@ -142,7 +154,13 @@ impl FaultInjector {
 
     fn arm(&self, n: u64, mode: FaultMode, only: Option<String>, sticky: bool) {
         let mut s = self.state.lock().expect("fault state poisoned");
-        *s = FaultState { strike_at: Some(n.max(1)), mode: Some(mode), only, sticky, ..FaultState::default() };
+        *s = FaultState {
+            strike_at: Some(n.max(1)),
+            mode: Some(mode),
+            only,
+            sticky,
+            ..FaultState::default()
+        };
     }
 
     /// Stops injecting and forgets any crash.
@@ -167,7 +185,9 @@ impl FaultInjector {
 
     fn decide(&self, cfg: &ConfigBag, phase: FaultMode) -> HookResult {
         let mut s = self.state.lock().expect("fault state poisoned");
-        let (Some(at), Some(mode)) = (s.strike_at, s.mode) else { return Ok(()) };
+        let (Some(at), Some(mode)) = (s.strike_at, s.mode) else {
+            return Ok(());
+        };
         let op = operation(cfg);
         if s.only.as_deref().is_some_and(|o| o != op) {
             return Ok(());

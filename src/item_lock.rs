@@ -58,7 +58,9 @@ pub(crate) struct Observed {
 
 impl Observed {
     pub fn of(raw: Option<&Item>) -> Observed {
-        let Some(raw) = raw else { return Observed::default() };
+        let Some(raw) = raw else {
+            return Observed::default();
+        };
         Observed {
             exists: true,
             owner: raw.get(OWNER).and_then(|v| v.as_s().ok()).cloned(),
@@ -121,21 +123,37 @@ impl LockInfo {
 pub(crate) enum LockOutcome {
     Locked(LockInfo),
     /// Another transaction holds it.
-    Held { owner: TxId },
+    Held {
+        owner: TxId,
+    },
 }
 
 fn me_condition(ph: &mut Placeholders, me: &TxId) -> String {
-    format!("{} = {}", ph.name(OWNER), ph.value("Me", AttributeValue::S(me.0.clone())))
+    format!(
+        "{} = {}",
+        ph.name(OWNER),
+        ph.value("Me", AttributeValue::S(me.0.clone()))
+    )
 }
 
 fn applied_condition(ph: &mut Placeholders, applied: bool) -> String {
     let a = ph.name(APPLIED);
-    if applied { format!("attribute_exists({a})") } else { format!("attribute_not_exists({a})") }
+    if applied {
+        format!("attribute_exists({a})")
+    } else {
+        format!("attribute_not_exists({a})")
+    }
 }
 
 /// Locks an item for `me`: one UpdateItem that sets the owner and, if the item does not exist,
 /// inserts it as a transient placeholder. Returns the item's previous state.
-pub(crate) async fn lock(client: &Client, table: &str, key: &Item, schema: &KeySchema, me: &TxId) -> Result<LockOutcome> {
+pub(crate) async fn lock(
+    client: &Client,
+    table: &str,
+    key: &Item,
+    schema: &KeySchema,
+    me: &TxId,
+) -> Result<LockOutcome> {
     let mut ph = Placeholders::default();
     let hk = ph.name_for_user(&schema.hash.0);
     let update = format!(
@@ -143,12 +161,23 @@ pub(crate) async fn lock(client: &Client, table: &str, key: &Item, schema: &KeyS
         o = ph.name(OWNER),
         me = ph.value("Me", AttributeValue::S(me.0.clone())),
         d = ph.name(LOCK_DATE),
-        now = ph.value("Now", AttributeValue::N(crate::ddb::now_millis().to_string())),
+        now = ph.value(
+            "Now",
+            AttributeValue::N(crate::ddb::now_millis().to_string())
+        ),
         t = ph.name(TRANSIENT),
         tru = ph.value("True", AttributeValue::Bool(true)),
     );
     let cond = format!("attribute_not_exists({})", ph.name(OWNER));
-    let w = Write { table: table.into(), kind: WriteKind::Update { key: key.clone(), update }, condition: Some(cond), ph };
+    let w = Write {
+        table: table.into(),
+        kind: WriteKind::Update {
+            key: key.clone(),
+            update,
+        },
+        condition: Some(cond),
+        ph,
+    };
     match w.send(client, Some(ReturnValue::AllOld)).await {
         Ok(Written::Ok(old)) => {
             let old = old.filter(|o| !o.is_empty()).map(strip);
@@ -163,15 +192,26 @@ pub(crate) async fn lock(client: &Client, table: &str, key: &Item, schema: &KeyS
         Ok(Written::ConditionFailed(found)) => {
             let obs = Observed::of(found.as_ref());
             match &obs.owner {
-                Some(o) if o == me.as_str() => Ok(LockOutcome::Locked(LockInfo::from_observed(&obs))),
-                Some(o) => Ok(LockOutcome::Held { owner: TxId(o.clone()) }),
+                Some(o) if o == me.as_str() => {
+                    Ok(LockOutcome::Locked(LockInfo::from_observed(&obs)))
+                }
+                Some(o) => Ok(LockOutcome::Held {
+                    owner: TxId(o.clone()),
+                }),
                 // The condition failed but nobody holds the lock: it was released in between. Retry.
-                None => Ok(LockOutcome::Held { owner: TxId(String::new()) }),
+                None => Ok(LockOutcome::Held {
+                    owner: TxId(String::new()),
+                }),
             }
         }
-        Err(Error::DynamoDb { code: Some(code), message, .. }) if code == "ValidationException" => Err(Error::invalid(
-            format!("cannot lock the item of table {table}: {}", message.unwrap_or_default()),
-        )),
+        Err(Error::DynamoDb {
+            code: Some(code),
+            message,
+            ..
+        }) if code == "ValidationException" => Err(Error::invalid(format!(
+            "cannot lock the item of table {table}: {}",
+            message.unwrap_or_default()
+        ))),
         Err(e) => Err(e),
     }
 }
@@ -226,7 +266,9 @@ pub(crate) fn request_writes(
             cph.extend_user(req.names.as_ref(), req.values.as_ref());
             out.push(Write {
                 table: req.table.clone(),
-                kind: WriteKind::Check { key: schema.phantom_key() },
+                kind: WriteKind::Check {
+                    key: schema.phantom_key(),
+                },
                 condition: Some(c.clone()),
                 ph: cph,
             });
@@ -243,7 +285,10 @@ pub(crate) fn request_writes(
                 let img = lock.before.clone().unwrap_or_default();
                 into.push((ph.name(IMAGE), ph.value("Img", AttributeValue::M(img))));
             }
-            ImagePlace::Table(id) => into.push((ph.name(IMAGE_REF), ph.value("ImgRef", AttributeValue::S(id.clone())))),
+            ImagePlace::Table(id) => into.push((
+                ph.name(IMAGE_REF),
+                ph.value("ImgRef", AttributeValue::S(id.clone())),
+            )),
         }
     };
     let write = match req.op {
@@ -251,14 +296,20 @@ pub(crate) fn request_writes(
             let mut item = req.item.clone().unwrap_or_default();
             if keep_lock {
                 item.insert(OWNER.into(), AttributeValue::S(me.0.clone()));
-                item.insert(LOCK_DATE.into(), AttributeValue::N(crate::ddb::now_millis().to_string()));
+                item.insert(
+                    LOCK_DATE.into(),
+                    AttributeValue::N(crate::ddb::now_millis().to_string()),
+                );
                 item.insert(APPLIED.into(), AttributeValue::S("1".into()));
                 if lock.transient {
                     item.insert(TRANSIENT.into(), AttributeValue::Bool(true));
                 }
                 match image {
                     ImagePlace::Embedded if !lock.transient => {
-                        item.insert(IMAGE.into(), AttributeValue::M(lock.before.clone().unwrap_or_default()));
+                        item.insert(
+                            IMAGE.into(),
+                            AttributeValue::M(lock.before.clone().unwrap_or_default()),
+                        );
                     }
                     ImagePlace::Table(id) if !lock.transient => {
                         item.insert(IMAGE_REF.into(), AttributeValue::S(id.clone()));
@@ -286,31 +337,69 @@ pub(crate) fn request_writes(
                     u.add(Clause::Remove, ph.name(a));
                 }
             }
-            Some(WriteKind::Update { key: req.key.clone(), update: u.render() })
+            Some(WriteKind::Update {
+                key: req.key.clone(),
+                update: u.render(),
+            })
         }
-        Op::Delete if !keep_lock => Some(WriteKind::Delete { key: req.key.clone() }),
+        Op::Delete if !keep_lock => Some(WriteKind::Delete {
+            key: req.key.clone(),
+        }),
         // A conditional delete checks its condition when the others apply.
-        Op::Delete if req.condition.is_some() && !lock.transient => Some(WriteKind::Check { key: req.key.clone() }),
-        Op::Get if !keep_lock => return vec![release_write(&req.table, &req.key, lock.transient, false, me)],
+        Op::Delete if req.condition.is_some() && !lock.transient => Some(WriteKind::Check {
+            key: req.key.clone(),
+        }),
+        Op::Get if !keep_lock => {
+            return vec![release_write(
+                &req.table,
+                &req.key,
+                lock.transient,
+                false,
+                me,
+            )];
+        }
         _ => None,
     };
     if let Some(kind) = write {
-        out.push(Write { table: req.table.clone(), kind, condition: Some(cond.join(" AND ")), ph });
+        out.push(Write {
+            table: req.table.clone(),
+            kind,
+            condition: Some(cond.join(" AND ")),
+            ph,
+        });
     }
     out
 }
 
 /// Releases an item whose transaction write is not applied: deletes a placeholder, or removes the lock.
-pub(crate) fn release_write(table: &str, key: &Item, transient: bool, applied: bool, me: &TxId) -> Write {
+pub(crate) fn release_write(
+    table: &str,
+    key: &Item,
+    transient: bool,
+    applied: bool,
+    me: &TxId,
+) -> Write {
     let mut ph = Placeholders::default();
-    let cond = format!("{} AND {}", me_condition(&mut ph, me), applied_condition(&mut ph, applied));
+    let cond = format!(
+        "{} AND {}",
+        me_condition(&mut ph, me),
+        applied_condition(&mut ph, applied)
+    );
     let kind = if transient {
         WriteKind::Delete { key: key.clone() }
     } else {
         let names: Vec<String> = LOCK_ATTRS.iter().map(|a| ph.name(a)).collect();
-        WriteKind::Update { key: key.clone(), update: format!("REMOVE {}", names.join(", ")) }
+        WriteKind::Update {
+            key: key.clone(),
+            update: format!("REMOVE {}", names.join(", ")),
+        }
     };
-    Write { table: table.into(), kind, condition: Some(cond), ph }
+    Write {
+        table: table.into(),
+        kind,
+        condition: Some(cond),
+        ph,
+    }
 }
 
 /// The write that settles an item of a decided transaction, given what the item looks like now.
@@ -330,7 +419,11 @@ pub(crate) fn settle_write(
         return Ok(None);
     }
     let mut ph = Placeholders::default();
-    let cond = format!("{} AND {}", me_condition(&mut ph, me), applied_condition(&mut ph, obs.applied));
+    let cond = format!(
+        "{} AND {}",
+        me_condition(&mut ph, me),
+        applied_condition(&mut ph, obs.applied)
+    );
     let kind = if committed {
         if op == Op::Delete {
             WriteKind::Delete { key: key.clone() }
@@ -343,7 +436,10 @@ pub(crate) fn settle_write(
             WriteKind::Delete { key: key.clone() }
         } else {
             let names: Vec<String> = LOCK_ATTRS.iter().map(|a| ph.name(a)).collect();
-            WriteKind::Update { key: key.clone(), update: format!("REMOVE {}", names.join(", ")) }
+            WriteKind::Update {
+                key: key.clone(),
+                update: format!("REMOVE {}", names.join(", ")),
+            }
         }
     } else if !obs.applied {
         return Ok(Some(release_write(table, key, obs.transient, false, me)));
@@ -353,7 +449,9 @@ pub(crate) fn settle_write(
         let image = match (&obs.image, &obs.image_ref) {
             (Some(img), _) => img.clone(),
             (None, Some(id)) => table_image.cloned().ok_or_else(|| {
-                Error::invariant(format!("the before-image {id} of an item of {table} locked by {me} is missing"))
+                Error::invariant(format!(
+                    "the before-image {id} of an item of {table} locked by {me} is missing"
+                ))
             })?,
             (None, None) => {
                 return Err(Error::invariant(format!(
@@ -364,23 +462,45 @@ pub(crate) fn settle_write(
         // Restoring the image removes the lock in the same write.
         WriteKind::Put { item: image }
     };
-    Ok(Some(Write { table: table.into(), kind, condition: Some(cond), ph }))
+    Ok(Some(Write {
+        table: table.into(),
+        kind,
+        condition: Some(cond),
+        ph,
+    }))
 }
 
 /// Saves a before-image in the images table (never overwriting one).
-pub(crate) async fn save_table_image(client: &Client, image_table: &str, id: &str, before: &Item) -> Result<()> {
+pub(crate) async fn save_table_image(
+    client: &Client,
+    image_table: &str,
+    id: &str,
+    before: &Item,
+) -> Result<()> {
     let mut item = before.clone();
-    item.insert(crate::tables::IMAGE_ID.into(), AttributeValue::S(id.to_string()));
+    item.insert(
+        crate::tables::IMAGE_ID.into(),
+        AttributeValue::S(id.to_string()),
+    );
     let mut ph = Placeholders::default();
     let cond = format!("attribute_not_exists({})", ph.name(crate::tables::IMAGE_ID));
-    let w = Write { table: image_table.into(), kind: WriteKind::Put { item }, condition: Some(cond), ph };
+    let w = Write {
+        table: image_table.into(),
+        kind: WriteKind::Put { item },
+        condition: Some(cond),
+        ph,
+    };
     match w.send(client, None).await? {
         Written::Ok(_) | Written::ConditionFailed(_) => Ok(()),
     }
 }
 
 /// Loads a before-image from the images table.
-pub(crate) async fn load_table_image(client: &Client, image_table: &str, id: &str) -> Result<Option<Item>> {
+pub(crate) async fn load_table_image(
+    client: &Client,
+    image_table: &str,
+    id: &str,
+) -> Result<Option<Item>> {
     let out = client
         .get_item()
         .table_name(image_table)
@@ -397,7 +517,10 @@ pub(crate) async fn load_table_image(client: &Client, image_table: &str, id: &st
 
 /// A map from item key names to values, for error messages.
 pub(crate) fn key_of(schema: &KeySchema, item: &Item) -> Item {
-    schema.names().filter_map(|n| item.get(n).map(|v| (n.to_string(), v.clone()))).collect::<HashMap<_, _>>()
+    schema
+        .names()
+        .filter_map(|n| item.get(n).map(|v| (n.to_string(), v.clone())))
+        .collect::<HashMap<_, _>>()
 }
 
 impl LockInfo {
@@ -408,7 +531,11 @@ impl LockInfo {
             owner: Some(me.0.clone()),
             transient: self.transient,
             applied: self.applied,
-            image: if self.applied && self.image_ref.is_none() { self.before.clone() } else { None },
+            image: if self.applied && self.image_ref.is_none() {
+                self.before.clone()
+            } else {
+                None
+            },
             image_ref: self.image_ref.clone(),
             user: self.current.clone().unwrap_or_default(),
         }

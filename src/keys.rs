@@ -30,12 +30,16 @@ impl KeySchema {
     /// Checks that `key` has exactly the key attributes, with the right types.
     pub fn validate_key(&self, table: &str, key: &Item) -> Result<()> {
         if key.is_empty() {
-            return Err(Error::invalid(format!("the key for table {table} is empty")));
+            return Err(Error::invalid(format!(
+                "the key for table {table} is empty"
+            )));
         }
         for (name, ty) in std::iter::once(&self.hash).chain(self.range.iter()) {
             match key.get(name) {
                 None => {
-                    return Err(Error::invalid(format!("the key for table {table} is missing key attribute {name}")));
+                    return Err(Error::invalid(format!(
+                        "the key for table {table} is missing key attribute {name}"
+                    )));
                 }
                 Some(v) => check_type(table, name, ty, v)?,
             }
@@ -72,7 +76,11 @@ impl KeySchema {
     pub fn phantom_key(&self) -> Item {
         let id = uuid::Uuid::new_v4();
         let value = |ty: &ScalarAttributeType| match ty {
-            ScalarAttributeType::N => AttributeValue::N(format!("-{}.{}", id.as_u128() % 1_000_000_007, id.as_u128() % 999_983)),
+            ScalarAttributeType::N => AttributeValue::N(format!(
+                "-{}.{}",
+                id.as_u128() % 1_000_000_007,
+                id.as_u128() % 999_983
+            )),
             ScalarAttributeType::B => AttributeValue::B(aws_sdk_dynamodb::primitives::Blob::new(
                 [b"\0_TxPhantom_".as_slice(), id.as_bytes()].concat(),
             )),
@@ -90,7 +98,9 @@ impl KeySchema {
 fn check_type(table: &str, name: &str, ty: &ScalarAttributeType, v: &AttributeValue) -> Result<()> {
     let ok = match ty {
         ScalarAttributeType::S => matches!(v, AttributeValue::S(s) if !s.is_empty()),
-        ScalarAttributeType::N => matches!(v, AttributeValue::N(n) if normalize_number(n).is_some()),
+        ScalarAttributeType::N => {
+            matches!(v, AttributeValue::N(n) if normalize_number(n).is_some())
+        }
         ScalarAttributeType::B => matches!(v, AttributeValue::B(b) if !b.as_ref().is_empty()),
         _ => false,
     };
@@ -113,14 +123,22 @@ pub(crate) struct SchemaCache {
 impl SchemaCache {
     /// The schema if it was fetched before.
     pub fn cached(&self, table: &str) -> Option<Arc<KeySchema>> {
-        self.map.read().expect("schema cache poisoned").get(table).cloned()
+        self.map
+            .read()
+            .expect("schema cache poisoned")
+            .get(table)
+            .cloned()
     }
 
     pub async fn get(&self, client: &Client, table: &str) -> Result<Arc<KeySchema>> {
         if let Some(s) = self.map.read().expect("schema cache poisoned").get(table) {
             return Ok(s.clone());
         }
-        let desc = tables::describe(client, table).await?.ok_or_else(|| Error::TableNotFound { table: table.into() })?;
+        let desc = tables::describe(client, table)
+            .await?
+            .ok_or_else(|| Error::TableNotFound {
+                table: table.into(),
+            })?;
         let ty = |name: &str| {
             desc.attribute_definitions()
                 .iter()
@@ -138,9 +156,13 @@ impl SchemaCache {
                 _ => {}
             }
         }
-        let hash = hash.ok_or_else(|| Error::invariant(format!("table {table} has no hash key")))?;
+        let hash =
+            hash.ok_or_else(|| Error::invariant(format!("table {table} has no hash key")))?;
         let schema = Arc::new(KeySchema { hash, range });
-        self.map.write().expect("schema cache poisoned").insert(table.to_string(), schema.clone());
+        self.map
+            .write()
+            .expect("schema cache poisoned")
+            .insert(table.to_string(), schema.clone());
         Ok(schema)
     }
 }
@@ -162,7 +184,10 @@ impl ItemRef {
             let _ = write!(s, "{}={};", n.len(), n);
             canonical(&key[n], &mut s);
         }
-        ItemRef { table: table.to_string(), key: s }
+        ItemRef {
+            table: table.to_string(),
+            key: s,
+        }
     }
 }
 

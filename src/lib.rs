@@ -12,24 +12,28 @@ mod contention;
 mod ddb;
 mod error;
 mod expr;
-mod item_lock;
-mod record;
-mod request;
-mod transaction;
 pub mod fault;
+mod isolation;
+mod item_lock;
 mod keys;
 pub mod lock;
 mod manager;
+mod record;
+mod request;
 mod tables;
+mod transaction;
 
 pub use contention::ContentionPolicy;
 pub use error::{BoxError, Error, Item, Result};
+pub use isolation::{IsolatedGetItemBuilder, IsolationLevel};
+pub use manager::{
+    DEFAULT_IMAGES_TABLE, DEFAULT_TRANSACTIONS_TABLE, Settings, TransactionManager,
+    TransactionManagerBuilder,
+};
 pub use record::TxState;
 pub use transaction::{
-    DeleteItemBuilder, GetItemBuilder, GetOutput, PutItemBuilder, Transaction, UpdateItemBuilder, WriteOutput,
-};
-pub use manager::{
-    DEFAULT_IMAGES_TABLE, DEFAULT_TRANSACTIONS_TABLE, Settings, TransactionManager, TransactionManagerBuilder,
+    DeleteItemBuilder, GetItemBuilder, GetOutput, PutItemBuilder, Transaction, UpdateItemBuilder,
+    WriteOutput,
 };
 
 /// The id of a transaction (a UUID string).

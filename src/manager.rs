@@ -5,13 +5,13 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::Client;
 
+use crate::TxId;
 use crate::contention::ContentionPolicy;
 use crate::error::{Error, Result};
 use crate::keys::SchemaCache;
 use crate::record::{self, TxState};
 use crate::tables;
 use crate::transaction::Transaction;
-use crate::TxId;
 
 /// Default name of the transactions table.
 pub const DEFAULT_TRANSACTIONS_TABLE: &str = "Transactions";
@@ -275,6 +275,87 @@ impl TransactionManager {
     /// # Cancel safety
     /// Read-only; safe to drop.
     pub async fn transaction_state(&self, id: &TxId) -> Result<Option<(TxState, bool)>> {
-        Ok(record::load_header(&self.inner.client, &self.inner.tx_table, id).await?.map(|h| (h.state, h.finalized)))
+        Ok(
+            record::load_header(&self.inner.client, &self.inner.tx_table, id)
+                .await?
+                .map(|h| (h.state, h.finalized)),
+        )
+    }
+}
+
+impl TransactionManager {
+    /// Runs a unit of work in a transaction: begins, runs `work`, commits; rolls back when `work`
+    /// fails; runs it again (after a jittered backoff, up to [`Settings::run_attempts`]) when the
+    /// failure is retryable (lost contention, rolled back by a competitor, throttling).
+    ///
+    /// `work` may run several times, so it should only act through the transaction.
+    ///
+    /// ```no_run
+    /// # async fn demo(m: dynamodb_transactions::TransactionManager) -> dynamodb_transactions::Result<()> {
+    /// use aws_sdk_dynamodb::types::AttributeValue;
+    /// m.run(async |tx| {
+    ///     let from = tx.get_item().table_name("Accounts").key("Id", AttributeValue::S("a".into())).send().await?;
+    ///     // ... decide using `from`, then write:
+    ///     tx.update_item()
+    ///         .table_name("Accounts")
+    ///         .key("Id", AttributeValue::S("a".into()))
+    ///         .update_expression("SET balance = balance - :x")
+    ///         .expression_attribute_values(":x", AttributeValue::N("5".into()))
+    ///         .send()
+    ///         .await?;
+    ///     Ok(())
+    /// })
+    /// .await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// The last error when it is not retryable or attempts ran out. [`Error::Undetermined`] when the
+    /// commit's outcome could not be learned: the work may or may not have taken effect, exactly once
+    /// at most.
+    ///
+    /// # Cancel safety
+    /// Dropping the future midway leaves the current attempt's transaction pending (never half
+    /// applied); it is rolled back by whoever meets its locks, or by the sweeper.
+    pub async fn run<T, F>(&self, mut work: F) -> Result<T>
+    where
+        F: AsyncFnMut(&Transaction) -> Result<T>,
+    {
+        let attempts = self.inner.settings.run_attempts.max(1);
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let tx = self.begin();
+            let id = tx.id().clone();
+            let err = match work(&tx).await {
+                Ok(v) => match tx.commit().await {
+                    Ok(()) => return Ok(v),
+                    Err(e) if e.is_undetermined() => return Err(e),
+                    Err(e) => {
+                        // Leave nothing pending behind; a commit that landed after all wins.
+                        match self.rollback_transaction(&id).await {
+                            Err(Error::AlreadyCommitted { .. }) => return Ok(v),
+                            _ => e,
+                        }
+                    }
+                },
+                Err(e) => {
+                    match tx.rollback().await {
+                        Err(Error::AlreadyCommitted { .. }) => {
+                            return Err(Error::invariant(
+                                "a transaction committed while its work failed",
+                            ));
+                        }
+                        _ => {}
+                    }
+                    e
+                }
+            };
+            if !err.is_retryable() || attempt >= attempts {
+                return Err(err);
+            }
+            tracing::debug!(tx = %id, attempt, error = %err, "retrying unit of work");
+            crate::contention::backoff(&self.inner.settings, attempt).await;
+        }
     }
 }

@@ -101,14 +101,24 @@ pub(crate) struct RecordMeta {
 
 impl Header {
     pub fn meta(&self) -> RecordMeta {
-        RecordMeta { version: self.version, chunks: self.chunks, inline_bytes: self.inline_bytes }
+        RecordMeta {
+            version: self.version,
+            chunks: self.chunks,
+            inline_bytes: self.inline_bytes,
+        }
     }
 
     pub(crate) fn parse(item: &Item) -> Result<Header> {
         let bad = |what: &str| Error::invariant(format!("TX record header has no valid {what}"));
-        let n = |k: &str| item.get(k).and_then(|v| v.as_n().ok()).and_then(|n| n.parse::<u64>().ok());
+        let n = |k: &str| {
+            item.get(k)
+                .and_then(|v| v.as_n().ok())
+                .and_then(|n| n.parse::<u64>().ok())
+        };
         let inline = match item.get(REQUESTS) {
-            Some(AttributeValue::L(l)) => l.iter().map(Request::decode).collect::<Result<Vec<_>>>()?,
+            Some(AttributeValue::L(l)) => {
+                l.iter().map(Request::decode).collect::<Result<Vec<_>>>()?
+            }
             _ => Vec::new(),
         };
         Ok(Header {
@@ -191,15 +201,28 @@ pub(crate) async fn load(client: &Client, table: &str, id: &TxId) -> Result<Opti
             break;
         }
     }
-    let row_of = |i: &Item| i.get(TX_ROW).and_then(|v| v.as_n().ok()).and_then(|n| n.parse::<u32>().ok());
-    let Some(head) = rows.iter().find(|r| row_of(r) == Some(0)) else { return Ok(None) };
+    let row_of = |i: &Item| {
+        i.get(TX_ROW)
+            .and_then(|v| v.as_n().ok())
+            .and_then(|n| n.parse::<u32>().ok())
+    };
+    let Some(head) = rows.iter().find(|r| row_of(r) == Some(0)) else {
+        return Ok(None);
+    };
     let header = Header::parse(head)?;
     let mut requests = header.inline.clone();
-    let mut chunks: Vec<(u32, &Item)> =
-        rows.iter().filter_map(|r| row_of(r).map(|n| (n, r))).filter(|(n, _)| *n >= 1 && *n <= header.chunks).collect();
+    let mut chunks: Vec<(u32, &Item)> = rows
+        .iter()
+        .filter_map(|r| row_of(r).map(|n| (n, r)))
+        .filter(|(n, _)| *n >= 1 && *n <= header.chunks)
+        .collect();
     chunks.sort_by_key(|(n, _)| *n);
     if chunks.len() != header.chunks as usize {
-        return Err(Error::invariant(format!("TX record {id} counts {} chunk rows but has {}", header.chunks, chunks.len())));
+        return Err(Error::invariant(format!(
+            "TX record {id} counts {} chunk rows but has {}",
+            header.chunks,
+            chunks.len()
+        )));
     }
     for (_, row) in chunks {
         if let Some(AttributeValue::L(l)) = row.get(REQUESTS) {
@@ -238,7 +261,12 @@ pub(crate) enum Appended {
 }
 
 /// Creates the record with `requests` (all of them, over several writes if needed).
-pub(crate) async fn create(client: &Client, table: &str, id: &TxId, requests: &[Request]) -> Result<Appended> {
+pub(crate) async fn create(
+    client: &Client,
+    table: &str,
+    id: &TxId,
+    requests: &[Request],
+) -> Result<Appended> {
     let now = ddb::now_millis();
     // The header holds what fits inline; the rest is appended.
     let mut inline_bytes = 0;
@@ -255,16 +283,28 @@ pub(crate) async fn create(client: &Client, table: &str, id: &TxId, requests: &[
     let mut item = header_key(id);
     item.insert(STATE.into(), s("P"));
     item.insert(VERSION.into(), n(1));
-    item.insert(REQUESTS.into(), AttributeValue::L(requests[..split].iter().map(Request::encode).collect()));
+    item.insert(
+        REQUESTS.into(),
+        AttributeValue::L(requests[..split].iter().map(Request::encode).collect()),
+    );
     item.insert(CHUNKS.into(), n(0));
     item.insert(UPDATED.into(), n(now));
     item.insert(CREATED.into(), n(now));
     item.insert(NONCE.into(), s(nonce.clone()));
     let mut ph = Placeholders::default();
     let cond = format!("attribute_not_exists({})", ph.name(TX_ID));
-    let w = Write { table: table.into(), kind: WriteKind::Put { item }, condition: Some(cond), ph };
+    let w = Write {
+        table: table.into(),
+        kind: WriteKind::Put { item },
+        condition: Some(cond),
+        ph,
+    };
     let meta = match w.send(client, None).await? {
-        Written::Ok(_) => RecordMeta { version: 1, chunks: 0, inline_bytes },
+        Written::Ok(_) => RecordMeta {
+            version: 1,
+            chunks: 0,
+            inline_bytes,
+        },
         Written::ConditionFailed(found) => {
             let header = found.as_ref().map(Header::parse).transpose()?;
             match header {
@@ -281,7 +321,13 @@ pub(crate) async fn create(client: &Client, table: &str, id: &TxId, requests: &[
 }
 
 /// Appends requests to a pending record at `meta.version` (conditional on both).
-pub(crate) async fn append(client: &Client, table: &str, id: &TxId, meta: RecordMeta, requests: &[Request]) -> Result<Appended> {
+pub(crate) async fn append(
+    client: &Client,
+    table: &str,
+    id: &TxId,
+    meta: RecordMeta,
+    requests: &[Request],
+) -> Result<Appended> {
     let mut meta = meta;
     let mut rest = requests;
     while !rest.is_empty() {
@@ -296,7 +342,15 @@ pub(crate) async fn append(client: &Client, table: &str, id: &TxId, meta: Record
         let groups = pack(rest, CHUNK_LIMIT);
         let take_groups = groups.len().min(CHUNKS_PER_APPEND);
         let taken: usize = groups[..take_groups].iter().map(Vec::len).sum();
-        match append_chunks(client, table, id, meta, groups.into_iter().take(take_groups).collect()).await? {
+        match append_chunks(
+            client,
+            table,
+            id,
+            meta,
+            groups.into_iter().take(take_groups).collect(),
+        )
+        .await?
+        {
             Appended::Ok(m) => meta = m,
             conflict => return Ok(conflict),
         }
@@ -329,7 +383,10 @@ async fn append_inline(
     let update = format!(
         "SET {r} = list_append({r}, {new}), {d} = {now}, {o} = {nonce} ADD {v} {one}",
         r = ph.name(REQUESTS),
-        new = ph.value("New", AttributeValue::L(requests.iter().map(Request::encode).collect())),
+        new = ph.value(
+            "New",
+            AttributeValue::L(requests.iter().map(Request::encode).collect())
+        ),
         d = ph.name(UPDATED),
         now = ph.value("Now", n(ddb::now_millis())),
         o = ph.name(NONCE),
@@ -337,18 +394,36 @@ async fn append_inline(
         v = ph.name(VERSION),
         one = ph.value("One", n(1)),
     );
-    let w = Write { table: table.into(), kind: WriteKind::Update { key: header_key(id), update }, condition: Some(cond), ph };
-    let next = RecordMeta { version: meta.version + 1, chunks: meta.chunks, inline_bytes: meta.inline_bytes + bytes };
+    let w = Write {
+        table: table.into(),
+        kind: WriteKind::Update {
+            key: header_key(id),
+            update,
+        },
+        condition: Some(cond),
+        ph,
+    };
+    let next = RecordMeta {
+        version: meta.version + 1,
+        chunks: meta.chunks,
+        inline_bytes: meta.inline_bytes + bytes,
+    };
     match w.send(client, None).await {
         Ok(Written::Ok(_)) => Ok(Appended::Ok(next)),
         Ok(Written::ConditionFailed(found)) => {
             let header = found.as_ref().map(Header::parse).transpose()?;
             match header {
-                Some(h) if h.nonce.as_deref() == Some(&nonce) && h.version == meta.version + 1 => Ok(Appended::Ok(next)),
+                Some(h) if h.nonce.as_deref() == Some(&nonce) && h.version == meta.version + 1 => {
+                    Ok(Appended::Ok(next))
+                }
                 other => Ok(Appended::Conflict(other)),
             }
         }
-        Err(Error::DynamoDb { code: Some(code), message, .. }) if code == "ValidationException" => Err(Error::invalid(format!(
+        Err(Error::DynamoDb {
+            code: Some(code),
+            message,
+            ..
+        }) if code == "ValidationException" => Err(Error::invalid(format!(
             "the transaction's requests do not fit in its record: {}",
             message.unwrap_or_default()
         ))),
@@ -378,25 +453,49 @@ async fn append_chunks(
         v = ph.name(VERSION),
         one = ph.value("One", n(1)),
     );
-    let mut writes =
-        vec![Write { table: table.into(), kind: WriteKind::Update { key: header_key(id), update }, condition: Some(cond), ph }];
+    let mut writes = vec![Write {
+        table: table.into(),
+        kind: WriteKind::Update {
+            key: header_key(id),
+            update,
+        },
+        condition: Some(cond),
+        ph,
+    }];
     for (i, g) in groups.into_iter().enumerate() {
         let mut item = row_key(id, meta.chunks + 1 + i as u32);
         item.insert(REQUESTS.into(), AttributeValue::L(g));
-        writes.push(Write { table: table.into(), kind: WriteKind::Put { item }, condition: None, ph: Placeholders::default() });
+        writes.push(Write {
+            table: table.into(),
+            kind: WriteKind::Put { item },
+            condition: None,
+            ph: Placeholders::default(),
+        });
     }
-    let next = RecordMeta { version: meta.version + 1, chunks: meta.chunks + count, inline_bytes: meta.inline_bytes };
+    let next = RecordMeta {
+        version: meta.version + 1,
+        chunks: meta.chunks + count,
+        inline_bytes: meta.inline_bytes,
+    };
     match ddb::transact(client, &writes).await? {
         Transacted::Ok => Ok(Appended::Ok(next)),
         Transacted::Cancelled(reasons) => {
             if reasons[0].is_condition_failed() {
                 let header = reasons[0].item.as_ref().map(Header::parse).transpose()?;
                 return match header {
-                    Some(h) if h.nonce.as_deref() == Some(&nonce) && h.version == meta.version + 1 => Ok(Appended::Ok(next)),
+                    Some(h)
+                        if h.nonce.as_deref() == Some(&nonce) && h.version == meta.version + 1 =>
+                    {
+                        Ok(Appended::Ok(next))
+                    }
                     other => Ok(Appended::Conflict(other)),
                 };
             }
-            let why: Vec<String> = reasons.iter().filter(|r| !r.is_ok()).map(|r| r.code.clone()).collect();
+            let why: Vec<String> = reasons
+                .iter()
+                .filter(|r| !r.is_ok())
+                .map(|r| r.code.clone())
+                .collect();
             Err(Error::DynamoDb {
                 operation: "TransactWriteItems",
                 code: why.first().cloned(),
@@ -417,7 +516,13 @@ pub(crate) enum Flipped {
 }
 
 /// The write that decides a pending record at `version` (used alone or inside a batch).
-pub(crate) fn decide_write(table: &str, id: &TxId, version: u64, to: TxState, finalize: bool) -> Write {
+pub(crate) fn decide_write(
+    table: &str,
+    id: &TxId,
+    version: u64,
+    to: TxState,
+    finalize: bool,
+) -> Write {
     let mut ph = Placeholders::default();
     let cond = pending_at(&mut ph, version);
     let mut update = format!(
@@ -428,30 +533,63 @@ pub(crate) fn decide_write(table: &str, id: &TxId, version: u64, to: TxState, fi
         now = ph.value("Now", n(ddb::now_millis())),
     );
     if finalize {
-        update.push_str(&format!(", {} = {}", ph.name(FINALIZED), ph.value("Fin", s("1"))));
+        update.push_str(&format!(
+            ", {} = {}",
+            ph.name(FINALIZED),
+            ph.value("Fin", s("1"))
+        ));
     }
-    Write { table: table.into(), kind: WriteKind::Update { key: header_key(id), update }, condition: Some(cond), ph }
+    Write {
+        table: table.into(),
+        kind: WriteKind::Update {
+            key: header_key(id),
+            update,
+        },
+        condition: Some(cond),
+        ph,
+    }
 }
 
 /// A condition that the record is still pending (for `TransactWriteItems`).
 pub(crate) fn pending_check(table: &str, id: &TxId) -> Write {
     let mut ph = Placeholders::default();
     let cond = format!("{} = {}", ph.name(STATE), ph.value("P", s("P")));
-    Write { table: table.into(), kind: WriteKind::Check { key: header_key(id) }, condition: Some(cond), ph }
+    Write {
+        table: table.into(),
+        kind: WriteKind::Check {
+            key: header_key(id),
+        },
+        condition: Some(cond),
+        ph,
+    }
 }
 
 /// Decides the record: pending at `version` → `to`.
-pub(crate) async fn decide(client: &Client, table: &str, id: &TxId, version: u64, to: TxState) -> Result<Flipped> {
+pub(crate) async fn decide(
+    client: &Client,
+    table: &str,
+    id: &TxId,
+    version: u64,
+    to: TxState,
+) -> Result<Flipped> {
     let w = decide_write(table, id, version, to, false);
     match w.send(client, None).await? {
         Written::Ok(_) => Ok(Flipped::Ok),
-        Written::ConditionFailed(found) => Ok(Flipped::Failed(found.as_ref().map(Header::parse).transpose()?)),
+        Written::ConditionFailed(found) => Ok(Flipped::Failed(
+            found.as_ref().map(Header::parse).transpose()?,
+        )),
     }
 }
 
 /// Marks a decided record finalized (every lock released). Idempotent. `ttl_secs` adds a TTL
 /// attribute so DynamoDB deletes the record later.
-pub(crate) async fn finalize(client: &Client, table: &str, id: &TxId, state: TxState, ttl_secs: Option<u64>) -> Result<()> {
+pub(crate) async fn finalize(
+    client: &Client,
+    table: &str,
+    id: &TxId,
+    state: TxState,
+    ttl_secs: Option<u64>,
+) -> Result<()> {
     let mut ph = Placeholders::default();
     let cond = format!("{} = {}", ph.name(STATE), ph.value("St", s(state.code())));
     let mut update = format!(
@@ -463,16 +601,31 @@ pub(crate) async fn finalize(client: &Client, table: &str, id: &TxId, state: TxS
     );
     if let Some(ttl) = ttl_secs {
         let at = ddb::now_millis() / 1000 + ttl;
-        update.push_str(&format!(", {} = {}", ph.name(EXPIRES), ph.value("Exp", n(at))));
+        update.push_str(&format!(
+            ", {} = {}",
+            ph.name(EXPIRES),
+            ph.value("Exp", n(at))
+        ));
     }
-    let w = Write { table: table.into(), kind: WriteKind::Update { key: header_key(id), update }, condition: Some(cond), ph };
+    let w = Write {
+        table: table.into(),
+        kind: WriteKind::Update {
+            key: header_key(id),
+            update,
+        },
+        condition: Some(cond),
+        ph,
+    };
     match w.send(client, None).await? {
         Written::Ok(_) => Ok(()),
         // Gone (deleted after someone else finalized it) or already final: fine. Any other state is a bug.
         Written::ConditionFailed(None) => Ok(()),
         Written::ConditionFailed(Some(found)) => {
             let h = Header::parse(&found)?;
-            Err(Error::invariant(format!("finalizing {id} as {state} but the record is {}", h.state)))
+            Err(Error::invariant(format!(
+                "finalizing {id} as {state} but the record is {}",
+                h.state
+            )))
         }
     }
 }
@@ -480,7 +633,9 @@ pub(crate) async fn finalize(client: &Client, table: &str, id: &TxId, state: TxS
 /// Deletes a finalized record (chunk rows first, then the header, conditional on being finalized).
 /// Returns false if the record is not finalized.
 pub(crate) async fn delete(client: &Client, table: &str, id: &TxId) -> Result<bool> {
-    let Some(h) = load_header(client, table, id).await? else { return Ok(true) };
+    let Some(h) = load_header(client, table, id).await? else {
+        return Ok(true);
+    };
     if !h.finalized {
         return Ok(false);
     }
@@ -488,10 +643,16 @@ pub(crate) async fn delete(client: &Client, table: &str, id: &TxId) -> Result<bo
     ddb::batch_delete(client, table, chunk_keys).await?;
     let mut ph = Placeholders::default();
     let cond = format!("attribute_exists({})", ph.name(FINALIZED));
-    let w = Write { table: table.into(), kind: WriteKind::Delete { key: header_key(id) }, condition: Some(cond), ph };
+    let w = Write {
+        table: table.into(),
+        kind: WriteKind::Delete {
+            key: header_key(id),
+        },
+        condition: Some(cond),
+        ph,
+    };
     match w.send(client, None).await? {
         Written::Ok(_) | Written::ConditionFailed(None) => Ok(true),
         Written::ConditionFailed(Some(_)) => Ok(false),
     }
 }
-

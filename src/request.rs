@@ -87,7 +87,11 @@ impl Request {
         if let Some(n) = &self.names {
             m.insert(
                 "n".to_string(),
-                AttributeValue::M(n.iter().map(|(k, v)| (k.clone(), AttributeValue::S(v.clone()))).collect()),
+                AttributeValue::M(
+                    n.iter()
+                        .map(|(k, v)| (k.clone(), AttributeValue::S(v.clone())))
+                        .collect(),
+                ),
             );
         }
         if let Some(v) = &self.values {
@@ -110,7 +114,9 @@ impl Request {
             update: s("u"),
             condition: s("c"),
             names: map("n").map(|n| {
-                n.into_iter().filter_map(|(k, v)| v.as_s().ok().map(|s| (k, s.clone()))).collect()
+                n.into_iter()
+                    .filter_map(|(k, v)| v.as_s().ok().map(|s| (k, s.clone())))
+                    .collect()
             }),
             values: map("v"),
         })
@@ -128,7 +134,10 @@ impl Request {
         }
         match self.op {
             Op::Put => {
-                let item = self.item.as_ref().ok_or_else(|| Error::invalid("a put needs an item"))?;
+                let item = self
+                    .item
+                    .as_ref()
+                    .ok_or_else(|| Error::invalid("a put needs an item"))?;
                 check_item_names("Item", item)?;
                 self.key = schema.key_of(&self.table, item)?;
                 let size = item_size(item);
@@ -191,14 +200,21 @@ pub(crate) fn check_return_values(op: Op, rv: &ReturnValue) -> Result<()> {
         Op::Put | Op::Delete => matches!(rv, ReturnValue::None | ReturnValue::AllOld),
         Op::Update => matches!(
             rv,
-            ReturnValue::None | ReturnValue::AllOld | ReturnValue::AllNew | ReturnValue::UpdatedOld | ReturnValue::UpdatedNew
+            ReturnValue::None
+                | ReturnValue::AllOld
+                | ReturnValue::AllNew
+                | ReturnValue::UpdatedOld
+                | ReturnValue::UpdatedNew
         ),
         Op::Get => true,
     };
     if ok {
         Ok(())
     } else {
-        Err(Error::invalid(format!("ReturnValues {} is not supported for a {op:?}", rv.as_str())))
+        Err(Error::invalid(format!(
+            "ReturnValues {} is not supported for a {op:?}",
+            rv.as_str()
+        )))
     }
 }
 
@@ -226,7 +242,12 @@ pub(crate) fn value_size(v: &AttributeValue) -> usize {
         AttributeValue::Ns(ns) => ns.iter().map(|n| n.len().div_ceil(2) + 1).sum(),
         AttributeValue::Bs(bs) => bs.iter().map(|b| b.as_ref().len()).sum(),
         AttributeValue::L(l) => 3 + l.iter().map(|v| 1 + value_size(v)).sum::<usize>(),
-        AttributeValue::M(m) => 3 + m.iter().map(|(k, v)| 1 + k.len() + value_size(v)).sum::<usize>(),
+        AttributeValue::M(m) => {
+            3 + m
+                .iter()
+                .map(|(k, v)| 1 + k.len() + value_size(v))
+                .sum::<usize>()
+        }
         _ => 0,
     }
 }
@@ -237,7 +258,10 @@ mod tests {
     use aws_sdk_dynamodb::types::ScalarAttributeType;
 
     fn schema() -> KeySchema {
-        KeySchema { hash: ("Id".into(), ScalarAttributeType::S), range: None }
+        KeySchema {
+            hash: ("Id".into(), ScalarAttributeType::S),
+            range: None,
+        }
     }
 
     fn s(v: &str) -> AttributeValue {
@@ -267,7 +291,10 @@ mod tests {
             op: Op::Put,
             table: "t".into(),
             key: HashMap::new(),
-            item: Some(HashMap::from([("Id".into(), s("a")), ("b".into(), AttributeValue::Bs(vec![]))])),
+            item: Some(HashMap::from([
+                ("Id".into(), s("a")),
+                ("b".into(), AttributeValue::Bs(vec![])),
+            ])),
             update: None,
             condition: None,
             names: None,
@@ -298,7 +325,10 @@ mod tests {
 
     #[test]
     fn sizes() {
-        let item: Item = HashMap::from([("ab".into(), s("xyz")), ("n".into(), AttributeValue::N("12345".into()))]);
+        let item: Item = HashMap::from([
+            ("ab".into(), s("xyz")),
+            ("n".into(), AttributeValue::N("12345".into())),
+        ]);
         assert_eq!(item_size(&item), 2 + 3 + 1 + 4);
     }
 }

@@ -9,8 +9,8 @@ use std::time::Duration;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::operation::describe_table::DescribeTableError;
 use aws_sdk_dynamodb::types::{
-    AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType, TableDescription,
-    TableStatus,
+    AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
+    TableDescription, TableStatus,
 };
 
 use crate::error::{Error, Result};
@@ -34,7 +34,10 @@ pub(crate) const TX_TABLE: TableLayout = TableLayout {
     range: Some((TX_ROW, ScalarAttributeType::N)),
 };
 
-pub(crate) const IMAGE_TABLE: TableLayout = TableLayout { hash: (IMAGE_ID, ScalarAttributeType::S), range: None };
+pub(crate) const IMAGE_TABLE: TableLayout = TableLayout {
+    hash: (IMAGE_ID, ScalarAttributeType::S),
+    range: None,
+};
 
 /// Returns the description of `table`, or `None` if it does not exist.
 pub(crate) async fn describe(client: &Client, table: &str) -> Result<Option<TableDescription>> {
@@ -48,8 +51,17 @@ pub(crate) async fn describe(client: &Client, table: &str) -> Result<Option<Tabl
 }
 
 /// Checks that `desc` has exactly the key layout `layout`.
-pub(crate) fn check_layout(table: &str, desc: &TableDescription, layout: &TableLayout) -> Result<()> {
-    let mismatch = |m: String| Err(Error::TableMismatch { table: table.to_string(), mismatch: m });
+pub(crate) fn check_layout(
+    table: &str,
+    desc: &TableDescription,
+    layout: &TableLayout,
+) -> Result<()> {
+    let mismatch = |m: String| {
+        Err(Error::TableMismatch {
+            table: table.to_string(),
+            mismatch: m,
+        })
+    };
     let type_of = |name: &str| {
         desc.attribute_definitions()
             .iter()
@@ -72,21 +84,35 @@ pub(crate) fn check_layout(table: &str, desc: &TableDescription, layout: &TableL
         s
     };
     if keys.len() != want_len {
-        return mismatch(format!("key schema is [{}], expected [{}]", describe_keys(), expected()));
+        return mismatch(format!(
+            "key schema is [{}], expected [{}]",
+            describe_keys(),
+            expected()
+        ));
     }
     let wanted = std::iter::once((layout.hash.0, &layout.hash.1, KeyType::Hash))
         .chain(layout.range.iter().map(|(n, t)| (*n, t, KeyType::Range)));
     for (name, ty, kind) in wanted {
         let Some(k) = keys.iter().find(|k| k.key_type() == &kind) else {
-            return mismatch(format!("key schema is [{}], expected [{}]", describe_keys(), expected()));
+            return mismatch(format!(
+                "key schema is [{}], expected [{}]",
+                describe_keys(),
+                expected()
+            ));
         };
         if k.attribute_name() != name {
-            return mismatch(format!("key schema is [{}], expected [{}]", describe_keys(), expected()));
+            return mismatch(format!(
+                "key schema is [{}], expected [{}]",
+                describe_keys(),
+                expected()
+            ));
         }
         if type_of(name).as_ref() != Some(ty) {
             return mismatch(format!(
                 "key attribute {name} has type {}, expected {}",
-                type_of(name).map(|t| t.as_str().to_string()).unwrap_or_else(|| "?".into()),
+                type_of(name)
+                    .map(|t| t.as_str().to_string())
+                    .unwrap_or_else(|| "?".into()),
                 ty.as_str()
             ));
         }
@@ -113,11 +139,16 @@ pub(crate) async fn create_or_verify(
         .attribute_definitions(attr_def(layout.hash.0, layout.hash.1.clone()))
         .key_schema(key_elem(layout.hash.0, KeyType::Hash));
     if let Some((r, t)) = &layout.range {
-        req = req.attribute_definitions(attr_def(r, t.clone())).key_schema(key_elem(r, KeyType::Range));
+        req = req
+            .attribute_definitions(attr_def(r, t.clone()))
+            .key_schema(key_elem(r, KeyType::Range));
     }
     if let Err(e) = req.send().await {
         // Someone else created it at the same moment: fine, verify theirs.
-        if !e.as_service_error().is_some_and(|s| s.is_resource_in_use_exception()) {
+        if !e
+            .as_service_error()
+            .is_some_and(|s| s.is_resource_in_use_exception())
+        {
             return Err(Error::sdk("CreateTable", e));
         }
     }
@@ -127,12 +158,19 @@ pub(crate) async fn create_or_verify(
 /// Verifies that `table` exists with `layout`.
 pub(crate) async fn verify(client: &Client, table: &str, layout: &TableLayout) -> Result<()> {
     match describe(client, table).await? {
-        None => Err(Error::TableNotFound { table: table.to_string() }),
+        None => Err(Error::TableNotFound {
+            table: table.to_string(),
+        }),
         Some(desc) => check_layout(table, &desc, layout),
     }
 }
 
-async fn wait_active(client: &Client, table: &str, layout: &TableLayout, wait: Duration) -> Result<()> {
+async fn wait_active(
+    client: &Client,
+    table: &str,
+    layout: &TableLayout,
+    wait: Duration,
+) -> Result<()> {
     let deadline = tokio::time::Instant::now() + wait;
     let mut delay = Duration::from_millis(50);
     loop {
@@ -164,10 +202,17 @@ async fn wait_active(client: &Client, table: &str, layout: &TableLayout, wait: D
 }
 
 fn attr_def(name: &str, ty: ScalarAttributeType) -> AttributeDefinition {
-    AttributeDefinition::builder().attribute_name(name).attribute_type(ty).build().expect("name and type are set")
+    AttributeDefinition::builder()
+        .attribute_name(name)
+        .attribute_type(ty)
+        .build()
+        .expect("name and type are set")
 }
 
 fn key_elem(name: &str, kind: KeyType) -> KeySchemaElement {
-    KeySchemaElement::builder().attribute_name(name).key_type(kind).build().expect("name and type are set")
+    KeySchemaElement::builder()
+        .attribute_name(name)
+        .key_type(kind)
+        .build()
+        .expect("name and type are set")
 }
-

@@ -151,10 +151,19 @@ enum CommitStep {
 
 impl Transaction {
     pub(crate) fn new(mgr: TransactionManager, id: TxId) -> Transaction {
-        Transaction { mgr, id, state: tokio::sync::Mutex::new(State::default()), finished: AtomicBool::new(false) }
+        Transaction {
+            mgr,
+            id,
+            state: tokio::sync::Mutex::new(State::default()),
+            finished: AtomicBool::new(false),
+        }
     }
 
-    pub(crate) fn from_record(mgr: TransactionManager, id: TxId, rec: record::Record) -> Transaction {
+    pub(crate) fn from_record(
+        mgr: TransactionManager,
+        id: TxId,
+        rec: record::Record,
+    ) -> Transaction {
         let tx = Transaction::new(mgr, id);
         {
             let mut st = tx.state.try_lock().expect("new transaction is not shared");
@@ -179,31 +188,53 @@ impl Transaction {
 
     /// Starts a put (a full replacement of an item) in this transaction.
     pub fn put_item(&self) -> PutItemBuilder<'_> {
-        PutItemBuilder { tx: self, req: blank(Op::Put), return_values: None }
+        PutItemBuilder {
+            tx: self,
+            req: blank(Op::Put),
+            return_values: None,
+        }
     }
 
     /// Starts an update of an item in this transaction.
     pub fn update_item(&self) -> UpdateItemBuilder<'_> {
-        UpdateItemBuilder { tx: self, req: blank(Op::Update), return_values: None }
+        UpdateItemBuilder {
+            tx: self,
+            req: blank(Op::Update),
+            return_values: None,
+        }
     }
 
     /// Starts a delete of an item in this transaction.
     pub fn delete_item(&self) -> DeleteItemBuilder<'_> {
-        DeleteItemBuilder { tx: self, req: blank(Op::Delete), return_values: None }
+        DeleteItemBuilder {
+            tx: self,
+            req: blank(Op::Delete),
+            return_values: None,
+        }
     }
 
     /// Starts a locked read: the item as this transaction sees it, locked until the transaction ends.
     pub fn get_item(&self) -> GetItemBuilder<'_> {
-        GetItemBuilder { tx: self, req: blank(Op::Get), projection: None }
+        GetItemBuilder {
+            tx: self,
+            req: blank(Op::Get),
+            projection: None,
+        }
     }
 
     fn check_open(&self, st: &State) -> Result<()> {
         if self.finished.load(Ordering::SeqCst) {
-            return Err(Error::TransactionFinished { tx_id: self.id.clone() });
+            return Err(Error::TransactionFinished {
+                tx_id: self.id.clone(),
+            });
         }
         match st.outcome {
-            Some(TxState::Committed) => Err(Error::AlreadyCommitted { tx_id: self.id.clone() }),
-            Some(TxState::RolledBack) => Err(Error::RolledBack { tx_id: self.id.clone() }),
+            Some(TxState::Committed) => Err(Error::AlreadyCommitted {
+                tx_id: self.id.clone(),
+            }),
+            Some(TxState::RolledBack) => Err(Error::RolledBack {
+                tx_id: self.id.clone(),
+            }),
             _ => Ok(()),
         }
     }
@@ -212,7 +243,11 @@ impl Transaction {
         if table.is_empty() {
             return Err(Error::invalid("TableName must not be empty"));
         }
-        self.mgr.inner.schemas.get(&self.mgr.inner.client, table).await
+        self.mgr
+            .inner
+            .schemas
+            .get(&self.mgr.inner.client, table)
+            .await
     }
 
     /// Validates and adds a write; drives it now when return values need it.
@@ -227,7 +262,11 @@ impl Transaction {
         let r = req.item_ref();
         if let Some(e) = st.items.get(&r) {
             if e.write.is_some() {
-                return Err(Error::DuplicateRequest { tx_id: self.id.clone(), table: req.table, key: req.key });
+                return Err(Error::DuplicateRequest {
+                    tx_id: self.id.clone(),
+                    table: req.table,
+                    key: req.key,
+                });
             }
         }
         st.requests.push(req);
@@ -237,7 +276,9 @@ impl Transaction {
             ReturnValue::None => Ok(WriteOutput::default()),
             ReturnValue::AllOld => {
                 let lock = self.drive_lock(&mut st, &r).await?;
-                Ok(WriteOutput { attributes: lock.before })
+                Ok(WriteOutput {
+                    attributes: lock.before,
+                })
             }
             other => {
                 let attrs = self.apply_now(&mut st, &r, Some(other)).await?;
@@ -262,14 +303,18 @@ impl Transaction {
         self.check_open(&st)?;
         let r = req.item_ref();
         let existing = st.items.get(&r).cloned();
-        let item = match existing.as_ref().and_then(|e| e.write.map(|w| (e, st.requests[w].op))) {
+        let item = match existing
+            .as_ref()
+            .and_then(|e| e.write.map(|w| (e, st.requests[w].op)))
+        {
             Some((_, Op::Delete)) => None,
             Some((e, Op::Put)) => {
                 let w = e.write.expect("has write");
                 st.requests[w].item.clone()
             }
             Some((_, Op::Update)) => {
-                self.apply_now(&mut st, &r, Some(ReturnValue::AllNew)).await?;
+                self.apply_now(&mut st, &r, Some(ReturnValue::AllNew))
+                    .await?;
                 st.items[&r].lock.as_ref().and_then(|l| l.current.clone())
             }
             _ => {
@@ -313,7 +358,10 @@ impl Transaction {
                 Appended::Conflict(header) => self.absorb_conflict(st, header).await?,
             }
         }
-        Err(Error::invariant(format!("could not record requests of {}: the record keeps changing", self.id)))
+        Err(Error::invariant(format!(
+            "could not record requests of {}: the record keeps changing",
+            self.id
+        )))
     }
 
     /// The record is not where this coordinator thought: learn what happened. Returns Ok when the
@@ -321,20 +369,29 @@ impl Transaction {
     async fn absorb_conflict(&self, st: &mut State, header: Option<Header>) -> Result<()> {
         let Some(h) = header else {
             return if st.meta.is_none() {
-                Err(Error::invariant(format!("the record of {} could not be created", self.id)))
+                Err(Error::invariant(format!(
+                    "the record of {} could not be created",
+                    self.id
+                )))
             } else {
-                Err(Error::UnknownOutcome { tx_id: self.id.clone() })
+                Err(Error::UnknownOutcome {
+                    tx_id: self.id.clone(),
+                })
             };
         };
         match h.state {
             TxState::Pending => self.merge_record(st).await,
             TxState::RolledBack => {
                 self.finish_decided(st, TxState::RolledBack).await?;
-                Err(Error::RolledBack { tx_id: self.id.clone() })
+                Err(Error::RolledBack {
+                    tx_id: self.id.clone(),
+                })
             }
             TxState::Committed => {
                 self.finish_decided(st, TxState::Committed).await?;
-                Err(Error::AlreadyCommitted { tx_id: self.id.clone() })
+                Err(Error::AlreadyCommitted {
+                    tx_id: self.id.clone(),
+                })
             }
         }
     }
@@ -343,10 +400,15 @@ impl Transaction {
     async fn merge_record(&self, st: &mut State) -> Result<()> {
         let rec = record::load(&self.mgr.inner.client, &self.mgr.inner.tx_table, &self.id)
             .await?
-            .ok_or_else(|| Error::UnknownOutcome { tx_id: self.id.clone() })?;
+            .ok_or_else(|| Error::UnknownOutcome {
+                tx_id: self.id.clone(),
+            })?;
         let ours: Vec<Request> = st.requests[st.recorded..].to_vec();
-        let locks: HashMap<ItemRef, LockInfo> =
-            st.items.iter().filter_map(|(k, e)| e.lock.clone().map(|l| (k.clone(), l))).collect();
+        let locks: HashMap<ItemRef, LockInfo> = st
+            .items
+            .iter()
+            .filter_map(|(k, e)| e.lock.clone().map(|l| (k.clone(), l)))
+            .collect();
         st.requests.clear();
         st.items.clear();
         st.meta = Some(rec.header.meta());
@@ -357,9 +419,16 @@ impl Transaction {
             index_request(st, i);
         }
         for r in ours {
-            let dup = st.items.get(&r.item_ref()).is_some_and(|e| e.write.is_some() && r.op.is_write());
+            let dup = st
+                .items
+                .get(&r.item_ref())
+                .is_some_and(|e| e.write.is_some() && r.op.is_write());
             if dup {
-                return Err(Error::DuplicateRequest { tx_id: self.id.clone(), table: r.table, key: r.key });
+                return Err(Error::DuplicateRequest {
+                    tx_id: self.id.clone(),
+                    table: r.table,
+                    key: r.key,
+                });
             }
             st.requests.push(r);
             let i = st.requests.len() - 1;
@@ -427,7 +496,11 @@ impl Transaction {
         for attempt in 0..settings.lock_attempts.max(1) {
             let out = match item_lock::lock(c, table, key, &schema, &self.id).await {
                 Ok(o) => o,
-                Err(e @ Error::DynamoDb { ambiguous: true, .. }) if attempt + 1 < settings.lock_attempts => {
+                Err(
+                    e @ Error::DynamoDb {
+                        ambiguous: true, ..
+                    },
+                ) if attempt + 1 < settings.lock_attempts => {
                     // The lock may have landed: the next attempt recognises our own lock.
                     debug!(tx = %self.id, error = %e, "ambiguous lock attempt; retrying");
                     continue;
@@ -453,7 +526,12 @@ impl Transaction {
     }
 
     /// Applies one item's write now (for return values or a read after write), keeping the lock.
-    async fn apply_now(&self, st: &mut State, r: &ItemRef, rv: Option<ReturnValue>) -> Result<Option<Item>> {
+    async fn apply_now(
+        &self,
+        st: &mut State,
+        r: &ItemRef,
+        rv: Option<ReturnValue>,
+    ) -> Result<Option<Item>> {
         let lock = self.drive_lock(st, r).await?;
         let e = st.items[r].clone();
         let c = &self.mgr.inner.client;
@@ -462,7 +540,13 @@ impl Transaction {
             let raw = ddb::batch_get(c, &[(e.table.clone(), e.key.clone())]).await?;
             let obs = Observed::of(raw.first().map(|(_, i)| i));
             let current = obs.visible();
-            st.items.get_mut(r).expect("entry").lock.as_mut().expect("locked").current = current.clone();
+            st.items
+                .get_mut(r)
+                .expect("entry")
+                .lock
+                .as_mut()
+                .expect("locked")
+                .current = current.clone();
             return Ok(current);
         }
         // Only apply while the transaction is pending (a decided one must not change items).
@@ -471,13 +555,16 @@ impl Transaction {
             Some(TxState::Pending) => {}
             _ => {
                 self.absorb_conflict(st, header).await?;
-                return Err(Error::RolledBack { tx_id: self.id.clone() });
+                return Err(Error::RolledBack {
+                    tx_id: self.id.clone(),
+                });
             }
         }
         let req = e.request(&st.requests).clone();
         let schema = self.schema(&req.table).await?;
         let place = self.image_place(&lock, &req).await?;
-        let writes = item_lock::request_writes(&req, &lock, &schema, &self.id, Stage::Apply, &place);
+        let writes =
+            item_lock::request_writes(&req, &lock, &schema, &self.id, Stage::Apply, &place);
         for w in writes {
             let is_check = matches!(w.kind, ddb::WriteKind::Check { .. });
             match w.send(c, if is_check { None } else { rv.clone() }).await {
@@ -489,7 +576,13 @@ impl Transaction {
                         Some(ReturnValue::AllNew) => attrs.clone().map(item_lock::strip),
                         _ => None,
                     };
-                    let l = st.items.get_mut(r).expect("entry").lock.as_mut().expect("locked");
+                    let l = st
+                        .items
+                        .get_mut(r)
+                        .expect("entry")
+                        .lock
+                        .as_mut()
+                        .expect("locked");
                     l.applied = true;
                     l.current = current;
                     if let ImagePlace::Table(id) = &place {
@@ -500,16 +593,25 @@ impl Transaction {
                 Ok(Written::ConditionFailed(found)) => {
                     let obs = Observed::of(found.as_ref());
                     if !is_check && obs.locked_by(&self.id) && obs.applied {
-                        let l = st.items.get_mut(r).expect("entry").lock.as_mut().expect("locked");
+                        let l = st
+                            .items
+                            .get_mut(r)
+                            .expect("entry")
+                            .lock
+                            .as_mut()
+                            .expect("locked");
                         l.applied = true;
                         l.current = obs.visible();
                         return Ok(obs.visible());
                     }
                     if !is_check && !obs.locked_by(&self.id) {
                         // We lost the lock: someone decided the transaction.
-                        let header = record::load_header(c, &self.mgr.inner.tx_table, &self.id).await?;
+                        let header =
+                            record::load_header(c, &self.mgr.inner.tx_table, &self.id).await?;
                         self.absorb_conflict(st, header).await?;
-                        return Err(Error::RolledBack { tx_id: self.id.clone() });
+                        return Err(Error::RolledBack {
+                            tx_id: self.id.clone(),
+                        });
                     }
                     let index = e.index();
                     let item = if is_check { None } else { obs.visible() };
@@ -522,7 +624,11 @@ impl Transaction {
                         item,
                     });
                 }
-                Err(Error::DynamoDb { code: Some(code), message, .. }) if code == "ValidationException" => {
+                Err(Error::DynamoDb {
+                    code: Some(code),
+                    message,
+                    ..
+                }) if code == "ValidationException" => {
                     let index = e.index();
                     self.rollback_locked(st).await?;
                     return Err(Error::RequestRejected {
@@ -550,13 +656,27 @@ impl Transaction {
         let image_size = request::item_size(&before);
         let after_estimate = match &req.item {
             Some(i) => request::item_size(i),
-            None => image_size + req.values.as_ref().map_or(0, |v| v.values().map(request::value_size).sum()),
+            None => {
+                image_size
+                    + req
+                        .values
+                        .as_ref()
+                        .map_or(0, |v| v.values().map(request::value_size).sum())
+            }
         };
-        if image_size <= EMBED_IMAGE_MAX && image_size + after_estimate + request::LOCK_OVERHEAD_BYTES < request::MAX_ITEM_BYTES {
+        if image_size <= EMBED_IMAGE_MAX
+            && image_size + after_estimate + request::LOCK_OVERHEAD_BYTES < request::MAX_ITEM_BYTES
+        {
             return Ok(ImagePlace::Embedded);
         }
         let id = format!("{}#{}", self.id, uuid::Uuid::new_v4().simple());
-        item_lock::save_table_image(&self.mgr.inner.client, &self.mgr.inner.image_table, &id, &before).await?;
+        item_lock::save_table_image(
+            &self.mgr.inner.client,
+            &self.mgr.inner.image_table,
+            &id,
+            &before,
+        )
+        .await?;
         Ok(ImagePlace::Table(id))
     }
 
@@ -588,13 +708,20 @@ impl Transaction {
     async fn commit_inner(&self) -> Result<()> {
         let mut st = self.state.lock().await;
         if self.finished.load(Ordering::SeqCst) {
-            return Err(Error::TransactionFinished { tx_id: self.id.clone() });
+            return Err(Error::TransactionFinished {
+                tx_id: self.id.clone(),
+            });
         }
         match st.outcome {
-            Some(TxState::Committed) => return self.finish_decided(&mut st, TxState::Committed).await,
+            Some(TxState::Committed) => {
+                self.finish_committed(&mut st).await;
+                return Ok(());
+            }
             Some(TxState::RolledBack) => {
                 self.finish_decided(&mut st, TxState::RolledBack).await?;
-                return Err(Error::RolledBack { tx_id: self.id.clone() });
+                return Err(Error::RolledBack {
+                    tx_id: self.id.clone(),
+                });
             }
             _ => {}
         }
@@ -605,13 +732,20 @@ impl Transaction {
             self.flush(&mut st).await?;
             self.lock_all(&mut st).await?;
             let one_shot = self.one_shot_fits(&st);
-            let step = if one_shot { self.commit_one_shot(&mut st).await? } else { self.commit_phased(&mut st).await? };
+            let step = if one_shot {
+                self.commit_one_shot(&mut st).await?
+            } else {
+                self.commit_phased(&mut st).await?
+            };
             match step {
                 CommitStep::Done => return Ok(()),
                 CommitStep::Again => continue,
             }
         }
-        Err(Error::invariant(format!("commit of {} kept meeting concurrent changes", self.id)))
+        Err(Error::invariant(format!(
+            "commit of {} kept meeting concurrent changes",
+            self.id
+        )))
     }
 
     fn one_shot_fits(&self, st: &State) -> bool {
@@ -624,10 +758,16 @@ impl Transaction {
             .values()
             .map(|e| {
                 let req = e.request(&st.requests);
-                1 + usize::from(req.condition.is_some() && e.lock.as_ref().is_some_and(|l| l.transient))
+                1 + usize::from(
+                    req.condition.is_some() && e.lock.as_ref().is_some_and(|l| l.transient),
+                )
             })
             .sum::<usize>();
-        let bytes: usize = st.items.values().map(|e| e.request(&st.requests).encoded_size() * 2).sum();
+        let bytes: usize = st
+            .items
+            .values()
+            .map(|e| e.request(&st.requests).encoded_size() * 2)
+            .sum();
         actions <= ddb::MAX_TRANSACT_ACTIONS && bytes < ddb::MAX_TRANSACT_BYTES
     }
 
@@ -636,15 +776,32 @@ impl Transaction {
         let mut writes = Vec::new();
         let mut owners = Vec::new();
         for (k, e) in &st.items {
-            let lock = e.lock.as_ref().ok_or_else(|| Error::invariant("committing an unlocked item"))?;
+            let lock = e
+                .lock
+                .as_ref()
+                .ok_or_else(|| Error::invariant("committing an unlocked item"))?;
             let op = e.op(&st.requests);
             let ws = if lock.applied {
                 let obs = lock.as_observed(&self.id);
-                item_lock::settle_write(true, op, &e.table, &e.key, &obs, &self.id, None)?.into_iter().collect()
+                item_lock::settle_write(true, op, &e.table, &e.key, &obs, &self.id, None)?
+                    .into_iter()
+                    .collect()
             } else {
                 let req = e.request(&st.requests);
-                let schema = self.mgr.inner.schemas.cached(&req.table).ok_or_else(|| Error::invariant("schema not cached"))?;
-                item_lock::request_writes(req, lock, &schema, &self.id, Stage::Final, &ImagePlace::Embedded)
+                let schema = self
+                    .mgr
+                    .inner
+                    .schemas
+                    .cached(&req.table)
+                    .ok_or_else(|| Error::invariant("schema not cached"))?;
+                item_lock::request_writes(
+                    req,
+                    lock,
+                    &schema,
+                    &self.id,
+                    Stage::Final,
+                    &ImagePlace::Embedded,
+                )
             };
             for w in ws {
                 writes.push(w);
@@ -659,12 +816,22 @@ impl Transaction {
     async fn commit_one_shot(&self, st: &mut State) -> Result<CommitStep> {
         let meta = st.meta.expect("flushed");
         let (item_writes, owners) = self.final_writes(st)?;
-        let mut writes = vec![record::decide_write(&self.mgr.inner.tx_table, &self.id, meta.version, TxState::Committed, true)];
+        let mut writes = vec![record::decide_write(
+            &self.mgr.inner.tx_table,
+            &self.id,
+            meta.version,
+            TxState::Committed,
+            true,
+        )];
         writes.extend(item_writes);
         let c = &self.mgr.inner.client;
         let out = match ddb::transact(c, &writes).await {
             Ok(o) => o,
-            Err(e @ Error::DynamoDb { ambiguous: true, .. }) => return self.learn_after_ambiguous_commit(st, e).await,
+            Err(
+                e @ Error::DynamoDb {
+                    ambiguous: true, ..
+                },
+            ) => return self.learn_after_ambiguous_commit(st, e).await,
             Err(e) => return Err(e),
         };
         match out {
@@ -692,16 +859,27 @@ impl Transaction {
         if !reason.is_condition_failed() {
             return Err(cancelled_error(reason));
         }
-        let header = reason.item.as_ref().map(record::Header::parse).transpose()?;
+        let header = reason
+            .item
+            .as_ref()
+            .map(record::Header::parse)
+            .transpose()?;
         match header.as_ref().map(|h| h.state) {
             Some(TxState::Committed) => {
-                self.finish_decided(st, TxState::Committed).await?;
+                self.finish_committed(st).await;
                 Ok(CommitStep::Done)
             }
             _ => {
                 self.absorb_conflict(st, header).await?;
                 Ok(CommitStep::Again)
             }
+        }
+    }
+
+    /// Someone committed this transaction: complete it, best effort (it is committed regardless).
+    async fn finish_committed(&self, st: &mut State) {
+        if let Err(e) = self.finish_decided(st, TxState::Committed).await {
+            warn!(tx = %self.id, error = %e, "committed, but releasing the locks failed; they are released later");
         }
     }
 
@@ -718,7 +896,9 @@ impl Transaction {
             if reason.is_ok() {
                 continue;
             }
-            let Some(k) = owners[i - offset].clone() else { continue };
+            let Some(k) = owners[i - offset].clone() else {
+                continue;
+            };
             let e = st.items[&k].clone();
             let req = e.request(&st.requests).clone();
             let is_check = matches!(writes[i].kind, ddb::WriteKind::Check { .. });
@@ -729,14 +909,20 @@ impl Transaction {
                     let is_phantom = is_check && writes[i].kind_key() != Some(&e.key);
                     if !is_phantom && !obs.locked_by(&self.id) {
                         // Our lock is gone: someone decided us, or it was broken. Re-check and retry.
-                        let header = record::load_header(&self.mgr.inner.client, &self.mgr.inner.tx_table, &self.id).await?;
+                        let header = record::load_header(
+                            &self.mgr.inner.client,
+                            &self.mgr.inner.tx_table,
+                            &self.id,
+                        )
+                        .await?;
                         self.absorb_conflict(st, header).await?;
                         st.items.get_mut(&k).expect("entry").lock = None;
                         return Ok(CommitStep::Again);
                     }
                     if !is_phantom && obs.applied != expected_applied {
                         // Another coordinator of this transaction moved the item on; adopt its state.
-                        st.items.get_mut(&k).expect("entry").lock = Some(LockInfo::from_observed(&obs));
+                        st.items.get_mut(&k).expect("entry").lock =
+                            Some(LockInfo::from_observed(&obs));
                         return Ok(CommitStep::Again);
                     }
                     // The request's own condition is false.
@@ -771,15 +957,27 @@ impl Transaction {
     }
 
     /// The decisive write failed ambiguously: read the record to learn the outcome.
-    async fn learn_after_ambiguous_commit(&self, st: &mut State, cause: Error) -> Result<CommitStep> {
+    async fn learn_after_ambiguous_commit(
+        &self,
+        st: &mut State,
+        cause: Error,
+    ) -> Result<CommitStep> {
         warn!(tx = %self.id, error = %cause, "commit request failed ambiguously; reading the record");
-        let header = match record::load_header(&self.mgr.inner.client, &self.mgr.inner.tx_table, &self.id).await {
-            Ok(h) => h,
-            Err(_) => return Err(Error::Undetermined { tx_id: self.id.clone(), source: Box::new(cause) }),
-        };
+        let header =
+            match record::load_header(&self.mgr.inner.client, &self.mgr.inner.tx_table, &self.id)
+                .await
+            {
+                Ok(h) => h,
+                Err(_) => {
+                    return Err(Error::Undetermined {
+                        tx_id: self.id.clone(),
+                        source: Box::new(cause),
+                    });
+                }
+            };
         match header.as_ref().map(|h| h.state) {
             Some(TxState::Committed) => {
-                self.finish_decided(st, TxState::Committed).await?;
+                self.finish_committed(st).await;
                 Ok(CommitStep::Done)
             }
             Some(TxState::Pending) => Ok(CommitStep::Again),
@@ -800,7 +998,10 @@ impl Transaction {
         let keys: Vec<ItemRef> = st.items.keys().cloned().collect();
         for k in &keys {
             let e = st.items[k].clone();
-            let lock = e.lock.clone().ok_or_else(|| Error::invariant("applying to an unlocked item"))?;
+            let lock = e
+                .lock
+                .clone()
+                .ok_or_else(|| Error::invariant("applying to an unlocked item"))?;
             if lock.applied {
                 continue;
             }
@@ -808,25 +1009,33 @@ impl Transaction {
             let schema = self.schema(&req.table).await?;
             let place = self.image_place(&lock, &req).await?;
             if let ImagePlace::Table(id) = &place {
-                st.items.get_mut(k).expect("entry").lock.as_mut().expect("locked").image_ref = Some(id.clone());
+                st.items
+                    .get_mut(k)
+                    .expect("entry")
+                    .lock
+                    .as_mut()
+                    .expect("locked")
+                    .image_ref = Some(id.clone());
             }
-            for w in item_lock::request_writes(&req, &lock, &schema, &self.id, Stage::Apply, &place) {
+            for w in item_lock::request_writes(&req, &lock, &schema, &self.id, Stage::Apply, &place)
+            {
                 writes.push(w);
                 owners.push(Some(k.clone()));
             }
         }
         let c = &self.mgr.inner.client;
         let groups = group_with_owners(writes, owners, 1);
-        let results: Vec<Result<(Vec<Write>, Vec<Option<ItemRef>>, Transacted)>> = futures::stream::iter(groups)
-            .map(|(ws, os)| async move {
-                let mut batch = vec![record::pending_check(&self.mgr.inner.tx_table, &self.id)];
-                batch.extend(ws);
-                let out = ddb::transact(c, &batch).await?;
-                Ok((batch, os, out))
-            })
-            .buffer_unordered(self.mgr.inner.settings.concurrency.clamp(1, 8))
-            .collect()
-            .await;
+        let results: Vec<Result<(Vec<Write>, Vec<Option<ItemRef>>, Transacted)>> =
+            futures::stream::iter(groups)
+                .map(|(ws, os)| async move {
+                    let mut batch = vec![record::pending_check(&self.mgr.inner.tx_table, &self.id)];
+                    batch.extend(ws);
+                    let out = ddb::transact(c, &batch).await?;
+                    Ok((batch, os, out))
+                })
+                .buffer_unordered(self.mgr.inner.settings.concurrency.clamp(1, 8))
+                .collect()
+                .await;
         let mut again = false;
         for r in results {
             let (batch, os, out) = r?;
@@ -857,9 +1066,21 @@ impl Transaction {
             return Ok(CommitStep::Again);
         }
         // 2. Flip.
-        let flipped = match record::decide(c, &self.mgr.inner.tx_table, &self.id, meta.version, TxState::Committed).await {
+        let flipped = match record::decide(
+            c,
+            &self.mgr.inner.tx_table,
+            &self.id,
+            meta.version,
+            TxState::Committed,
+        )
+        .await
+        {
             Ok(f) => f,
-            Err(e @ Error::DynamoDb { ambiguous: true, .. }) => return self.learn_after_ambiguous_commit(st, e).await,
+            Err(
+                e @ Error::DynamoDb {
+                    ambiguous: true, ..
+                },
+            ) => return self.learn_after_ambiguous_commit(st, e).await,
             Err(e) => return Err(e),
         };
         match flipped {
@@ -872,8 +1093,11 @@ impl Transaction {
         }
         st.outcome = Some(TxState::Committed);
         debug!(tx = %self.id, items = st.items.len(), "committed; unlocking");
-        // 3-4. Unlock and finalize.
-        self.complete(st, TxState::Committed, true).await?;
+        // 3-4. Unlock and finalize. The transaction is committed whatever happens here: a failure
+        // only leaves locks that readers see through and others release.
+        if let Err(e) = self.complete(st, TxState::Committed, true).await {
+            warn!(tx = %self.id, error = %e, "committed, but releasing the locks failed; they are released later");
+        }
         Ok(CommitStep::Done)
     }
 
@@ -891,7 +1115,9 @@ impl Transaction {
         let r = async {
             let mut st = self.state.lock().await;
             if self.finished.load(Ordering::SeqCst) {
-                return Err(Error::TransactionFinished { tx_id: self.id.clone() });
+                return Err(Error::TransactionFinished {
+                    tx_id: self.id.clone(),
+                });
             }
             self.rollback_locked(&mut st).await
         }
@@ -906,13 +1132,17 @@ impl Transaction {
             Some(TxState::RolledBack) => return self.finish_decided(st, TxState::RolledBack).await,
             Some(TxState::Committed) => {
                 self.finish_decided(st, TxState::Committed).await?;
-                return Err(Error::AlreadyCommitted { tx_id: self.id.clone() });
+                return Err(Error::AlreadyCommitted {
+                    tx_id: self.id.clone(),
+                });
             }
             _ => {}
         }
         // Buffered requests never touched an item: forget them.
         st.requests.truncate(st.recorded);
-        st.items.retain(|_, e| e.write.is_none_or(|w| w < st.recorded) || e.read.is_some_and(|r| r < st.recorded));
+        st.items.retain(|_, e| {
+            e.write.is_none_or(|w| w < st.recorded) || e.read.is_some_and(|r| r < st.recorded)
+        });
         for e in st.items.values_mut() {
             if e.write.is_some_and(|w| w >= st.recorded) {
                 e.write = None;
@@ -924,23 +1154,42 @@ impl Transaction {
                 return Ok(()); // nothing was ever recorded
             };
             let c = &self.mgr.inner.client;
-            match record::decide(c, &self.mgr.inner.tx_table, &self.id, meta.version, TxState::RolledBack).await? {
+            match record::decide(
+                c,
+                &self.mgr.inner.tx_table,
+                &self.id,
+                meta.version,
+                TxState::RolledBack,
+            )
+            .await?
+            {
                 Flipped::Ok => {
                     st.outcome = Some(TxState::RolledBack);
                     return self.complete(st, TxState::RolledBack, false).await;
                 }
-                Flipped::Failed(None) => return Err(Error::UnknownOutcome { tx_id: self.id.clone() }),
+                Flipped::Failed(None) => {
+                    return Err(Error::UnknownOutcome {
+                        tx_id: self.id.clone(),
+                    });
+                }
                 Flipped::Failed(Some(h)) => match h.state {
-                    TxState::RolledBack => return self.finish_decided(st, TxState::RolledBack).await,
+                    TxState::RolledBack => {
+                        return self.finish_decided(st, TxState::RolledBack).await;
+                    }
                     TxState::Committed => {
                         self.finish_decided(st, TxState::Committed).await?;
-                        return Err(Error::AlreadyCommitted { tx_id: self.id.clone() });
+                        return Err(Error::AlreadyCommitted {
+                            tx_id: self.id.clone(),
+                        });
                     }
                     TxState::Pending => self.merge_record(st).await?,
                 },
             }
         }
-        Err(Error::invariant(format!("rollback of {} kept meeting concurrent changes", self.id)))
+        Err(Error::invariant(format!(
+            "rollback of {} kept meeting concurrent changes",
+            self.id
+        )))
     }
 
     /// Drives a transaction found decided to completion (unless finalized), with the record's requests.
@@ -1005,13 +1254,25 @@ impl Transaction {
                         image_ids.push(id.clone());
                     }
                 }
-                let table_image = match (&obs.image_ref, committed, obs.applied && obs.locked_by(&self.id)) {
-                    (Some(id), false, true) => item_lock::load_table_image(c, &self.mgr.inner.image_table, id).await?,
+                let table_image = match (
+                    &obs.image_ref,
+                    committed,
+                    obs.applied && obs.locked_by(&self.id),
+                ) {
+                    (Some(id), false, true) => {
+                        item_lock::load_table_image(c, &self.mgr.inner.image_table, id).await?
+                    }
                     _ => None,
                 };
-                if let Some(w) =
-                    item_lock::settle_write(committed, e.op(&st.requests), &e.table, &e.key, obs, &self.id, table_image.as_ref())?
-                {
+                if let Some(w) = item_lock::settle_write(
+                    committed,
+                    e.op(&st.requests),
+                    &e.table,
+                    &e.key,
+                    obs,
+                    &self.id,
+                    table_image.as_ref(),
+                )? {
                     writes.push(w);
                     owners.push(Some(k.clone()));
                 }
@@ -1032,11 +1293,12 @@ impl Transaction {
                 }
             } else {
                 let groups = group_with_owners(writes, owners, 0);
-                let results: Vec<Result<(Vec<Option<ItemRef>>, Transacted)>> = futures::stream::iter(groups)
-                    .map(|(ws, os)| async move { Ok((os, ddb::transact(c, &ws).await?)) })
-                    .buffer_unordered(self.mgr.inner.settings.concurrency.clamp(1, 8))
-                    .collect()
-                    .await;
+                let results: Vec<Result<(Vec<Option<ItemRef>>, Transacted)>> =
+                    futures::stream::iter(groups)
+                        .map(|(ws, os)| async move { Ok((os, ddb::transact(c, &ws).await?)) })
+                        .buffer_unordered(self.mgr.inner.settings.concurrency.clamp(1, 8))
+                        .collect()
+                        .await;
                 for r in results {
                     let (os, out) = r?;
                     if let Transacted::Cancelled(reasons) = out {
@@ -1061,11 +1323,23 @@ impl Transaction {
         if !image_ids.is_empty() {
             let keys: Vec<Item> = image_ids
                 .iter()
-                .map(|id| HashMap::from([(crate::tables::IMAGE_ID.to_string(), AttributeValue::S(id.clone()))]))
+                .map(|id| {
+                    HashMap::from([(
+                        crate::tables::IMAGE_ID.to_string(),
+                        AttributeValue::S(id.clone()),
+                    )])
+                })
                 .collect();
             ddb::batch_delete(c, &self.mgr.inner.image_table, keys).await?;
         }
-        record::finalize(c, &self.mgr.inner.tx_table, &self.id, decided, self.mgr.inner.settings.record_ttl_secs()).await?;
+        record::finalize(
+            c,
+            &self.mgr.inner.tx_table,
+            &self.id,
+            decided,
+            self.mgr.inner.settings.record_ttl_secs(),
+        )
+        .await?;
         for e in st.items.values_mut() {
             e.lock = None;
         }
@@ -1079,7 +1353,14 @@ impl Transaction {
             e.lock = None;
         }
         if let Some(ttl) = self.mgr.inner.settings.record_ttl_secs() {
-            let _ = record::finalize(&self.mgr.inner.client, &self.mgr.inner.tx_table, &self.id, TxState::Committed, Some(ttl)).await;
+            let _ = record::finalize(
+                &self.mgr.inner.client,
+                &self.mgr.inner.tx_table,
+                &self.id,
+                TxState::Committed,
+                Some(ttl),
+            )
+            .await;
         }
     }
 
@@ -1087,7 +1368,9 @@ impl Transaction {
     pub(crate) async fn complete_decided(self) -> Result<TxState> {
         let r = async {
             let mut st = self.state.lock().await;
-            let Some(decided) = st.outcome else { return Ok(TxState::Pending) };
+            let Some(decided) = st.outcome else {
+                return Ok(TxState::Pending);
+            };
             self.complete(&mut st, decided, false).await?;
             Ok(decided)
         }
@@ -1118,7 +1401,11 @@ impl Drop for Transaction {
         if self.finished.load(Ordering::SeqCst) || !self.mgr.inner.settings.rollback_on_drop {
             return;
         }
-        let has_record = self.state.try_lock().map(|s| s.meta.is_some()).unwrap_or(true);
+        let has_record = self
+            .state
+            .try_lock()
+            .map(|s| s.meta.is_some())
+            .unwrap_or(true);
         if !has_record {
             return;
         }
@@ -1152,7 +1439,16 @@ fn index_request(st: &mut State, i: usize) {
 }
 
 fn blank(op: Op) -> Request {
-    Request { op, table: String::new(), key: Item::new(), item: None, update: None, condition: None, names: None, values: None }
+    Request {
+        op,
+        table: String::new(),
+        key: Item::new(),
+        item: None,
+        update: None,
+        condition: None,
+        names: None,
+        values: None,
+    }
 }
 
 fn cancelled_error(reason: &ddb::Reason) -> Error {
@@ -1168,14 +1464,21 @@ fn cancelled_error(reason: &ddb::Reason) -> Error {
 type Group = (Vec<Write>, Vec<Option<ItemRef>>);
 
 /// Splits writes into `TransactWriteItems` groups, keeping each write's owner beside it.
-fn group_with_owners(writes: Vec<Write>, owners: Vec<Option<ItemRef>>, reserve: usize) -> Vec<Group> {
+fn group_with_owners(
+    writes: Vec<Write>,
+    owners: Vec<Option<ItemRef>>,
+    reserve: usize,
+) -> Vec<Group> {
     let tagged: Vec<(Write, Option<ItemRef>)> = writes.into_iter().zip(owners).collect();
     let mut out: Vec<Group> = Vec::new();
     let mut cur: Group = (Vec::new(), Vec::new());
     let mut bytes = 0;
     for (w, o) in tagged {
         let sz = w.size();
-        if !cur.0.is_empty() && (cur.0.len() + reserve >= ddb::MAX_TRANSACT_ACTIONS || bytes + sz > ddb::MAX_TRANSACT_BYTES) {
+        if !cur.0.is_empty()
+            && (cur.0.len() + reserve >= ddb::MAX_TRANSACT_ACTIONS
+                || bytes + sz > ddb::MAX_TRANSACT_BYTES)
+        {
             out.push(std::mem::take(&mut cur));
             bytes = 0;
         }
@@ -1198,13 +1501,23 @@ macro_rules! common_builder_methods {
         }
 
         /// Adds one `ExpressionAttributeNames` entry.
-        pub fn expression_attribute_names(mut self, k: impl Into<String>, v: impl Into<String>) -> Self {
-            self.req.names.get_or_insert_with(HashMap::new).insert(k.into(), v.into());
+        pub fn expression_attribute_names(
+            mut self,
+            k: impl Into<String>,
+            v: impl Into<String>,
+        ) -> Self {
+            self.req
+                .names
+                .get_or_insert_with(HashMap::new)
+                .insert(k.into(), v.into());
             self
         }
 
         /// Replaces `ExpressionAttributeNames`.
-        pub fn set_expression_attribute_names(mut self, names: Option<HashMap<String, String>>) -> Self {
+        pub fn set_expression_attribute_names(
+            mut self,
+            names: Option<HashMap<String, String>>,
+        ) -> Self {
             self.req.names = names;
             self
         }
@@ -1216,13 +1529,23 @@ macro_rules! write_builder_methods {
         common_builder_methods!();
 
         /// Adds one `ExpressionAttributeValues` entry.
-        pub fn expression_attribute_values(mut self, k: impl Into<String>, v: AttributeValue) -> Self {
-            self.req.values.get_or_insert_with(HashMap::new).insert(k.into(), v);
+        pub fn expression_attribute_values(
+            mut self,
+            k: impl Into<String>,
+            v: AttributeValue,
+        ) -> Self {
+            self.req
+                .values
+                .get_or_insert_with(HashMap::new)
+                .insert(k.into(), v);
             self
         }
 
         /// Replaces `ExpressionAttributeValues`.
-        pub fn set_expression_attribute_values(mut self, values: Option<HashMap<String, AttributeValue>>) -> Self {
+        pub fn set_expression_attribute_values(
+            mut self,
+            values: Option<HashMap<String, AttributeValue>>,
+        ) -> Self {
             self.req.values = values;
             self
         }
@@ -1257,7 +1580,10 @@ impl PutItemBuilder<'_> {
 
     /// Adds one attribute of the item.
     pub fn item(mut self, k: impl Into<String>, v: AttributeValue) -> Self {
-        self.req.item.get_or_insert_with(HashMap::new).insert(k.into(), v);
+        self.req
+            .item
+            .get_or_insert_with(HashMap::new)
+            .insert(k.into(), v);
         self
     }
 

@@ -5,7 +5,8 @@ use common::*;
 async fn basic_commit_and_rollback() {
     let env = TestEnv::new("smoke").await;
     let m = &env.manager;
-    env.raw_put(&env.table, item(&[("Id", s("a")), ("bal", n(100))])).await;
+    env.raw_put(&env.table, item(&[("Id", s("a")), ("bal", n(100))]))
+        .await;
     let tx = m.begin();
     tx.update_item()
         .table_name(&env.table)
@@ -15,7 +16,13 @@ async fn basic_commit_and_rollback() {
         .send()
         .await
         .unwrap();
-    tx.put_item().table_name(&env.table).item("Id", s("b")).item("bal", n(10)).send().await.unwrap();
+    tx.put_item()
+        .table_name(&env.table)
+        .item("Id", s("b"))
+        .item("bal", n(10))
+        .send()
+        .await
+        .unwrap();
     tx.commit().await.unwrap();
     println!("requests: {:?}", env.counter.snapshot());
     let a = env.raw_get(&env.table, &key("a")).await.unwrap();
@@ -26,11 +33,22 @@ async fn basic_commit_and_rollback() {
     assert!(!has_tx_attrs(&b));
 
     let tx = m.begin();
-    let got = tx.get_item().table_name(&env.table).key("Id", s("a")).send().await.unwrap();
+    let got = tx
+        .get_item()
+        .table_name(&env.table)
+        .key("Id", s("a"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(got.item.unwrap()["bal"], n(90));
     let raw = env.raw_get(&env.table, &key("a")).await.unwrap();
     assert!(raw.contains_key("_TxId"));
-    tx.delete_item().table_name(&env.table).key("Id", s("b")).send().await.unwrap();
+    tx.delete_item()
+        .table_name(&env.table)
+        .key("Id", s("b"))
+        .send()
+        .await
+        .unwrap();
     tx.rollback().await.unwrap();
     let a = env.raw_get(&env.table, &key("a")).await.unwrap();
     assert!(!has_tx_attrs(&a), "{a:?}");
@@ -41,7 +59,8 @@ async fn basic_commit_and_rollback() {
 async fn phased_commit_and_rollback() {
     let env = TestEnv::with_settings("smoke2", |s| s.one_shot_max_items = 0).await;
     let m = &env.manager;
-    env.raw_put(&env.table, item(&[("Id", s("a")), ("bal", n(100))])).await;
+    env.raw_put(&env.table, item(&[("Id", s("a")), ("bal", n(100))]))
+        .await;
     let tx = m.begin();
     tx.update_item()
         .table_name(&env.table)
@@ -51,7 +70,13 @@ async fn phased_commit_and_rollback() {
         .send()
         .await
         .unwrap();
-    tx.put_item().table_name(&env.table).item("Id", s("b")).item("bal", n(10)).send().await.unwrap();
+    tx.put_item()
+        .table_name(&env.table)
+        .item("Id", s("b"))
+        .item("bal", n(10))
+        .send()
+        .await
+        .unwrap();
     tx.commit().await.unwrap();
     println!("requests: {:?}", env.counter.snapshot());
     let a = env.raw_get(&env.table, &key("a")).await.unwrap();

@@ -9,9 +9,12 @@ use std::sync::{Mutex, OnceLock};
 
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::config::retry::RetryConfig;
-use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Intercept, Region, SharedInterceptor};
+use aws_sdk_dynamodb::config::{
+    BehaviorVersion, Credentials, Intercept, Region, SharedInterceptor,
+};
 use aws_sdk_dynamodb::types::{
-    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
+    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
+    ScalarAttributeType,
 };
 use dynamodb_transactions::fault::{FaultInjector, RequestCounter};
 use dynamodb_transactions::{Item, TransactionManager};
@@ -58,10 +61,21 @@ pub fn client_with(interceptors: Vec<SharedInterceptor>) -> Client {
     let mut b = aws_sdk_dynamodb::Config::builder()
         .behavior_version(BehaviorVersion::latest())
         .endpoint_url(endpoint())
-        .region(Region::new(std::env::var("AWS_REGION").unwrap_or_else(|_| "us-east-1".into())))
+        .region(Region::new(
+            std::env::var("AWS_REGION").unwrap_or_else(|_| "us-east-1".into()),
+        ))
         .retry_config(RetryConfig::standard().with_max_attempts(3));
-    b = match (std::env::var("AWS_ACCESS_KEY_ID"), std::env::var("AWS_SECRET_ACCESS_KEY")) {
-        (Ok(k), Ok(s)) => b.credentials_provider(Credentials::new(k, s, std::env::var("AWS_SESSION_TOKEN").ok(), None, "env")),
+    b = match (
+        std::env::var("AWS_ACCESS_KEY_ID"),
+        std::env::var("AWS_SECRET_ACCESS_KEY"),
+    ) {
+        (Ok(k), Ok(s)) => b.credentials_provider(Credentials::new(
+            k,
+            s,
+            std::env::var("AWS_SESSION_TOKEN").ok(),
+            None,
+            "env",
+        )),
         _ => b.credentials_provider(Credentials::new("local", "local", None, None, "static")),
     };
     for i in interceptors {
@@ -81,7 +95,10 @@ pub fn shared<I: Intercept + 'static>(i: I) -> SharedInterceptor {
 
 /// Unique name for a table of this test.
 pub fn unique_name(prefix: &str) -> String {
-    format!("{prefix}-{}", &uuid::Uuid::new_v4().simple().to_string()[..12])
+    format!(
+        "{prefix}-{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..12]
+    )
 }
 
 /// Tables created by a test, deleted when the guard drops (even if the test panicked).
@@ -105,7 +122,10 @@ impl Drop for TableGuard {
         let client = client();
         // Drop cannot await, and may run inside a runtime: use a thread with its own runtime.
         let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
             rt.block_on(async {
                 for n in names {
                     let _ = client.delete_table().table_name(n).send().await;
@@ -135,7 +155,10 @@ impl TestEnv {
         Self::with_settings(prefix, |_| {}).await
     }
 
-    pub async fn with_settings(prefix: &str, f: impl FnOnce(&mut dynamodb_transactions::Settings)) -> TestEnv {
+    pub async fn with_settings(
+        prefix: &str,
+        f: impl FnOnce(&mut dynamodb_transactions::Settings),
+    ) -> TestEnv {
         let counter = RequestCounter::new();
         let faults = FaultInjector::new();
         let client = client_with(vec![shared(counter.clone()), shared(faults.clone())]);
@@ -157,9 +180,23 @@ impl TestEnv {
             .build();
         manager.create_tables().await.expect("create_tables");
         create_table(&client, &table, ("Id", ScalarAttributeType::S), None).await;
-        create_table(&client, &range_table, ("Id", ScalarAttributeType::S), Some(("RangeAttr", ScalarAttributeType::N))).await;
+        create_table(
+            &client,
+            &range_table,
+            ("Id", ScalarAttributeType::S),
+            Some(("RangeAttr", ScalarAttributeType::N)),
+        )
+        .await;
         counter.reset();
-        TestEnv { client, manager, counter, faults, table, range_table, guard }
+        TestEnv {
+            client,
+            manager,
+            counter,
+            faults,
+            table,
+            range_table,
+            guard,
+        }
     }
 
     /// Another manager over the same tables with its own client, counter and faults: a second
@@ -213,7 +250,13 @@ impl TestEnv {
 
     /// Raw put, bypassing the library.
     pub async fn raw_put(&self, table: &str, item: Item) {
-        self.client.put_item().table_name(table).set_item(Some(item)).send().await.expect("PutItem");
+        self.client
+            .put_item()
+            .table_name(table)
+            .set_item(Some(item))
+            .send()
+            .await
+            .expect("PutItem");
     }
 }
 
@@ -227,12 +270,36 @@ pub async fn create_table(
         .create_table()
         .table_name(name)
         .billing_mode(BillingMode::PayPerRequest)
-        .attribute_definitions(AttributeDefinition::builder().attribute_name(hash.0).attribute_type(hash.1).build().unwrap())
-        .key_schema(KeySchemaElement::builder().attribute_name(hash.0).key_type(KeyType::Hash).build().unwrap());
+        .attribute_definitions(
+            AttributeDefinition::builder()
+                .attribute_name(hash.0)
+                .attribute_type(hash.1)
+                .build()
+                .unwrap(),
+        )
+        .key_schema(
+            KeySchemaElement::builder()
+                .attribute_name(hash.0)
+                .key_type(KeyType::Hash)
+                .build()
+                .unwrap(),
+        );
     if let Some((r, t)) = range {
         req = req
-            .attribute_definitions(AttributeDefinition::builder().attribute_name(r).attribute_type(t).build().unwrap())
-            .key_schema(KeySchemaElement::builder().attribute_name(r).key_type(KeyType::Range).build().unwrap());
+            .attribute_definitions(
+                AttributeDefinition::builder()
+                    .attribute_name(r)
+                    .attribute_type(t)
+                    .build()
+                    .unwrap(),
+            )
+            .key_schema(
+                KeySchemaElement::builder()
+                    .attribute_name(r)
+                    .key_type(KeyType::Range)
+                    .build()
+                    .unwrap(),
+            );
     }
     req.send().await.expect("CreateTable");
 }
@@ -247,7 +314,10 @@ pub fn n(v: impl ToString) -> AttributeValue {
 
 /// An item from pairs.
 pub fn item(pairs: &[(&str, AttributeValue)]) -> Item {
-    pairs.iter().map(|(k, v)| (k.to_string(), v.clone())).collect::<HashMap<_, _>>()
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.clone()))
+        .collect::<HashMap<_, _>>()
 }
 
 /// `{Id: id}`
