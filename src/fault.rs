@@ -30,6 +30,16 @@ use aws_sdk_dynamodb::config::interceptors::{
 };
 use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
 use aws_smithy_runtime_api::client::orchestrator::Metadata;
+use aws_smithy_types::config_bag::{Storable, StoreReplace};
+
+/// Marks, inside one operation's config bag, the request chosen to fail after it is sent (concurrent
+/// requests make counting in the response phase unreliable).
+#[derive(Debug, Clone)]
+struct StrikeAfterSend;
+
+impl Storable for StrikeAfterSend {
+    type Storer = StoreReplace<Self>;
+}
 
 type HookResult = Result<(), aws_sdk_dynamodb::error::BoxError>;
 
@@ -183,7 +193,7 @@ impl FaultInjector {
         self.state.lock().expect("fault state poisoned").injected
     }
 
-    fn decide(&self, cfg: &ConfigBag, phase: FaultMode) -> HookResult {
+    fn decide(&self, cfg: &mut ConfigBag, phase: FaultMode) -> HookResult {
         let mut s = self.state.lock().expect("fault state poisoned");
         let (Some(at), Some(mode)) = (s.strike_at, s.mode) else {
             return Ok(());
@@ -192,14 +202,20 @@ impl FaultInjector {
         if s.only.as_deref().is_some_and(|o| o != op) {
             return Ok(());
         }
-        // Count each request once, in the before-send phase.
-        if phase == FaultMode::BeforeSend {
-            s.seen += 1;
-        }
-        let fire = if s.struck {
-            s.sticky && phase == FaultMode::BeforeSend
-        } else {
-            s.seen == at && phase == mode
+        let fire = match phase {
+            FaultMode::BeforeSend => {
+                // Count each request once, before it is sent.
+                s.seen += 1;
+                if s.struck {
+                    s.sticky
+                } else if s.seen == at && mode == FaultMode::AfterSend {
+                    cfg.interceptor_state().store_put(StrikeAfterSend);
+                    false
+                } else {
+                    s.seen == at
+                }
+            }
+            FaultMode::AfterSend => !s.struck && cfg.load::<StrikeAfterSend>().is_some(),
         };
         if fire {
             s.struck = true;

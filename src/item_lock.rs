@@ -4,9 +4,7 @@
 //! On a locked item:
 //! - `_TxId` (S): the owning transaction.
 //! - `_TxD` (N): when it was locked (epoch ms; informational).
-//! - `_TxT`: `BOOL true` when the item did not exist and was inserted only to hold the lock
-//!   (transient). Set in the lock write with `if_not_exists(<hash key>, true)`, so the same atomic write
-//!   decides it; on items that existed it holds a copy of the hash key and means nothing.
+//! - `_TxT` (BOOL true): the item did not exist and was inserted only to hold the lock (transient).
 //! - `_TxA` (S `"1"`): the transaction's write has been applied (set in the same write as the change).
 //! - `_TxG` (M): the item's before-image, written in the same write that applies the change, so an
 //!   applied item always carries what rollback needs.
@@ -145,8 +143,10 @@ fn applied_condition(ph: &mut Placeholders, applied: bool) -> String {
     }
 }
 
-/// Locks an item for `me`: one UpdateItem that sets the owner and, if the item does not exist,
-/// inserts it as a transient placeholder. Returns the item's previous state.
+/// Locks an item for `me`. An existing item is locked with one UpdateItem (conditional on it
+/// existing and being unlocked) that returns its previous state; an absent item is then inserted as a
+/// transient placeholder with a second UpdateItem conditional on it still being absent (Java's
+/// library skipped that condition and could mark an existing item transient, then delete it).
 pub(crate) async fn lock(
     client: &Client,
     table: &str,
@@ -154,10 +154,35 @@ pub(crate) async fn lock(
     schema: &KeySchema,
     me: &TxId,
 ) -> Result<LockOutcome> {
+    for _ in 0..4 {
+        match lock_write(client, table, key, schema, me, false).await? {
+            Some(out) => return Ok(out),
+            None => {}
+        }
+        // Absent: insert a placeholder.
+        match lock_write(client, table, key, schema, me, true).await? {
+            Some(out) => return Ok(out),
+            None => continue, // created by someone in between: lock it as existing
+        }
+    }
+    Ok(LockOutcome::Held {
+        owner: TxId(String::new()),
+    })
+}
+
+/// One lock attempt. `None`: the item's existence was not what the attempt assumed.
+async fn lock_write(
+    client: &Client,
+    table: &str,
+    key: &Item,
+    schema: &KeySchema,
+    me: &TxId,
+    absent: bool,
+) -> Result<Option<LockOutcome>> {
     let mut ph = Placeholders::default();
     let hk = ph.name_for_user(&schema.hash.0);
-    let update = format!(
-        "SET {o} = {me}, {d} = {now}, {t} = if_not_exists({hk}, {tru})",
+    let mut update = format!(
+        "SET {o} = {me}, {d} = {now}",
         o = ph.name(OWNER),
         me = ph.value("Me", AttributeValue::S(me.0.clone())),
         d = ph.name(LOCK_DATE),
@@ -165,10 +190,20 @@ pub(crate) async fn lock(
             "Now",
             AttributeValue::N(crate::ddb::now_millis().to_string())
         ),
-        t = ph.name(TRANSIENT),
-        tru = ph.value("True", AttributeValue::Bool(true)),
     );
-    let cond = format!("attribute_not_exists({})", ph.name(OWNER));
+    let cond = if absent {
+        update.push_str(&format!(
+            ", {} = {}",
+            ph.name(TRANSIENT),
+            ph.value("True", AttributeValue::Bool(true))
+        ));
+        format!("attribute_not_exists({hk})")
+    } else {
+        format!(
+            "attribute_exists({hk}) AND attribute_not_exists({})",
+            ph.name(OWNER)
+        )
+    };
     let w = Write {
         table: table.into(),
         kind: WriteKind::Update {
@@ -180,28 +215,30 @@ pub(crate) async fn lock(
     };
     match w.send(client, Some(ReturnValue::AllOld)).await {
         Ok(Written::Ok(old)) => {
-            let old = old.filter(|o| !o.is_empty()).map(strip);
-            Ok(LockOutcome::Locked(LockInfo {
-                transient: old.is_none(),
+            let old = if absent { None } else { old.map(strip) };
+            Ok(Some(LockOutcome::Locked(LockInfo {
+                transient: absent,
                 applied: false,
                 current: old.clone(),
                 before: old,
                 image_ref: None,
-            }))
+            })))
         }
-        Ok(Written::ConditionFailed(found)) => {
-            let obs = Observed::of(found.as_ref());
+        Ok(Written::ConditionFailed(None)) => Ok(None),
+        Ok(Written::ConditionFailed(Some(found))) => {
+            let obs = Observed::of(Some(&found));
             match &obs.owner {
                 Some(o) if o == me.as_str() => {
-                    Ok(LockOutcome::Locked(LockInfo::from_observed(&obs)))
+                    Ok(Some(LockOutcome::Locked(LockInfo::from_observed(&obs))))
                 }
-                Some(o) => Ok(LockOutcome::Held {
+                Some(o) => Ok(Some(LockOutcome::Held {
                     owner: TxId(o.clone()),
-                }),
-                // The condition failed but nobody holds the lock: it was released in between. Retry.
-                None => Ok(LockOutcome::Held {
+                })),
+                // Exists and unlocked, but we tried the absent path: try again as existing.
+                None if absent => Ok(None),
+                None => Ok(Some(LockOutcome::Held {
                     owner: TxId(String::new()),
-                }),
+                })),
             }
         }
         Err(Error::DynamoDb {

@@ -1,0 +1,477 @@
+//! Crash and lost-response injection at every DynamoDB request a transaction makes, followed by
+//! recovery through a second coordinator. Whatever the step, the end state must be exactly the
+//! committed or exactly the rolled-back one, with no lock attribute or image left behind.
+mod common;
+
+use std::sync::Arc;
+
+use aws_sdk_dynamodb::types::ReturnValue;
+use common::*;
+use dynamodb_transactions::fault::{FaultInjector, FaultMode, RequestCounter};
+use dynamodb_transactions::{Error, Item, Transaction, TransactionManager, TxId, TxState};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Workload {
+    /// Every write buffered until commit (no return values), plus two read locks.
+    Buffered,
+    /// Writes that lock or apply at once (ALL_OLD / ALL_NEW), then commit.
+    Interactive,
+    /// Interactive writes, then rollback.
+    RolledBack,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fault {
+    /// The coordinator dies before the k-th request reaches DynamoDB.
+    CrashBefore,
+    /// The k-th request lands, its response is lost, and the coordinator dies.
+    CrashAfter,
+    /// Only the k-th request's response is lost; the coordinator carries on.
+    LoseOne,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Recovery {
+    ResumeCommit,
+    ResumeRollback,
+    Competitor,
+}
+
+/// Item ids of one run: a updated, b overwritten by a put, c inserted, d deleted, e read-locked,
+/// f read-locked while absent.
+struct Ids {
+    p: String,
+}
+
+impl Ids {
+    fn id(&self, x: &str) -> String {
+        format!("{}-{x}", self.p)
+    }
+}
+
+async fn setup(env: &TestEnv, ids: &Ids) {
+    env.raw_put(
+        &env.table,
+        item(&[("Id", s(&ids.id("a"))), ("bal", n(100))]),
+    )
+    .await;
+    env.raw_put(
+        &env.table,
+        item(&[("Id", s(&ids.id("b"))), ("v", s("old"))]),
+    )
+    .await;
+    env.raw_put(
+        &env.table,
+        item(&[("Id", s(&ids.id("d"))), ("v", s("doomed"))]),
+    )
+    .await;
+    env.raw_put(
+        &env.table,
+        item(&[("Id", s(&ids.id("e"))), ("v", s("read"))]),
+    )
+    .await;
+}
+
+async fn work(tx: &Transaction, table: &str, ids: &Ids, w: Workload) -> Result<(), Error> {
+    let rv = |all: ReturnValue| {
+        if w == Workload::Buffered {
+            ReturnValue::None
+        } else {
+            all
+        }
+    };
+    tx.update_item()
+        .table_name(table)
+        .key("Id", s(&ids.id("a")))
+        .update_expression("SET bal = bal - :x")
+        .expression_attribute_values(":x", n(10))
+        .return_values(rv(ReturnValue::AllNew))
+        .send()
+        .await?;
+    tx.put_item()
+        .table_name(table)
+        .item("Id", s(&ids.id("b")))
+        .item("v", s("new"))
+        .return_values(rv(ReturnValue::AllOld))
+        .send()
+        .await?;
+    tx.put_item()
+        .table_name(table)
+        .item("Id", s(&ids.id("c")))
+        .item("v", s("inserted"))
+        .return_values(rv(ReturnValue::AllOld))
+        .send()
+        .await?;
+    tx.delete_item()
+        .table_name(table)
+        .key("Id", s(&ids.id("d")))
+        .return_values(rv(ReturnValue::AllOld))
+        .send()
+        .await?;
+    tx.get_item()
+        .table_name(table)
+        .key("Id", s(&ids.id("e")))
+        .send()
+        .await?;
+    tx.get_item()
+        .table_name(table)
+        .key("Id", s(&ids.id("f")))
+        .send()
+        .await?;
+    Ok(())
+}
+
+/// The six items as a reader sees them (None = absent).
+type View = Vec<Option<Item>>;
+
+fn committed_view(ids: &Ids) -> View {
+    vec![
+        Some(item(&[("Id", s(&ids.id("a"))), ("bal", n(90))])),
+        Some(item(&[("Id", s(&ids.id("b"))), ("v", s("new"))])),
+        Some(item(&[("Id", s(&ids.id("c"))), ("v", s("inserted"))])),
+        None,
+        Some(item(&[("Id", s(&ids.id("e"))), ("v", s("read"))])),
+        None,
+    ]
+}
+
+/// The committed view when only the requests on `included` items made it into the record.
+fn partial_view(ids: &Ids, included: &[&str]) -> View {
+    let c = committed_view(ids);
+    let r = rolled_back_view(ids);
+    LETTERS
+        .iter()
+        .enumerate()
+        .map(|(i, l)| {
+            if included.contains(l) {
+                c[i].clone()
+            } else {
+                r[i].clone()
+            }
+        })
+        .collect()
+}
+
+/// Which of the six items the transaction's record lists (read raw from the transactions table).
+async fn recorded_letters(env: &TestEnv, ids: &Ids, id: &TxId) -> Vec<&'static str> {
+    let rows = env
+        .client
+        .query()
+        .table_name(env.manager.transactions_table())
+        .key_condition_expression("#i = :i")
+        .expression_attribute_names("#i", "_TxId")
+        .expression_attribute_values(":i", s(id.as_str()))
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap()
+        .items
+        .unwrap_or_default();
+    let mut keys = Vec::new();
+    for row in rows {
+        if let Some(aws_sdk_dynamodb::types::AttributeValue::L(reqs)) = row.get("_TxR") {
+            for r in reqs {
+                let k = r.as_m().unwrap()["k"].as_m().unwrap()["Id"]
+                    .as_s()
+                    .unwrap()
+                    .clone();
+                keys.push(k);
+            }
+        }
+    }
+    LETTERS
+        .iter()
+        .copied()
+        .filter(|l| keys.contains(&ids.id(l)))
+        .collect()
+}
+
+fn rolled_back_view(ids: &Ids) -> View {
+    vec![
+        Some(item(&[("Id", s(&ids.id("a"))), ("bal", n(100))])),
+        Some(item(&[("Id", s(&ids.id("b"))), ("v", s("old"))])),
+        None,
+        Some(item(&[("Id", s(&ids.id("d"))), ("v", s("doomed"))])),
+        Some(item(&[("Id", s(&ids.id("e"))), ("v", s("read"))])),
+        None,
+    ]
+}
+
+const LETTERS: [&str; 6] = ["a", "b", "c", "d", "e", "f"];
+
+async fn raw_view(env: &TestEnv, ids: &Ids) -> View {
+    let mut out = Vec::new();
+    for l in LETTERS {
+        out.push(env.raw_get(&env.table, &key(&ids.id(l))).await);
+    }
+    out
+}
+
+fn manager_with(
+    env: &TestEnv,
+    faults: &FaultInjector,
+    counter: &RequestCounter,
+    one_shot: bool,
+) -> TransactionManager {
+    let client = client_with(vec![shared(faults.clone()), shared(counter.clone())]);
+    TransactionManager::builder(client)
+        .transactions_table(env.manager.transactions_table())
+        .images_table(env.manager.images_table())
+        .configure(|s| {
+            s.rollback_on_drop = false;
+            if !one_shot {
+                s.one_shot_max_items = 0;
+            }
+        })
+        .build()
+}
+
+/// Runs the workload once without faults and returns how many requests it made.
+async fn count_requests(env: &TestEnv, w: Workload, one_shot: bool) -> u64 {
+    let faults = FaultInjector::new();
+    let counter = RequestCounter::new();
+    let m = manager_with(env, &faults, &counter, one_shot);
+    let ids = Ids {
+        p: format!("count-{}", uuid::Uuid::new_v4().simple()),
+    };
+    setup(env, &ids).await;
+    warm(&m, &env.table).await;
+    counter.reset();
+    let tx = m.begin();
+    work(&tx, &env.table, &ids, w).await.unwrap();
+    if w == Workload::RolledBack {
+        tx.rollback().await.unwrap();
+        assert_eq!(raw_view(env, &ids).await, rolled_back_view(&ids));
+    } else {
+        tx.commit().await.unwrap();
+        assert_eq!(raw_view(env, &ids).await, committed_view(&ids));
+    }
+    counter.total()
+}
+
+/// Fetches the table's key schema so it does not count among the requests.
+async fn warm(m: &TransactionManager, table: &str) {
+    m.get_item()
+        .table_name(table)
+        .key("Id", s("warm-up"))
+        .send()
+        .await
+        .unwrap();
+}
+
+async fn one_run(
+    env: Arc<TestEnv>,
+    w: Workload,
+    one_shot: bool,
+    fault: Fault,
+    k: u64,
+    rec: Recovery,
+) {
+    let label = format!("{w:?} one_shot={one_shot} {fault:?} at request {k}, recovery {rec:?}");
+    let faults = FaultInjector::new();
+    let counter = RequestCounter::new();
+    let m = manager_with(&env, &faults, &counter, one_shot);
+    let ids = Ids {
+        p: format!("r{}", uuid::Uuid::new_v4().simple()),
+    };
+    setup(&env, &ids).await;
+    warm(&m, &env.table).await;
+    match fault {
+        Fault::CrashBefore => faults.crash_at(k, FaultMode::BeforeSend),
+        Fault::CrashAfter => faults.crash_at(k, FaultMode::AfterSend),
+        Fault::LoseOne => faults.fail_once_at(k, FaultMode::AfterSend),
+    }
+    let tx = m.begin();
+    let id: TxId = tx.id().clone();
+    let outcome = match work(&tx, &env.table, &ids, w).await {
+        Err(e) => {
+            tx.abandon();
+            Err(e)
+        }
+        Ok(()) if w == Workload::RolledBack => tx.rollback().await,
+        Ok(()) => tx.commit().await,
+    };
+    assert!(faults.struck(), "{label}: the fault never struck");
+    faults.disarm();
+
+    let recorded = recorded_letters(&env, &ids, &id).await;
+    let committed = partial_view(&ids, &recorded);
+    // A coordinator that reported success must be right about it.
+    if outcome.is_ok() {
+        let expect = if w == Workload::RolledBack {
+            rolled_back_view(&ids)
+        } else {
+            committed_view(&ids)
+        };
+        let state = env.manager.transaction_state(&id).await.unwrap();
+        if w != Workload::RolledBack {
+            assert_eq!(
+                state.map(|s| s.0),
+                Some(TxState::Committed),
+                "{label}: reported committed"
+            );
+        }
+        // Items may still carry locks of a committed transaction whose cleanup failed; settle them.
+        let (m2, _) = env.second_coordinator();
+        if state.is_some() {
+            m2.complete_transaction(&id).await.unwrap();
+        }
+        assert_eq!(
+            strip_all(raw_view(&env, &ids).await),
+            expect,
+            "{label}: state after success"
+        );
+    } else {
+        let (m2, _) = env.second_coordinator();
+        match rec {
+            Recovery::ResumeCommit => match m2.resume(&id).await {
+                Ok(t) => match t.commit().await {
+                    Ok(()) | Err(Error::RolledBack { .. }) => {}
+                    Err(e) => panic!("{label}: resume+commit failed: {e}"),
+                },
+                Err(Error::TransactionNotFound { .. }) => {}
+                Err(e) => panic!("{label}: resume failed: {e}"),
+            },
+            Recovery::ResumeRollback => match m2.rollback_transaction(&id).await {
+                Ok(())
+                | Err(Error::AlreadyCommitted { .. })
+                | Err(Error::TransactionNotFound { .. }) => {}
+                Err(e) => panic!("{label}: resume+rollback failed: {e}"),
+            },
+            Recovery::Competitor => {
+                // A competing transaction locks every item: it must see one consistent state.
+                let t = m2.begin();
+                let mut seen = Vec::new();
+                for l in LETTERS {
+                    let got = t
+                        .get_item()
+                        .table_name(&env.table)
+                        .key("Id", s(&ids.id(l)))
+                        .send()
+                        .await;
+                    seen.push(
+                        got.unwrap_or_else(|e| panic!("{label}: competitor read failed: {e}"))
+                            .item,
+                    );
+                }
+                t.commit()
+                    .await
+                    .unwrap_or_else(|e| panic!("{label}: competitor commit failed: {e}"));
+                assert!(
+                    seen == committed || seen == rolled_back_view(&ids),
+                    "{label}: competitor saw a mixed state: {seen:?}"
+                );
+                // A transaction whose locks the competitor never met (none left) is the sweeper's
+                // job: roll back a pending one, finalize a decided one.
+                match env.manager.transaction_state(&id).await.unwrap() {
+                    Some((TxState::Pending, _)) => m2.rollback_transaction(&id).await.unwrap(),
+                    Some((_, false)) => {
+                        m2.complete_transaction(&id).await.unwrap();
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+
+    // The end state: exactly one of the two, agreeing with the record, nothing left behind.
+    let view = raw_view(&env, &ids).await;
+    for it in view.iter().flatten() {
+        assert!(!has_tx_attrs(it), "{label}: lock attributes left: {it:?}");
+    }
+    let state = env.manager.transaction_state(&id).await.unwrap();
+    match state {
+        Some((TxState::Committed, fin)) => {
+            assert!(fin, "{label}: committed record not finalized");
+            assert_eq!(view, committed, "{label}: record committed, items not");
+        }
+        Some((TxState::RolledBack, fin)) => {
+            assert!(fin, "{label}: rolled-back record not finalized");
+            assert_eq!(
+                view,
+                rolled_back_view(&ids),
+                "{label}: record rolled back, items not"
+            );
+        }
+        Some((other, _)) => panic!("{label}: record left {other}"),
+        None => assert_eq!(
+            view,
+            rolled_back_view(&ids),
+            "{label}: no record, items changed"
+        ),
+    }
+}
+
+fn strip_all(v: View) -> View {
+    v.into_iter()
+        .map(|o| {
+            o.map(|mut i| {
+                i.retain(|k, _| !k.starts_with("_Tx"));
+                i
+            })
+        })
+        .collect()
+}
+
+async fn sweep_matrix(w: Workload, one_shot: bool) {
+    let env =
+        Arc::new(TestEnv::new(&format!("crash-{}", if one_shot { "os" } else { "ph" })).await);
+    let total = count_requests(&env, w, one_shot).await;
+    assert!(total >= 5, "the workload makes requests: {total}");
+    let mut runs = Vec::new();
+    for k in 1..=total {
+        for fault in [Fault::CrashBefore, Fault::CrashAfter, Fault::LoseOne] {
+            for rec in [
+                Recovery::ResumeCommit,
+                Recovery::ResumeRollback,
+                Recovery::Competitor,
+            ] {
+                // LoseOne leaves a live coordinator; one recovery kind is enough for it.
+                if fault == Fault::LoseOne && rec != Recovery::ResumeRollback {
+                    continue;
+                }
+                runs.push((fault, k, rec));
+            }
+        }
+    }
+    let sem = Arc::new(tokio::sync::Semaphore::new(6));
+    let mut handles = Vec::new();
+    for (fault, k, rec) in runs {
+        let env = env.clone();
+        let permit = sem.clone().acquire_owned().await.unwrap();
+        handles.push(tokio::spawn(async move {
+            one_run(env, w, one_shot, fault, k, rec).await;
+            drop(permit);
+        }));
+    }
+    for h in handles {
+        h.await.unwrap();
+    }
+    let images = env.scan_all(env.manager.images_table()).await;
+    assert!(images.is_empty(), "images left: {images:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_buffered_one_shot() {
+    sweep_matrix(Workload::Buffered, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_buffered_phased() {
+    sweep_matrix(Workload::Buffered, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_interactive_one_shot() {
+    sweep_matrix(Workload::Interactive, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_interactive_phased() {
+    sweep_matrix(Workload::Interactive, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_during_rollback() {
+    sweep_matrix(Workload::RolledBack, true).await;
+}
