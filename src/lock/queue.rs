@@ -450,7 +450,7 @@ impl QueueLock {
                             }
                             known = Some(now_at);
                             tracing::trace!(lock = name, ticket, counter = now_at, "ticket taken; retrying");
-                            tokio::time::sleep(backoff(attempt.min(3) / 2)).await;
+                            tokio::time::sleep(contention_backoff(attempt)).await;
                             continue;
                         }
                         if code(1) == "ConditionalCheckFailed" {
@@ -467,7 +467,7 @@ impl QueueLock {
                         // TransactionConflict or throttling inside the transaction: back off.
                         tracing::trace!(lock = name, ticket, reasons = ?(code(0), code(1)), "ticket transaction cancelled; retrying");
                         known = None;
-                        tokio::time::sleep(backoff(attempt.min(5))).await;
+                        tokio::time::sleep(contention_backoff(attempt)).await;
                         continue;
                     }
                     let err = Error::sdk("TransactWriteItems", e);

@@ -84,6 +84,13 @@ pub(crate) fn backoff(attempt: u32) -> Duration {
     jitter(Duration::from_millis(20).saturating_mul(1 << attempt.min(6)).min(Duration::from_secs(1)))
 }
 
+/// "Full jitter" backoff for contention on one item: uniform in [0, 4 ms × 2^attempt], capped at
+/// 256 ms.
+pub(crate) fn contention_backoff(attempt: u32) -> Duration {
+    let cap = 4u64 << attempt.min(6);
+    Duration::from_millis(rand::rng().random_range(0..=cap))
+}
+
 /// True when a failed request may nevertheless have been applied.
 pub(crate) fn is_ambiguous(e: &crate::Error) -> bool {
     matches!(e, crate::Error::DynamoDb { ambiguous: true, .. })
