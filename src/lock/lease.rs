@@ -339,6 +339,7 @@ impl LeaseLock {
         let mut strays: Vec<String> = Vec::new();
         let mut rid = owner.clone();
         let mut failures = 0u32;
+        let mut maybe_landed = false;
         loop {
             if shared && !inner.records.lock().expect("poisoned").contains(name) {
                 self.ensure_record(name).await?;
@@ -457,12 +458,20 @@ impl LeaseLock {
                             }
                             continue;
                         }
-                        if !e.is_retryable() || deadline.is_some_and(|d| Instant::now() >= d) {
-                            self.remove_strays(name, &strays);
-                            return Err(e.into());
-                        }
-                        if shared && is_ambiguous(&e) {
+                        // After an ambiguous failure keep trying (even past the deadline) to learn
+                        // whether the write landed: the next attempt's condition failure shows it.
+                        let ambiguous = is_ambiguous(&e);
+                        if shared && ambiguous {
                             strays.push(std::mem::replace(&mut rid, uuid::Uuid::new_v4().to_string()));
+                        }
+                        maybe_landed |= ambiguous && !shared;
+                        let late = !ambiguous && deadline.is_some_and(|d| Instant::now() >= d);
+                        if !e.is_retryable() || late || failures >= 8 {
+                            self.remove_strays(name, &strays);
+                            if maybe_landed {
+                                spawn_release(inner.clone(), name.to_string(), owner.clone(), false);
+                            }
+                            return Err(e.into());
                         }
                         tracing::debug!(lock = name, error = %e, "acquire failed; retrying");
                         failures += 1;
