@@ -32,7 +32,10 @@ pub struct TicketCounter {
 impl TicketCounter {
     /// A counter over `table`, which must have the lock-table layout.
     pub fn new(client: Client, table: impl Into<String>) -> Self {
-        TicketCounter { client, table: table.into() }
+        TicketCounter {
+            client,
+            table: table.into(),
+        }
     }
 
     /// The table.

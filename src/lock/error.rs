@@ -46,7 +46,13 @@ pub enum LockError {
     /// A DynamoDB request failed (see [`crate::Error::DynamoDb`]), or the table is missing or has
     /// the wrong layout.
     #[error(transparent)]
-    DynamoDb(#[from] crate::Error),
+    DynamoDb(Box<crate::Error>),
+}
+
+impl From<crate::Error> for LockError {
+    fn from(e: crate::Error) -> Self {
+        LockError::DynamoDb(Box::new(e))
+    }
 }
 
 impl LockError {

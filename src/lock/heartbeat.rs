@@ -51,21 +51,34 @@ impl Core {
     }
 
     fn is_lost(&self) -> bool {
-        *self.lost_tx.borrow() || self.deadline.lock().expect("deadline poisoned").is_some_and(|d| Instant::now() >= d)
+        *self.lost_tx.borrow()
+            || self
+                .deadline
+                .lock()
+                .expect("deadline poisoned")
+                .is_some_and(|d| Instant::now() >= d)
     }
 
     async fn beat_once(&self) -> Result<(), LockError> {
         let mut hb = self.hb.lock().await;
-        let lost = || LockError::Lost { name: self.name.clone() };
+        let lost = || LockError::Lost {
+            name: self.name.clone(),
+        };
         if *self.lost_tx.borrow() {
             return Err(lost());
         }
-        let Some(lease) = self.lease else { return Ok(()) };
+        let Some(lease) = self.lease else {
+            return Ok(());
+        };
         let target = *hb + 1;
         let first_send = Instant::now();
         let mut attempt = 0;
         loop {
-            let deadline = self.deadline.lock().expect("deadline poisoned").unwrap_or(first_send + lease);
+            let deadline = self
+                .deadline
+                .lock()
+                .expect("deadline poisoned")
+                .unwrap_or(first_send + lease);
             let now = Instant::now();
             if now >= deadline {
                 self.set_lost("the lease ran out before a heartbeat succeeded");
@@ -84,7 +97,8 @@ impl Core {
                 }
                 Ok(BeatOutcome::Failed(e)) => {
                     tracing::warn!(lock = %self.name, hb = target, attempt, error = %e, "heartbeat failed; retrying");
-                    let pause = backoff(attempt).min(deadline.saturating_duration_since(Instant::now()));
+                    let pause =
+                        backoff(attempt).min(deadline.saturating_duration_since(Instant::now()));
                     tokio::time::sleep(pause).await;
                     attempt += 1;
                 }
@@ -104,7 +118,10 @@ pub(crate) struct Heartbeat {
 
 impl fmt::Debug for Heartbeat {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Heartbeat").field("lock", &self.core.name).field("lost", &self.core.is_lost()).finish()
+        f.debug_struct("Heartbeat")
+            .field("lock", &self.core.name)
+            .field("lost", &self.core.is_lost())
+            .finish()
     }
 }
 
@@ -160,11 +177,18 @@ impl Heartbeat {
 
     /// Time left on the local lease (`None`: never expires).
     pub(crate) fn remaining(&self) -> Option<Duration> {
-        self.core.deadline.lock().expect("deadline poisoned").map(|d| d.saturating_duration_since(Instant::now()))
+        self.core
+            .deadline
+            .lock()
+            .expect("deadline poisoned")
+            .map(|d| d.saturating_duration_since(Instant::now()))
     }
 
     pub(crate) fn signal(&self) -> LostSignal {
-        LostSignal { rx: self.core.lost_tx.subscribe(), deadline: self.core.deadline.clone() }
+        LostSignal {
+            rx: self.core.lost_tx.subscribe(),
+            deadline: self.core.deadline.clone(),
+        }
     }
 
     /// Stops renewing and waits until no renewal is in flight.
@@ -206,7 +230,12 @@ pub struct LostSignal {
 impl LostSignal {
     /// True if the lock is lost (or its local lease ran out).
     pub fn is_lost(&self) -> bool {
-        *self.rx.borrow() || self.deadline.lock().expect("deadline poisoned").is_some_and(|d| Instant::now() >= d)
+        *self.rx.borrow()
+            || self
+                .deadline
+                .lock()
+                .expect("deadline poisoned")
+                .is_some_and(|d| Instant::now() >= d)
     }
 
     /// Resolves when the lock is lost; never resolves if it is held until released.

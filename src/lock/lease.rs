@@ -142,9 +142,13 @@ impl LeaseLockBuilder {
 
     /// Builds the lock handle.
     pub fn build(self) -> Result<LeaseLock, LockError> {
-        let table = self.table.ok_or_else(|| LockError::InvalidConfig("a table is required".into()))?;
+        let table = self
+            .table
+            .ok_or_else(|| LockError::InvalidConfig("a table is required".into()))?;
         if self.lease < Duration::from_millis(100) {
-            return Err(LockError::InvalidConfig("the lease must be at least 100 ms".into()));
+            return Err(LockError::InvalidConfig(
+                "the lease must be at least 100 ms".into(),
+            ));
         }
         let heartbeat = self.heartbeat.unwrap_or(self.lease / 4);
         if heartbeat.is_zero() || heartbeat * 2 > self.lease {
@@ -154,7 +158,9 @@ impl LeaseLockBuilder {
             )));
         }
         if self.poll.is_zero() {
-            return Err(LockError::InvalidConfig("the poll interval must be positive".into()));
+            return Err(LockError::InvalidConfig(
+                "the poll interval must be positive".into(),
+            ));
         }
         Ok(LeaseLock {
             inner: Arc::new(Inner {
@@ -329,7 +335,12 @@ impl LeaseLock {
         ]))
     }
 
-    async fn acquire_inner(&self, name: &str, wait: Wait, shared: bool) -> Result<LeaseGuard, LockError> {
+    async fn acquire_inner(
+        &self,
+        name: &str,
+        wait: Wait,
+        shared: bool,
+    ) -> Result<LeaseGuard, LockError> {
         let inner = &self.inner;
         let start = Instant::now();
         let deadline = wait.deadline(start);
@@ -358,7 +369,9 @@ impl LeaseLock {
                 .return_values(ReturnValue::AllNew)
                 .return_values_on_condition_check_failure(ALL_OLD);
             let takeover_cond = if let Some((dead, dead_hb)) = &takeover {
-                req = req.expression_attribute_values(":dead", s(dead)).expression_attribute_values(":deadhb", n(dead_hb));
+                req = req
+                    .expression_attribute_values(":dead", s(dead))
+                    .expression_attribute_values(":deadhb", n(dead_hb));
                 " OR (#owner = :dead AND #hb = :deadhb)"
             } else {
                 ""
@@ -396,7 +409,11 @@ impl LeaseLock {
             match req.send().await {
                 Ok(out) => {
                     let item = out.attributes.unwrap_or_default();
-                    inner.records.lock().expect("poisoned").insert(name.to_string());
+                    inner
+                        .records
+                        .lock()
+                        .expect("poisoned")
+                        .insert(name.to_string());
                     self.remove_strays(name, &strays);
                     return Ok(self.granted(name, owner, rid, shared, &item, sent_at));
                 }
@@ -431,17 +448,24 @@ impl LeaseLock {
                         match (wait, deadline) {
                             (Wait::NoWait, _) => {
                                 self.remove_strays(name, &strays);
-                                return Err(LockError::WouldBlock { name: name.to_string() });
+                                return Err(LockError::WouldBlock {
+                                    name: name.to_string(),
+                                });
                             }
                             (_, Some(d)) if now >= d => {
                                 self.remove_strays(name, &strays);
-                                return Err(LockError::Timeout { name: name.to_string(), waited: start.elapsed() });
+                                return Err(LockError::Timeout {
+                                    name: name.to_string(),
+                                    waited: start.elapsed(),
+                                });
                             }
                             _ => {}
                         }
                         let mut pause = jitter(inner.poll);
                         if let Some(death) = verdict.next_death {
-                            pause = pause.min(death.saturating_duration_since(now) + Duration::from_millis(5));
+                            pause = pause.min(
+                                death.saturating_duration_since(now) + Duration::from_millis(5),
+                            );
                         }
                         if let Some(d) = deadline {
                             pause = pause.min(d.saturating_duration_since(now));
@@ -462,14 +486,22 @@ impl LeaseLock {
                         // whether the write landed: the next attempt's condition failure shows it.
                         let ambiguous = is_ambiguous(&e);
                         if shared && ambiguous {
-                            strays.push(std::mem::replace(&mut rid, uuid::Uuid::new_v4().to_string()));
+                            strays.push(std::mem::replace(
+                                &mut rid,
+                                uuid::Uuid::new_v4().to_string(),
+                            ));
                         }
                         maybe_landed |= ambiguous && !shared;
                         let late = !ambiguous && deadline.is_some_and(|d| Instant::now() >= d);
                         if !e.is_retryable() || late || failures >= 8 {
                             self.remove_strays(name, &strays);
                             if maybe_landed {
-                                spawn_release(inner.clone(), name.to_string(), owner.clone(), false);
+                                spawn_release(
+                                    inner.clone(),
+                                    name.to_string(),
+                                    owner.clone(),
+                                    false,
+                                );
                             }
                             return Err(e.into());
                         }
@@ -482,12 +514,27 @@ impl LeaseLock {
         }
     }
 
-    fn granted(&self, name: &str, owner: String, rid: String, shared: bool, item: &Item, sent_at: Instant) -> LeaseGuard {
+    fn granted(
+        &self,
+        name: &str,
+        owner: String,
+        rid: String,
+        shared: bool,
+        item: &Item,
+        sent_at: Instant,
+    ) -> LeaseGuard {
         let inner = &self.inner;
         let fence = get_u64(item, FENCE).unwrap_or(0);
-        let data = item.get(DATA).and_then(|v| v.as_b().ok()).map(|b| b.as_ref().to_vec());
+        let data = item
+            .get(DATA)
+            .and_then(|v| v.as_b().ok())
+            .map(|b| b.as_ref().to_vec());
         let holder = if shared { rid } else { owner };
-        let lease = if inner.fail_closed { None } else { Some(inner.lease) };
+        let lease = if inner.fail_closed {
+            None
+        } else {
+            Some(inner.lease)
+        };
         let heartbeat = Heartbeat::start(
             name,
             lease_beat(inner.clone(), name.to_string(), holder.clone(), shared),
@@ -525,7 +572,11 @@ impl LeaseLock {
             .send()
             .await;
         r.map_err(|e| Error::sdk("UpdateItem", e))?;
-        inner.records.lock().expect("poisoned").insert(name.to_string());
+        inner
+            .records
+            .lock()
+            .expect("poisoned")
+            .insert(name.to_string());
         Ok(())
     }
 
@@ -595,31 +646,55 @@ impl LeaseLock {
                 }
             }
         }
-        self.inner.observations.lock().expect("poisoned").retain(|(n, h), _| n != name || seen.contains(h));
+        self.inner
+            .observations
+            .lock()
+            .expect("poisoned")
+            .retain(|(n, h), _| n != name || seen.contains(h));
         v
     }
 
     /// `None`: dead. `Some(t)`: alive, could be judged dead at `t` (`Some(None)`: never).
-    fn judge_one(&self, name: &str, holder: &str, hb: u64, rec: &Item, now: Instant) -> Option<Option<Instant>> {
+    fn judge_one(
+        &self,
+        name: &str,
+        holder: &str,
+        hb: u64,
+        rec: &Item,
+        now: Instant,
+    ) -> Option<Option<Instant>> {
         let inner = &self.inner;
         if get_bool(rec, CLOSED) {
             return Some(None);
         }
-        let lease = Duration::from_millis(get_u64(rec, LEASE_MS).unwrap_or(millis(inner.lease) as u64));
+        let lease =
+            Duration::from_millis(get_u64(rec, LEASE_MS).unwrap_or(millis(inner.lease) as u64));
         match inner.expiry {
             Expiry::Observed => {
                 let mut obs = inner.observations.lock().expect("poisoned");
-                let e = obs.entry((name.to_string(), holder.to_string())).or_insert((hb, now));
+                let e = obs
+                    .entry((name.to_string(), holder.to_string()))
+                    .or_insert((hb, now));
                 if e.0 != hb {
                     *e = (hb, now);
                 }
                 let death = e.1 + lease + inner.skew_margin;
-                if now >= death { None } else { Some(Some(death)) }
+                if now >= death {
+                    None
+                } else {
+                    Some(Some(death))
+                }
             }
             Expiry::WallClock => {
                 let exp = get_i64(rec, EXP_MS).unwrap_or(i64::MAX);
-                let left = exp.saturating_add(millis(inner.skew_margin)).saturating_sub(inner.clock.now_millis());
-                if left < 0 { None } else { Some(Some(now + Duration::from_millis(left as u64))) }
+                let left = exp
+                    .saturating_add(millis(inner.skew_margin))
+                    .saturating_sub(inner.clock.now_millis());
+                if left < 0 {
+                    None
+                } else {
+                    Some(Some(now + Duration::from_millis(left as u64)))
+                }
             }
         }
     }
@@ -709,11 +784,16 @@ async fn release_holder(
             let clear = "REMOVE #owner, #hb, #lease, #exp, #closed";
             match &data {
                 None => req.update_expression(clear),
-                Some(None) => req.update_expression(format!("{clear}, #data")).expression_attribute_names("#data", DATA),
+                Some(None) => req
+                    .update_expression(format!("{clear}, #data"))
+                    .expression_attribute_names("#data", DATA),
                 Some(Some(bytes)) => req
                     .update_expression(format!("SET #data = :data {clear}"))
                     .expression_attribute_names("#data", DATA)
-                    .expression_attribute_values(":data", AttributeValue::B(Blob::new(bytes.clone()))),
+                    .expression_attribute_values(
+                        ":data",
+                        AttributeValue::B(Blob::new(bytes.clone())),
+                    ),
             }
         };
         match req.send().await {
@@ -741,7 +821,9 @@ fn spawn_release(inner: Arc<Inner>, name: String, holder: String, shared: bool) 
                 }
             });
         }
-        Err(_) => tracing::warn!(lock = %name, "no Tokio runtime to release the lock; the lease will expire"),
+        Err(_) => {
+            tracing::warn!(lock = %name, "no Tokio runtime to release the lock; the lease will expire")
+        }
     }
 }
 
@@ -829,7 +911,9 @@ impl LeaseGuard {
     /// Dropping the future may or may not leave the payload written.
     pub async fn set_data(&mut self, data: Option<Vec<u8>>) -> Result<(), LockError> {
         if self.shared {
-            return Err(LockError::InvalidConfig("a shared holder cannot write the payload".into()));
+            return Err(LockError::InvalidConfig(
+                "a shared holder cannot write the payload".into(),
+            ));
         }
         let inner = &self.inner;
         let req = inner
@@ -855,7 +939,9 @@ impl LeaseGuard {
             Err(e) => match update_failure(e) {
                 WriteFailure::Condition(_) => {
                     self.heartbeat.mark_lost("the record has another holder");
-                    Err(LockError::Lost { name: self.name.clone() })
+                    Err(LockError::Lost {
+                        name: self.name.clone(),
+                    })
                 }
                 WriteFailure::Other(e) => Err(e.into()),
             },
@@ -881,7 +967,9 @@ impl LeaseGuard {
     /// As for [`release`](Self::release).
     pub async fn release_with_data(self, data: Option<Vec<u8>>) -> Result<(), LockError> {
         if self.shared {
-            return Err(LockError::InvalidConfig("a shared holder cannot write the payload".into()));
+            return Err(LockError::InvalidConfig(
+                "a shared holder cannot write the payload".into(),
+            ));
         }
         self.release_inner(Some(data)).await
     }
@@ -896,7 +984,9 @@ impl LeaseGuard {
                 tracing::debug!(lock = %self.name, fence = self.fence, "lease lock released");
                 Ok(())
             }
-            Ok(false) => Err(LockError::Lost { name: self.name.clone() }),
+            Ok(false) => Err(LockError::Lost {
+                name: self.name.clone(),
+            }),
             Err(e) => Err(e.into()),
         }
     }
@@ -906,7 +996,12 @@ impl Drop for LeaseGuard {
     fn drop(&mut self) {
         if !self.released {
             self.heartbeat.finish();
-            spawn_release(self.inner.clone(), self.name.clone(), self.holder.clone(), self.shared);
+            spawn_release(
+                self.inner.clone(),
+                self.name.clone(),
+                self.holder.clone(),
+                self.shared,
+            );
         }
     }
 }

@@ -39,7 +39,9 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
-use aws_sdk_dynamodb::types::{Put, ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update};
+use aws_sdk_dynamodb::types::{
+    Put, ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update,
+};
 use tokio::time::Instant;
 
 use super::counter::read_counter;
@@ -138,12 +140,19 @@ impl QueueLockBuilder {
 
     /// Builds the lock handle.
     pub fn build(self) -> Result<QueueLock, LockError> {
-        let table = self.table.ok_or_else(|| LockError::InvalidConfig("a table is required".into()))?;
+        let table = self
+            .table
+            .ok_or_else(|| LockError::InvalidConfig("a table is required".into()))?;
         if self.namespace.contains('#') {
-            return Err(LockError::InvalidConfig(format!("namespace {:?} contains '#'", self.namespace)));
+            return Err(LockError::InvalidConfig(format!(
+                "namespace {:?} contains '#'",
+                self.namespace
+            )));
         }
         if self.lease < Duration::from_millis(100) {
-            return Err(LockError::InvalidConfig("the lease must be at least 100 ms".into()));
+            return Err(LockError::InvalidConfig(
+                "the lease must be at least 100 ms".into(),
+            ));
         }
         let heartbeat = self.heartbeat.unwrap_or(self.lease / 4);
         if heartbeat.is_zero() || heartbeat * 2 > self.lease {
@@ -152,8 +161,13 @@ impl QueueLockBuilder {
                 self.lease
             )));
         }
-        if !(1..=1000).contains(&self.page_size) || self.poll_head.is_zero() || self.poll_max < self.poll_head {
-            return Err(LockError::InvalidConfig("invalid page size or poll intervals".into()));
+        if !(1..=1000).contains(&self.page_size)
+            || self.poll_head.is_zero()
+            || self.poll_max < self.poll_head
+        {
+            return Err(LockError::InvalidConfig(
+                "invalid page size or poll intervals".into(),
+            ));
         }
         Ok(QueueLock {
             inner: Arc::new(Inner {
@@ -374,7 +388,10 @@ impl QueueLock {
         let mut attempt = 0u32;
         loop {
             if deadline.is_some_and(|d| Instant::now() >= d) && attempt > 0 {
-                let e = LockError::Timeout { name: name.to_string(), waited: start.elapsed() };
+                let e = LockError::Timeout {
+                    name: name.to_string(),
+                    waited: start.elapsed(),
+                };
                 self.cleanup_strays(name, owner, &ambiguous, None);
                 return Err(e);
             }
@@ -388,12 +405,19 @@ impl QueueLock {
                 .table_name(&inner.table)
                 .set_key(Some(key(name, &counter_sk)))
                 .update_expression("SET #n = :t")
-                .condition_expression(if current == 0 { "attribute_not_exists(#n)" } else { "#n = :c" })
+                .condition_expression(if current == 0 {
+                    "attribute_not_exists(#n)"
+                } else {
+                    "#n = :c"
+                })
                 .expression_attribute_names("#n", COUNT)
                 .set_expression_attribute_values(Some(if current == 0 {
                     Item::from([(":t".to_string(), n(ticket))])
                 } else {
-                    Item::from([(":t".to_string(), n(ticket)), (":c".to_string(), n(current))])
+                    Item::from([
+                        (":t".to_string(), n(ticket)),
+                        (":c".to_string(), n(current)),
+                    ])
                 }))
                 .return_values_on_condition_check_failure(ALL_OLD)
                 .build()
@@ -406,7 +430,10 @@ impl QueueLock {
                 .return_values_on_condition_check_failure(ALL_OLD)
                 .build()
                 .map_err(|e| Error::invalid(e.to_string()))?;
-            let items = vec![TransactWriteItem::builder().update(update).build(), TransactWriteItem::builder().put(put).build()];
+            let items = vec![
+                TransactWriteItem::builder().update(update).build(),
+                TransactWriteItem::builder().put(put).build(),
+            ];
             let token = uuid::Uuid::new_v4().to_string();
             let sent_at = Instant::now();
             // Send; on an ambiguous failure resend the identical request with the same token, which
@@ -421,8 +448,20 @@ impl QueueLock {
                     .send()
                     .await;
                 match r {
-                    Err(e) if replays < 3 && matches!(&e, aws_sdk_dynamodb::error::SdkError::TimeoutError(_) | aws_sdk_dynamodb::error::SdkError::DispatchFailure(_) | aws_sdk_dynamodb::error::SdkError::ResponseError(_)) => {
-                        tracing::debug!(lock = name, ticket, "ticket request failed ambiguously; replaying it");
+                    Err(e)
+                        if replays < 3
+                            && matches!(
+                                &e,
+                                aws_sdk_dynamodb::error::SdkError::TimeoutError(_)
+                                    | aws_sdk_dynamodb::error::SdkError::DispatchFailure(_)
+                                    | aws_sdk_dynamodb::error::SdkError::ResponseError(_)
+                            ) =>
+                    {
+                        tracing::debug!(
+                            lock = name,
+                            ticket,
+                            "ticket request failed ambiguously; replaying it"
+                        );
                         ambiguous.insert(ticket);
                         replays += 1;
                         tokio::time::sleep(backoff(replays)).await;
@@ -437,19 +476,34 @@ impl QueueLock {
                     return Ok(self.entered(name, owner, ticket, sk, sent_at, &ambiguous));
                 }
                 Err(e) => {
-                    if let Some(TransactWriteItemsError::TransactionCanceledException(c)) = e.as_service_error() {
+                    if let Some(TransactWriteItemsError::TransactionCanceledException(c)) =
+                        e.as_service_error()
+                    {
                         let reasons = c.cancellation_reasons();
-                        let code = |i: usize| reasons.get(i).and_then(|r| r.code()).unwrap_or("None");
+                        let code =
+                            |i: usize| reasons.get(i).and_then(|r| r.code()).unwrap_or("None");
                         if code(0) == "ConditionalCheckFailed" {
                             // Someone else took ticket `ticket` (or a later one) first; or our own
                             // earlier, ambiguous attempt did.
-                            let now_at = reasons[0].item().and_then(|i| get_u64(i, COUNT)).unwrap_or(0);
-                            if ambiguous.contains(&ticket) && self.row_owned(name, &sk, owner).await? {
+                            let now_at = reasons[0]
+                                .item()
+                                .and_then(|i| get_u64(i, COUNT))
+                                .unwrap_or(0);
+                            if ambiguous.contains(&ticket)
+                                && self.row_owned(name, &sk, owner).await?
+                            {
                                 ambiguous.remove(&ticket);
-                                return Ok(self.entered(name, owner, ticket, sk, sent_at, &ambiguous));
+                                return Ok(
+                                    self.entered(name, owner, ticket, sk, sent_at, &ambiguous)
+                                );
                             }
                             known = Some(now_at);
-                            tracing::trace!(lock = name, ticket, counter = now_at, "ticket taken; retrying");
+                            tracing::trace!(
+                                lock = name,
+                                ticket,
+                                counter = now_at,
+                                "ticket taken; retrying"
+                            );
                             tokio::time::sleep(contention_backoff(attempt)).await;
                             continue;
                         }
@@ -457,7 +511,9 @@ impl QueueLock {
                             let row = reasons.get(1).and_then(|r| r.item());
                             if row.and_then(|r| get_s(r, OWNER)) == Some(owner) {
                                 ambiguous.remove(&ticket);
-                                return Ok(self.entered(name, owner, ticket, sk, sent_at, &ambiguous));
+                                return Ok(
+                                    self.entered(name, owner, ticket, sk, sent_at, &ambiguous)
+                                );
                             }
                             return Err(Error::invariant(format!(
                                 "queue row {sk} of lock {name} exists but the counter is below it: was the counter item deleted?"
@@ -493,12 +549,21 @@ impl QueueLock {
         sent_at: Instant,
         ambiguous: &HashSet<u64>,
     ) -> Enqueued {
-        self.inner.counters.lock().expect("poisoned").insert(name.to_string(), ticket);
+        self.inner
+            .counters
+            .lock()
+            .expect("poisoned")
+            .insert(name.to_string(), ticket);
         self.cleanup_strays(name, owner, ambiguous, Some(ticket));
         tracing::debug!(lock = name, ticket, "entered the queue");
         let heartbeat = Heartbeat::start(
             name,
-            row_beat(self.inner.clone(), name.to_string(), sk.clone(), owner.to_string()),
+            row_beat(
+                self.inner.clone(),
+                name.to_string(),
+                sk.clone(),
+                owner.to_string(),
+            ),
             Some(self.inner.lease),
             Some(self.inner.heartbeat),
             0,
@@ -518,7 +583,12 @@ impl QueueLock {
     /// Deletes, in the background, rows of ours that ambiguous requests may have written.
     fn cleanup_strays(&self, name: &str, owner: &str, tickets: &HashSet<u64>, keep: Option<u64>) {
         for &t in tickets.iter().filter(|t| Some(**t) != keep) {
-            spawn_delete(self.inner.clone(), name.to_string(), self.row_sk(t), owner.to_string());
+            spawn_delete(
+                self.inner.clone(),
+                name.to_string(),
+                self.row_sk(t),
+                owner.to_string(),
+            );
         }
     }
 
@@ -543,10 +613,15 @@ impl QueueLock {
         deadline: Option<Instant>,
         start: Instant,
     ) -> Result<(), LockError> {
-        let lost = || LockError::Lost { name: entry.name.clone() };
+        let lost = || LockError::Lost {
+            name: entry.name.clone(),
+        };
         let mut failures = 0u32;
         loop {
-            let hb = entry.heartbeat.as_ref().expect("heartbeat present while waiting");
+            let hb = entry
+                .heartbeat
+                .as_ref()
+                .expect("heartbeat present while waiting");
             if hb.is_lost() {
                 return Err(lost());
             }
@@ -555,7 +630,9 @@ impl QueueLock {
                     failures = 0;
                     scan
                 }
-                Err(LockError::DynamoDb(e)) if e.is_retryable() && !deadline.is_some_and(|d| Instant::now() >= d) => {
+                Err(LockError::DynamoDb(e))
+                    if e.is_retryable() && deadline.is_none_or(|d| Instant::now() < d) =>
+                {
                     tracing::warn!(lock = %entry.name, error = %e, "queue poll failed; retrying");
                     failures += 1;
                     tokio::time::sleep(backoff(failures)).await;
@@ -575,9 +652,16 @@ impl QueueLock {
             }
             let now = Instant::now();
             match (wait, deadline) {
-                (Wait::NoWait, _) => return Err(LockError::WouldBlock { name: entry.name.clone() }),
+                (Wait::NoWait, _) => {
+                    return Err(LockError::WouldBlock {
+                        name: entry.name.clone(),
+                    });
+                }
                 (_, Some(d)) if now >= d => {
-                    return Err(LockError::Timeout { name: entry.name.clone(), waited: start.elapsed() });
+                    return Err(LockError::Timeout {
+                        name: entry.name.clone(),
+                        waited: start.elapsed(),
+                    });
                 }
                 _ => {}
             }
@@ -598,7 +682,11 @@ impl QueueLock {
     /// Reads the queue up to our row, deleting dead rows (and stray rows of ours) on the way.
     async fn scan(&self, name: &str, my_sk: &str, owner: &str) -> Result<Scan, LockError> {
         let inner = &self.inner;
-        let mut scan = Scan { live_ahead: 0, found_self: None, next_death: None };
+        let mut scan = Scan {
+            live_ahead: 0,
+            found_self: None,
+            next_death: None,
+        };
         let mut start_key = None;
         let mut seen: HashSet<String> = HashSet::new();
         'pages: loop {
@@ -633,7 +721,12 @@ impl QueueLock {
                 }
                 if row_owner == owner {
                     // Written by an ambiguous request of ours that we did not keep.
-                    spawn_delete(inner.clone(), name.to_string(), sk.to_string(), owner.to_string());
+                    spawn_delete(
+                        inner.clone(),
+                        name.to_string(),
+                        sk.to_string(),
+                        owner.to_string(),
+                    );
                     continue;
                 }
                 seen.insert(sk.to_string());
@@ -661,30 +754,57 @@ impl QueueLock {
         }
         // Forget observations of rows of this lock that are gone.
         let prefix = self.queue_prefix();
-        inner.observations.lock().expect("poisoned").retain(|(pk, sk), _| {
-            pk != name || !sk.starts_with(&prefix) || sk.as_str() >= my_sk || seen.contains(sk)
-        });
+        inner
+            .observations
+            .lock()
+            .expect("poisoned")
+            .retain(|(pk, sk), _| {
+                pk != name || !sk.starts_with(&prefix) || sk.as_str() >= my_sk || seen.contains(sk)
+            });
         Ok(scan)
     }
 
-    fn judge(&self, name: &str, sk: &str, owner: &str, hb: u64, row: &Item, now: Instant) -> Judgement {
+    fn judge(
+        &self,
+        name: &str,
+        sk: &str,
+        owner: &str,
+        hb: u64,
+        row: &Item,
+        now: Instant,
+    ) -> Judgement {
         let inner = &self.inner;
-        let lease = Duration::from_millis(get_u64(row, LEASE_MS).unwrap_or(millis(inner.lease) as u64));
+        let lease =
+            Duration::from_millis(get_u64(row, LEASE_MS).unwrap_or(millis(inner.lease) as u64));
         match inner.expiry {
             Expiry::Observed => {
                 let mut obs = inner.observations.lock().expect("poisoned");
                 let entry = obs
                     .entry((name.to_string(), sk.to_string()))
-                    .or_insert_with(|| Observation { owner: owner.to_string(), hb, since: now });
+                    .or_insert_with(|| Observation {
+                        owner: owner.to_string(),
+                        hb,
+                        since: now,
+                    });
                 if entry.owner != owner || entry.hb != hb {
-                    *entry = Observation { owner: owner.to_string(), hb, since: now };
+                    *entry = Observation {
+                        owner: owner.to_string(),
+                        hb,
+                        since: now,
+                    };
                 }
                 let death = entry.since + lease + inner.skew_margin;
-                if now >= death { Judgement::Dead } else { Judgement::Alive(death) }
+                if now >= death {
+                    Judgement::Dead
+                } else {
+                    Judgement::Alive(death)
+                }
             }
             Expiry::WallClock => {
                 let exp = get_i64(row, EXP_MS).unwrap_or(i64::MAX);
-                let left = exp.saturating_add(millis(inner.skew_margin)).saturating_sub(inner.clock.now_millis());
+                let left = exp
+                    .saturating_add(millis(inner.skew_margin))
+                    .saturating_sub(inner.clock.now_millis());
                 if left < 0 {
                     Judgement::Dead
                 } else {
@@ -695,7 +815,13 @@ impl QueueLock {
     }
 
     /// Deletes a row judged dead, if it still is what was judged. True if the row is gone.
-    async fn delete_dead(&self, name: &str, sk: &str, owner: &str, hb: u64) -> Result<bool, LockError> {
+    async fn delete_dead(
+        &self,
+        name: &str,
+        sk: &str,
+        owner: &str,
+        hb: u64,
+    ) -> Result<bool, LockError> {
         let inner = &self.inner;
         let r = inner
             .client
@@ -712,8 +838,17 @@ impl QueueLock {
             .await;
         match r {
             Ok(_) => {
-                tracing::info!(lock = name, row = sk, dead_owner = owner, "deleted a dead queue row");
-                inner.observations.lock().expect("poisoned").remove(&(name.to_string(), sk.to_string()));
+                tracing::info!(
+                    lock = name,
+                    row = sk,
+                    dead_owner = owner,
+                    "deleted a dead queue row"
+                );
+                inner
+                    .observations
+                    .lock()
+                    .expect("poisoned")
+                    .remove(&(name.to_string(), sk.to_string()));
                 Ok(true)
             }
             Err(e) => match delete_failure(e) {
@@ -815,7 +950,9 @@ fn spawn_delete(inner: Arc<Inner>, name: String, sk: String, owner: String) {
                 }
             });
         }
-        Err(_) => tracing::warn!(lock = %name, row = %sk, "no Tokio runtime to delete the queue row; it will expire"),
+        Err(_) => {
+            tracing::warn!(lock = %name, row = %sk, "no Tokio runtime to delete the queue row; it will expire")
+        }
     }
 }
 
@@ -860,7 +997,12 @@ impl Drop for Enqueued {
     fn drop(&mut self) {
         if self.armed {
             self.heartbeat.take();
-            spawn_delete(self.inner.clone(), self.name.clone(), self.sk.clone(), self.owner.clone());
+            spawn_delete(
+                self.inner.clone(),
+                self.name.clone(),
+                self.sk.clone(),
+                self.owner.clone(),
+            );
         }
     }
 }
@@ -955,7 +1097,9 @@ impl QueueGuard {
                 tracing::debug!(lock = %self.name, ticket = self.ticket, "queue lock released");
                 Ok(())
             }
-            Ok(false) => Err(LockError::Lost { name: self.name.clone() }),
+            Ok(false) => Err(LockError::Lost {
+                name: self.name.clone(),
+            }),
             Err(e) => Err(e.into()),
         }
     }
@@ -965,7 +1109,12 @@ impl Drop for QueueGuard {
     fn drop(&mut self) {
         if !self.released {
             self.heartbeat.finish();
-            spawn_delete(self.inner.clone(), self.name.clone(), self.sk.clone(), self.owner.clone());
+            spawn_delete(
+                self.inner.clone(),
+                self.name.clone(),
+                self.sk.clone(),
+                self.owner.clone(),
+            );
         }
     }
 }

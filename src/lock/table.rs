@@ -9,8 +9,10 @@ use super::util::{PK, SK, TTL};
 use crate::tables::{TableLayout, create_or_verify};
 use crate::{Error, Result};
 
-pub(crate) const LOCK_TABLE: TableLayout =
-    TableLayout { hash: (PK, ScalarAttributeType::S), range: Some((SK, ScalarAttributeType::S)) };
+pub(crate) const LOCK_TABLE: TableLayout = TableLayout {
+    hash: (PK, ScalarAttributeType::S),
+    range: Some((SK, ScalarAttributeType::S)),
+};
 
 /// Creates a lock table unless it exists, and enables DynamoDB TTL on its `ttl` attribute.
 ///
@@ -37,8 +39,13 @@ pub async fn create_lock_table(client: &Client, table: &str) -> Result<()> {
         .send()
         .await
         .map_err(|e| Error::sdk("DescribeTimeToLive", e))?;
-    let status = ttl.time_to_live_description().and_then(|d| d.time_to_live_status());
-    if matches!(status, Some(TimeToLiveStatus::Enabled | TimeToLiveStatus::Enabling)) {
+    let status = ttl
+        .time_to_live_description()
+        .and_then(|d| d.time_to_live_status());
+    if matches!(
+        status,
+        Some(TimeToLiveStatus::Enabled | TimeToLiveStatus::Enabling)
+    ) {
         return Ok(());
     }
     let spec = TimeToLiveSpecification::builder()
@@ -46,7 +53,13 @@ pub async fn create_lock_table(client: &Client, table: &str) -> Result<()> {
         .enabled(true)
         .build()
         .map_err(|e| Error::invalid(format!("TTL specification: {e}")))?;
-    match client.update_time_to_live().table_name(table).time_to_live_specification(spec).send().await {
+    match client
+        .update_time_to_live()
+        .table_name(table)
+        .time_to_live_specification(spec)
+        .send()
+        .await
+    {
         Ok(_) => Ok(()),
         Err(e) => {
             let err = Error::sdk("UpdateTimeToLive", e);
@@ -58,7 +71,11 @@ pub async fn create_lock_table(client: &Client, table: &str) -> Result<()> {
                     .send()
                     .await
                     .map_err(|e| Error::sdk("DescribeTimeToLive", e))?;
-                if again.time_to_live_description().and_then(|d| d.time_to_live_status()).is_some() {
+                if again
+                    .time_to_live_description()
+                    .and_then(|d| d.time_to_live_status())
+                    .is_some()
+                {
                     return Ok(());
                 }
             }

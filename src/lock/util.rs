@@ -54,19 +54,28 @@ pub(crate) fn key(pk: &str, sk: &str) -> Item {
 }
 
 pub(crate) fn get_s<'a>(item: &'a Item, name: &str) -> Option<&'a str> {
-    item.get(name).and_then(|v| v.as_s().ok()).map(String::as_str)
+    item.get(name)
+        .and_then(|v| v.as_s().ok())
+        .map(String::as_str)
 }
 
 pub(crate) fn get_u64(item: &Item, name: &str) -> Option<u64> {
-    item.get(name).and_then(|v| v.as_n().ok()).and_then(|v| v.parse().ok())
+    item.get(name)
+        .and_then(|v| v.as_n().ok())
+        .and_then(|v| v.parse().ok())
 }
 
 pub(crate) fn get_i64(item: &Item, name: &str) -> Option<i64> {
-    item.get(name).and_then(|v| v.as_n().ok()).and_then(|v| v.parse().ok())
+    item.get(name)
+        .and_then(|v| v.as_n().ok())
+        .and_then(|v| v.parse().ok())
 }
 
 pub(crate) fn get_bool(item: &Item, name: &str) -> bool {
-    item.get(name).and_then(|v| v.as_bool().ok()).copied().unwrap_or(false)
+    item.get(name)
+        .and_then(|v| v.as_bool().ok())
+        .copied()
+        .unwrap_or(false)
 }
 
 pub(crate) fn millis(d: Duration) -> i64 {
@@ -81,7 +90,11 @@ pub(crate) fn jitter(d: Duration) -> Duration {
 
 /// Exponential backoff for attempt `attempt` (0-based): 20 ms doubling, capped at 1 s, jittered.
 pub(crate) fn backoff(attempt: u32) -> Duration {
-    jitter(Duration::from_millis(20).saturating_mul(1 << attempt.min(6)).min(Duration::from_secs(1)))
+    jitter(
+        Duration::from_millis(20)
+            .saturating_mul(1 << attempt.min(6))
+            .min(Duration::from_secs(1)),
+    )
 }
 
 /// "Full jitter" backoff for contention on one item: uniform in [0, 4 ms × 2^attempt], capped at
@@ -93,7 +106,13 @@ pub(crate) fn contention_backoff(attempt: u32) -> Duration {
 
 /// True when a failed request may nevertheless have been applied.
 pub(crate) fn is_ambiguous(e: &crate::Error) -> bool {
-    matches!(e, crate::Error::DynamoDb { ambiguous: true, .. })
+    matches!(
+        e,
+        crate::Error::DynamoDb {
+            ambiguous: true,
+            ..
+        }
+    )
 }
 
 /// The outcome of a conditional write that failed.
