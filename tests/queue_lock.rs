@@ -595,3 +595,29 @@ async fn dropped_guard_releases_in_the_background() {
     let g = lock.acquire("dr", Wait::NoWait).await.expect("free again");
     g.release().await.unwrap();
 }
+
+#[tokio::test]
+async fn waiter_whose_row_was_deleted_never_proceeds() {
+    let (client, table, _guard) = lock_table("ql-gone").await;
+    let lock = builder(client.clone(), &table).build().unwrap();
+    let holder = lock.acquire("gn", Wait::Forever).await.unwrap();
+    let waiter = {
+        let lock = lock.clone();
+        tokio::spawn(async move { lock.acquire("gn", Wait::Forever).await })
+    };
+    until_rows(&client, &table, "gn", "the waiter's row", |r| r.len() == 2).await;
+    // Someone judged the waiter dead (e.g. it was paused) and deleted its row.
+    let sk = text(&rows(&client, &table, "gn").await[1], "sk").to_string();
+    client
+        .delete_item()
+        .table_name(&table)
+        .key("pk", s("gn"))
+        .key("sk", s(&sk))
+        .send()
+        .await
+        .unwrap();
+    holder.release().await.unwrap();
+    let err = waiter.await.unwrap().unwrap_err();
+    assert!(err.is_lost(), "{err:?}");
+    assert!(rows(&client, &table, "gn").await.is_empty());
+}

@@ -752,6 +752,10 @@ impl QueueLock {
                 None => break,
             }
         }
+        if scan.live_ahead == 0 && scan.found_self.is_none() {
+            // Read to the end of our range without meeting our row: it is gone.
+            scan.found_self = Some(false);
+        }
         // Forget observations of rows of this lock that are gone.
         let prefix = self.queue_prefix();
         inner
