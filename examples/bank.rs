@@ -17,7 +17,8 @@ use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::config::retry::RetryConfig;
 use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
 use aws_sdk_dynamodb::types::{
-    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
+    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
+    ScalarAttributeType,
 };
 use clap::Parser;
 use dynamodb_transactions::fault::{FaultInjector, FaultMode};
@@ -56,13 +57,15 @@ const START_BALANCE: i64 = 1000;
 async fn client(faults: Option<FaultInjector>) -> Client {
     let mut loader = aws_config::defaults(BehaviorVersion::latest());
     if std::env::var("AWS_ACCESS_KEY_ID").is_err() {
-        loader = loader.credentials_provider(Credentials::new("local", "local", None, None, "static"));
+        loader =
+            loader.credentials_provider(Credentials::new("local", "local", None, None, "static"));
     }
     if std::env::var("AWS_REGION").is_err() {
         loader = loader.region(Region::new("us-east-1"));
     }
     let sdk = loader.load().await;
-    let mut b = aws_sdk_dynamodb::config::Builder::from(&sdk).retry_config(RetryConfig::standard().with_max_attempts(3));
+    let mut b = aws_sdk_dynamodb::config::Builder::from(&sdk)
+        .retry_config(RetryConfig::standard().with_max_attempts(3));
     if let Some(f) = faults {
         b = b.interceptor(f);
     }
@@ -82,7 +85,10 @@ fn id(i: usize) -> AttributeValue {
 }
 
 fn balance(item: &dynamodb_transactions::Item) -> i64 {
-    item.get("balance").and_then(|v| v.as_n().ok()).and_then(|n| n.parse().ok()).unwrap_or(0)
+    item.get("balance")
+        .and_then(|v| v.as_n().ok())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
 }
 
 #[derive(Default)]
@@ -94,13 +100,32 @@ struct Counts {
 }
 
 /// One transfer attempt. Returns whether it committed.
-async fn transfer(m: &TransactionManager, table: &str, from: usize, to: usize, amount: i64) -> Result<bool, (TxId, Error)> {
+async fn transfer(
+    m: &TransactionManager,
+    table: &str,
+    from: usize,
+    to: usize,
+    amount: i64,
+) -> Result<bool, (TxId, Error)> {
     let tx = m.begin();
     let txid = tx.id().clone();
     let r = async {
-        let a = tx.get_item().table_name(table).key("Id", id(from)).send().await?;
-        let b = tx.get_item().table_name(table).key("Id", id(to)).send().await?;
-        let (a, b) = (balance(a.item().expect("account exists")), balance(b.item().expect("account exists")));
+        let a = tx
+            .get_item()
+            .table_name(table)
+            .key("Id", id(from))
+            .send()
+            .await?;
+        let b = tx
+            .get_item()
+            .table_name(table)
+            .key("Id", id(to))
+            .send()
+            .await?;
+        let (a, b) = (
+            balance(a.item().expect("account exists")),
+            balance(b.item().expect("account exists")),
+        );
         if a < amount {
             return Ok(false);
         }
@@ -154,30 +179,55 @@ async fn scan(client: &Client, table: &str) -> Vec<dynamodb_transactions::Item> 
 #[tokio::main]
 async fn main() {
     let args = Args::parse();
-    if std::env::var("AWS_ENDPOINT_URL_DYNAMODB").is_err() && std::env::var("AWS_ACCESS_KEY_ID").is_err() {
+    if std::env::var("AWS_ENDPOINT_URL_DYNAMODB").is_err()
+        && std::env::var("AWS_ACCESS_KEY_ID").is_err()
+    {
         eprintln!(
             "bank: no DynamoDB to talk to. Run ./scripts/demo, or set AWS_ENDPOINT_URL_DYNAMODB \
              (e.g. from `scripts/dynamodb-local start`), or AWS credentials for real DynamoDB."
         );
         std::process::exit(2);
     }
-    let prefix = args.table_prefix.clone().unwrap_or_else(|| format!("bank-{}", &uuid::Uuid::new_v4().simple().to_string()[..6]));
+    let prefix = args
+        .table_prefix
+        .clone()
+        .unwrap_or_else(|| format!("bank-{}", &uuid::Uuid::new_v4().simple().to_string()[..6]));
     let table = format!("{prefix}-accounts");
     let admin = client(None).await;
     let setup = manager(admin.clone(), &prefix);
-    setup.create_tables().await.expect("create the transaction tables");
+    setup
+        .create_tables()
+        .await
+        .expect("create the transaction tables");
     let created = admin
         .create_table()
         .table_name(&table)
         .billing_mode(BillingMode::PayPerRequest)
-        .attribute_definitions(AttributeDefinition::builder().attribute_name("Id").attribute_type(ScalarAttributeType::S).build().unwrap())
-        .key_schema(KeySchemaElement::builder().attribute_name("Id").key_type(KeyType::Hash).build().unwrap())
+        .attribute_definitions(
+            AttributeDefinition::builder()
+                .attribute_name("Id")
+                .attribute_type(ScalarAttributeType::S)
+                .build()
+                .unwrap(),
+        )
+        .key_schema(
+            KeySchemaElement::builder()
+                .attribute_name("Id")
+                .key_type(KeyType::Hash)
+                .build()
+                .unwrap(),
+        )
         .send()
         .await;
-    if let Err(e) = created {
-        if !e.as_service_error().is_some_and(|s| s.is_resource_in_use_exception()) {
-            panic!("cannot create {table}: {}", aws_sdk_dynamodb::error::DisplayErrorContext(e));
-        }
+    if let Err(e) = created
+        && !e
+            .as_service_error()
+            .is_some_and(|s| s.is_resource_in_use_exception())
+    {
+        panic!(
+            "cannot create {table}: {}",
+            aws_sdk_dynamodb::error::DisplayErrorContext(e)
+        );
     }
     for i in 0..args.accounts {
         admin
@@ -190,7 +240,10 @@ async fn main() {
             .expect("seed account");
     }
     let total_before: i64 = scan(&admin, &table).await.iter().map(balance).sum();
-    println!("bank: {} accounts in {table}, total {total_before}", args.accounts);
+    println!(
+        "bank: {} accounts in {table}, total {total_before}",
+        args.accounts
+    );
     println!(
         "bank: {} transfers by {} workers, crash rate {} (seed {})",
         args.transfers, args.workers, args.crash_rate, args.seed
@@ -204,9 +257,16 @@ async fn main() {
     for w in 0..args.workers {
         let faults = FaultInjector::new();
         let m = manager(client(Some(faults.clone())).await, &prefix);
-        let (counts, abandoned, next, table, args) = (counts.clone(), abandoned.clone(), next.clone(), table.clone(), args.clone());
+        let (counts, abandoned, next, table, args) = (
+            counts.clone(),
+            abandoned.clone(),
+            next.clone(),
+            table.clone(),
+            args.clone(),
+        );
         handles.push(tokio::spawn(async move {
-            let mut rng = rand::rngs::StdRng::seed_from_u64(args.seed.wrapping_mul(1000) + w as u64);
+            let mut rng =
+                rand::rngs::StdRng::seed_from_u64(args.seed.wrapping_mul(1000) + w as u64);
             while (next.fetch_add(1, Ordering::SeqCst) as usize) < args.transfers {
                 let from = rng.random_range(0..args.accounts);
                 let to = (from + rng.random_range(1..args.accounts.max(2))) % args.accounts;
@@ -214,7 +274,11 @@ async fn main() {
                 let crash = rng.random_bool(args.crash_rate.clamp(0.0, 1.0));
                 if crash {
                     // A transfer makes 6 requests (record, lock, append, lock, append, commit): die at one.
-                    let mode = if rng.random_bool(0.5) { FaultMode::BeforeSend } else { FaultMode::AfterSend };
+                    let mode = if rng.random_bool(0.5) {
+                        FaultMode::BeforeSend
+                    } else {
+                        FaultMode::AfterSend
+                    };
                     faults.crash_at(rng.random_range(1..=6), mode);
                 }
                 let mut attempts = 0;
@@ -280,7 +344,10 @@ async fn main() {
 
     let items = scan(&admin, &table).await;
     let total_after: i64 = items.iter().map(balance).sum();
-    let locked = items.iter().filter(|i| i.keys().any(|k| k.starts_with("_Tx"))).count();
+    let locked = items
+        .iter()
+        .filter(|i| i.keys().any(|k| k.starts_with("_Tx")))
+        .count();
     let images = scan(&admin, &format!("{prefix}-img")).await.len();
     let committed = counts.committed.load(Ordering::SeqCst) + rec_committed;
     let rolled_back = counts.rolled_back.load(Ordering::SeqCst) + rec_rolled_back;
@@ -293,13 +360,23 @@ async fn main() {
         abandoned_n,
         elapsed.as_secs_f64()
     );
-    println!("bank: recovery committed {rec_committed} and rolled back {rec_rolled_back} abandoned transactions");
+    println!(
+        "bank: recovery committed {rec_committed} and rolled back {rec_rolled_back} abandoned transactions"
+    );
     println!(
         "bank: total before {total_before}, after {total_after} ({}); {locked} items locked, {images} images left",
-        if total_before == total_after { "conserved" } else { "NOT CONSERVED" }
+        if total_before == total_after {
+            "conserved"
+        } else {
+            "NOT CONSERVED"
+        }
     );
     if !args.keep_tables {
-        for t in [table.clone(), format!("{prefix}-tx"), format!("{prefix}-img")] {
+        for t in [
+            table.clone(),
+            format!("{prefix}-tx"),
+            format!("{prefix}-img"),
+        ] {
             let _ = admin.delete_table().table_name(t).send().await;
         }
     }

@@ -57,13 +57,7 @@ impl Placeholders {
     }
 
     /// Keeps only the placeholders that `exprs` use (DynamoDB rejects unused ones).
-    fn used_by(
-        &self,
-        exprs: &[&str],
-    ) -> (
-        Option<HashMap<String, String>>,
-        Option<HashMap<String, AttributeValue>>,
-    ) {
+    fn used_by(&self, exprs: &[&str]) -> UsedPlaceholders {
         let uses = |p: &str| exprs.iter().any(|e| contains_placeholder(e, p));
         let names: HashMap<_, _> = self
             .names
@@ -83,6 +77,11 @@ impl Placeholders {
         )
     }
 }
+
+type UsedPlaceholders = (
+    Option<HashMap<String, String>>,
+    Option<HashMap<String, AttributeValue>>,
+);
 
 fn contains_placeholder(expr: &str, p: &str) -> bool {
     let mut from = 0;

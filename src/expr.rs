@@ -84,10 +84,10 @@ fn tokenize(expr: &str) -> Result<Vec<Token>> {
 /// Rejects any `_Tx...` attribute name written directly in an expression.
 pub(crate) fn check_no_reserved_words(what: &str, expr: &str) -> Result<()> {
     for t in tokenize(expr)? {
-        if let Tok::Word(w) = &t.tok {
-            if w.starts_with(RESERVED_PREFIX) {
-                return Err(reserved(what, w));
-            }
+        if let Tok::Word(w) = &t.tok
+            && w.starts_with(RESERVED_PREFIX)
+        {
+            return Err(reserved(what, w));
         }
     }
     Ok(())

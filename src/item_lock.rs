@@ -77,7 +77,7 @@ impl Observed {
     /// The item as committed state shows it, ignoring any lock: `None` when it does not exist
     /// (absent, or a placeholder that holds a lock on an absent item).
     pub fn visible(&self) -> Option<Item> {
-        (self.exists && !(self.transient && !self.applied)).then(|| self.user.clone())
+        (self.exists && (self.applied || !self.transient)).then(|| self.user.clone())
     }
 }
 
@@ -155,9 +155,8 @@ pub(crate) async fn lock(
     me: &TxId,
 ) -> Result<LockOutcome> {
     for _ in 0..4 {
-        match lock_write(client, table, key, schema, me, false).await? {
-            Some(out) => return Ok(out),
-            None => {}
+        if let Some(out) = lock_write(client, table, key, schema, me, false).await? {
+            return Ok(out);
         }
         // Absent: insert a placeholder.
         match lock_write(client, table, key, schema, me, true).await? {

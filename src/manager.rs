@@ -340,13 +340,10 @@ impl TransactionManager {
                     }
                 },
                 Err(e) => {
-                    match tx.rollback().await {
-                        Err(Error::AlreadyCommitted { .. }) => {
-                            return Err(Error::invariant(
-                                "a transaction committed while its work failed",
-                            ));
-                        }
-                        _ => {}
+                    if let Err(Error::AlreadyCommitted { .. }) = tx.rollback().await {
+                        return Err(Error::invariant(
+                            "a transaction committed while its work failed",
+                        ));
                     }
                     e
                 }

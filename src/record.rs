@@ -85,7 +85,10 @@ pub(crate) struct Header {
     pub finalized: bool,
     pub chunks: u32,
     pub inline_bytes: usize,
+    // Read by the sweeper's age checks.
+    #[allow(dead_code)]
     pub updated_ms: u64,
+    #[allow(dead_code)]
     pub created_ms: u64,
     pub nonce: Option<String>,
     pub inline: Vec<Request>,

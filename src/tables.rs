@@ -174,21 +174,18 @@ async fn wait_active(
     let deadline = tokio::time::Instant::now() + wait;
     let mut delay = Duration::from_millis(50);
     loop {
-        match describe(client, table).await? {
-            Some(desc) => {
-                check_layout(table, &desc, layout)?;
-                match desc.table_status() {
-                    Some(TableStatus::Active) => return Ok(()),
-                    Some(TableStatus::Deleting) => {
-                        return Err(Error::TableMismatch {
-                            table: table.to_string(),
-                            mismatch: "table is being deleted".into(),
-                        });
-                    }
-                    _ => {}
+        if let Some(desc) = describe(client, table).await? {
+            check_layout(table, &desc, layout)?;
+            match desc.table_status() {
+                Some(TableStatus::Active) => return Ok(()),
+                Some(TableStatus::Deleting) => {
+                    return Err(Error::TableMismatch {
+                        table: table.to_string(),
+                        mismatch: "table is being deleted".into(),
+                    });
                 }
+                _ => {}
             }
-            None => {}
         }
         if tokio::time::Instant::now() >= deadline {
             return Err(Error::TableMismatch {

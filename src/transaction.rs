@@ -260,14 +260,12 @@ impl Transaction {
         let mut st = self.state.lock().await;
         self.check_open(&st)?;
         let r = req.item_ref();
-        if let Some(e) = st.items.get(&r) {
-            if e.write.is_some() {
-                return Err(Error::DuplicateRequest {
-                    tx_id: self.id.clone(),
-                    table: req.table,
-                    key: req.key,
-                });
-            }
+        if st.items.get(&r).is_some_and(|e| e.write.is_some()) {
+            return Err(Error::DuplicateRequest {
+                tx_id: self.id.clone(),
+                table: req.table,
+                key: req.key,
+            });
         }
         st.requests.push(req);
         let index = st.requests.len() - 1;
@@ -1025,17 +1023,16 @@ impl Transaction {
         }
         let c = &self.mgr.inner.client;
         let groups = group_with_owners(writes, owners, 1);
-        let results: Vec<Result<(Vec<Write>, Vec<Option<ItemRef>>, Transacted)>> =
-            futures::stream::iter(groups)
-                .map(|(ws, os)| async move {
-                    let mut batch = vec![record::pending_check(&self.mgr.inner.tx_table, &self.id)];
-                    batch.extend(ws);
-                    let out = ddb::transact(c, &batch).await?;
-                    Ok((batch, os, out))
-                })
-                .buffer_unordered(self.mgr.inner.settings.concurrency.clamp(1, 8))
-                .collect()
-                .await;
+        let results: Vec<Result<AppliedGroup>> = futures::stream::iter(groups)
+            .map(|(ws, os)| async move {
+                let mut batch = vec![record::pending_check(&self.mgr.inner.tx_table, &self.id)];
+                batch.extend(ws);
+                let out = ddb::transact(c, &batch).await?;
+                Ok((batch, os, out))
+            })
+            .buffer_unordered(self.mgr.inner.settings.concurrency.clamp(1, 8))
+            .collect()
+            .await;
         let mut again = false;
         for r in results {
             let (batch, os, out) = r?;
@@ -1249,10 +1246,11 @@ impl Transaction {
             for k in &keys {
                 let e = &st.items[k];
                 let obs = &known[k];
-                if let Some(id) = &obs.image_ref {
-                    if obs.locked_by(&self.id) && !image_ids.contains(id) {
-                        image_ids.push(id.clone());
-                    }
+                if let Some(id) = &obs.image_ref
+                    && obs.locked_by(&self.id)
+                    && !image_ids.contains(id)
+                {
+                    image_ids.push(id.clone());
                 }
                 let table_image = match (
                     &obs.image_ref,
@@ -1462,6 +1460,7 @@ fn cancelled_error(reason: &ddb::Reason) -> Error {
 }
 
 type Group = (Vec<Write>, Vec<Option<ItemRef>>);
+type AppliedGroup = (Vec<Write>, Vec<Option<ItemRef>>, Transacted);
 
 /// Splits writes into `TransactWriteItems` groups, keeping each write's owner beside it.
 fn group_with_owners(

@@ -15,7 +15,11 @@ async fn transfers_from_eight_coordinators_conserve_the_total() {
     let env = TestEnv::new("conc").await;
     let accounts = 10;
     for i in 0..accounts {
-        env.raw_put(&env.table, item(&[("Id", s(&format!("acct{i}"))), ("bal", n(100))])).await;
+        env.raw_put(
+            &env.table,
+            item(&[("Id", s(&format!("acct{i}"))), ("bal", n(100))]),
+        )
+        .await;
     }
     let mut handles = Vec::new();
     for w in 0..8u64 {
@@ -43,8 +47,18 @@ async fn transfers_from_eight_coordinators_conserve_the_total() {
                 let r = m
                     .run(async move |tx| {
                         // Read-modify-write under read locks: a lost update would break the total.
-                        let a = tx.get_item().table_name(&table).key("Id", s(&format!("acct{from}"))).send().await?;
-                        let b = tx.get_item().table_name(&table).key("Id", s(&format!("acct{to}"))).send().await?;
+                        let a = tx
+                            .get_item()
+                            .table_name(&table)
+                            .key("Id", s(&format!("acct{from}")))
+                            .send()
+                            .await?;
+                        let b = tx
+                            .get_item()
+                            .table_name(&table)
+                            .key("Id", s(&format!("acct{to}")))
+                            .send()
+                            .await?;
                         let (a, b) = (balance(a.item().unwrap()), balance(b.item().unwrap()));
                         tx.put_item()
                             .table_name(&table)
@@ -83,8 +97,17 @@ async fn transfers_from_eight_coordinators_conserve_the_total() {
     }
     // Every record is decided and finalized.
     for row in env.scan_all(env.manager.transactions_table()).await {
-        if row.get("_TxN").and_then(|v| v.as_n().ok()).map(String::as_str) == Some("0") {
-            assert!(row.contains_key("_TxF"), "record not finalized: {:?}", row.get("_TxS"));
+        if row
+            .get("_TxN")
+            .and_then(|v| v.as_n().ok())
+            .map(String::as_str)
+            == Some("0")
+        {
+            assert!(
+                row.contains_key("_TxF"),
+                "record not finalized: {:?}",
+                row.get("_TxS")
+            );
         }
     }
     assert!(env.scan_all(env.manager.images_table()).await.is_empty());

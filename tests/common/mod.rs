@@ -24,10 +24,10 @@ static ENDPOINT: OnceLock<String> = OnceLock::new();
 /// The endpoint of the DynamoDB to test against, starting DynamoDB Local if none is configured.
 pub fn endpoint() -> &'static str {
     ENDPOINT.get_or_init(|| {
-        if let Ok(ep) = std::env::var("AWS_ENDPOINT_URL_DYNAMODB") {
-            if !ep.is_empty() {
-                return ep;
-            }
+        if let Ok(ep) = std::env::var("AWS_ENDPOINT_URL_DYNAMODB")
+            && !ep.is_empty()
+        {
+            return ep;
         }
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/dynamodb-local");
         let mut child = Command::new("bash")
