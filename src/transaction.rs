@@ -85,6 +85,8 @@ struct State {
     items: BTreeMap<ItemRef, Entry>,
     /// Set when this handle learned the transaction is decided.
     outcome: Option<TxState>,
+    /// DynamoDB rejected a batch without saying which request: apply one item per batch to find it.
+    isolate_rejections: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -748,7 +750,7 @@ impl Transaction {
 
     fn one_shot_fits(&self, st: &State) -> bool {
         let max = self.mgr.inner.settings.one_shot_max_items;
-        if st.items.len() > max {
+        if st.items.len() > max || st.isolate_rejections {
             return false;
         }
         let actions: usize = 1 + st
@@ -830,6 +832,11 @@ impl Transaction {
                     ambiguous: true, ..
                 },
             ) => return self.learn_after_ambiguous_commit(st, e).await,
+            Err(e) if is_rejection(&e) => {
+                // The batch was rejected as a whole: find the request by applying item by item.
+                st.isolate_rejections = true;
+                return Ok(CommitStep::Again);
+            }
             Err(e) => return Err(e),
         };
         match out {
@@ -1022,20 +1029,51 @@ impl Transaction {
             }
         }
         let c = &self.mgr.inner.client;
-        let groups = group_with_owners(writes, owners, 1);
-        let results: Vec<Result<AppliedGroup>> = futures::stream::iter(groups)
+        let groups = if st.isolate_rejections {
+            group_by_owner(writes, owners)
+        } else {
+            group_with_owners(writes, owners, 1)
+        };
+        let results: Vec<AppliedGroup> = futures::stream::iter(groups)
             .map(|(ws, os)| async move {
                 let mut batch = vec![record::pending_check(&self.mgr.inner.tx_table, &self.id)];
                 batch.extend(ws);
-                let out = ddb::transact(c, &batch).await?;
-                Ok((batch, os, out))
+                let out = ddb::transact(c, &batch).await;
+                (batch, os, out)
             })
             .buffer_unordered(self.mgr.inner.settings.concurrency.clamp(1, 8))
             .collect()
             .await;
         let mut again = false;
         for r in results {
-            let (batch, os, out) = r?;
+            let (batch, os, out) = r;
+            let out = match out {
+                Ok(o) => o,
+                Err(e) if is_rejection(&e) => {
+                    let owners: Vec<&ItemRef> = os.iter().flatten().collect();
+                    if owners.len() > 1 || owners.windows(2).any(|w| w[0] != w[1]) {
+                        st.isolate_rejections = true;
+                        again = true;
+                        continue;
+                    }
+                    let Some(k) = owners.first().map(|k| (*k).clone()) else {
+                        return Err(e);
+                    };
+                    let e2 = st.items[&k].clone();
+                    let req = e2.request(&st.requests).clone();
+                    self.rollback_locked(st).await?;
+                    return Err(Error::RequestRejected {
+                        tx_id: self.id.clone(),
+                        request_index: e2.index(),
+                        table: req.table,
+                        message: match &e {
+                            Error::DynamoDb { message, .. } => message.clone().unwrap_or_default(),
+                            other => other.to_string(),
+                        },
+                    });
+                }
+                Err(e) => return Err(e),
+            };
             match out {
                 Transacted::Ok => {
                     for k in os.iter().flatten() {
@@ -1460,7 +1498,27 @@ fn cancelled_error(reason: &ddb::Reason) -> Error {
 }
 
 type Group = (Vec<Write>, Vec<Option<ItemRef>>);
-type AppliedGroup = (Vec<Write>, Vec<Option<ItemRef>>, Transacted);
+
+/// DynamoDB refused a request as invalid (e.g. a type mismatch in an update expression).
+fn is_rejection(e: &Error) -> bool {
+    e.dynamodb_code() == Some("ValidationException")
+}
+
+/// One group per item (its writes stay together).
+fn group_by_owner(writes: Vec<Write>, owners: Vec<Option<ItemRef>>) -> Vec<Group> {
+    let mut out: Vec<Group> = Vec::new();
+    for (w, o) in writes.into_iter().zip(owners) {
+        match out.last_mut() {
+            Some((ws, os)) if os.last() == Some(&o) => {
+                ws.push(w);
+                os.push(o);
+            }
+            _ => out.push((vec![w], vec![o])),
+        }
+    }
+    out
+}
+type AppliedGroup = (Vec<Write>, Vec<Option<ItemRef>>, Result<Transacted>);
 
 /// Splits writes into `TransactWriteItems` groups, keeping each write's owner beside it.
 fn group_with_owners(

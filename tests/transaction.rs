@@ -1,0 +1,694 @@
+//! Transactions end to end: large transactions, conditions, rejections, bad input, read-your-writes,
+//! lock upgrades and request counts, on both commit paths.
+mod common;
+
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
+use common::*;
+use dynamodb_transactions::{Error, TxState};
+
+/// Both commit paths: one `TransactWriteItems`, and phases.
+async fn envs(prefix: &str) -> Vec<TestEnv> {
+    vec![
+        TestEnv::new(&format!("{prefix}-os")).await,
+        TestEnv::with_settings(&format!("{prefix}-ph"), |s| s.one_shot_max_items = 0).await,
+    ]
+}
+
+async fn assert_clean(env: &TestEnv) {
+    for i in env.scan_all(&env.table).await {
+        assert!(!has_tx_attrs(&i), "lock attributes left: {i:?}");
+    }
+    assert!(
+        env.scan_all(env.manager.images_table()).await.is_empty(),
+        "images left"
+    );
+}
+
+#[tokio::test]
+async fn thousand_item_transaction_commits_with_chunked_record() {
+    let env = TestEnv::new("big").await;
+    // Existing items to update, and new ones to insert: 1,000 requests of ~600 bytes each, more than
+    // one record row holds.
+    for i in 0..500 {
+        env.raw_put(
+            &env.table,
+            item(&[("Id", s(&format!("u{i}"))), ("n", n(i))]),
+        )
+        .await;
+    }
+    let payload = "x".repeat(600);
+    let tx = env.manager.begin();
+    let id = tx.id().clone();
+    for i in 0..500 {
+        tx.update_item()
+            .table_name(&env.table)
+            .key("Id", s(&format!("u{i}")))
+            .update_expression("SET n = n + :one, p = :p")
+            .expression_attribute_values(":one", n(1))
+            .expression_attribute_values(":p", s(&payload))
+            .send()
+            .await
+            .unwrap();
+        tx.put_item()
+            .table_name(&env.table)
+            .item("Id", s(&format!("i{i}")))
+            .item("p", s(&payload))
+            .send()
+            .await
+            .unwrap();
+    }
+    tx.commit().await.unwrap();
+    let items = env.scan_all(&env.table).await;
+    assert_eq!(items.len(), 1000);
+    for it in &items {
+        assert!(!has_tx_attrs(it));
+        let idv = it["Id"].as_s().unwrap();
+        assert_eq!(it["p"], s(&payload));
+        if let Some(i) = idv.strip_prefix('u') {
+            assert_eq!(
+                it["n"],
+                n(i.parse::<i64>().unwrap() + 1),
+                "{idv} updated exactly once"
+            );
+        }
+    }
+    // The record spilled into chunk rows and is finalized.
+    let rows = env.scan_all(env.manager.transactions_table()).await;
+    let header = rows.iter().find(|r| r["_TxN"] == n(0)).unwrap();
+    let chunks: i64 = header["_TxC"].as_n().unwrap().parse().unwrap();
+    assert!(chunks >= 1, "requests spread over chunk rows");
+    assert_eq!(rows.len() as i64, 1 + chunks);
+    assert_eq!(
+        env.manager.transaction_state(&id).await.unwrap(),
+        Some((TxState::Committed, true))
+    );
+    assert!(env.manager.delete_transaction(&id).await.unwrap());
+    assert!(
+        env.scan_all(env.manager.transactions_table())
+            .await
+            .is_empty(),
+        "chunk rows deleted too"
+    );
+}
+
+#[tokio::test]
+async fn large_transaction_rolls_back_after_resume() {
+    let env = TestEnv::new("bigrb").await;
+    for i in 0..150 {
+        env.raw_put(
+            &env.table,
+            item(&[("Id", s(&format!("u{i}"))), ("n", n(i))]),
+        )
+        .await;
+    }
+    let tx = env.manager.begin();
+    let id = tx.id().clone();
+    for i in 0..150 {
+        tx.update_item()
+            .table_name(&env.table)
+            .key("Id", s(&format!("u{i}")))
+            .update_expression("SET n = :z")
+            .expression_attribute_values(":z", n(-1))
+            .send()
+            .await
+            .unwrap();
+    }
+    // The first apply batch lands (99 items), then the coordinator dies.
+    let before = env.counter.total();
+    let _ = before;
+    env.faults.crash_at(
+        1 + 150 + 2,
+        dynamodb_transactions::fault::FaultMode::BeforeSend,
+    );
+    assert!(tx.commit().await.is_err());
+    env.faults.disarm();
+    let applied = env
+        .scan_all(&env.table)
+        .await
+        .iter()
+        .filter(|i| i.contains_key("_TxA"))
+        .count();
+    assert!(applied > 0 && applied < 150, "partly applied: {applied}");
+    let (m2, _) = env.second_coordinator();
+    m2.rollback_transaction(&id).await.unwrap();
+    for it in env.scan_all(&env.table).await {
+        let i: i64 = it["Id"].as_s().unwrap()[1..].parse().unwrap();
+        assert_eq!(it["n"], n(i), "restored from its embedded image");
+        assert!(!has_tx_attrs(&it));
+    }
+    assert_eq!(
+        env.manager.transaction_state(&id).await.unwrap(),
+        Some((TxState::RolledBack, true))
+    );
+}
+
+#[tokio::test]
+async fn condition_expressions_decide_the_whole_transaction() {
+    for env in envs("cond").await {
+        env.raw_put(&env.table, item(&[("Id", s("a")), ("bal", n(50))]))
+            .await;
+        env.raw_put(&env.table, item(&[("Id", s("b")), ("bal", n(0))]))
+            .await;
+
+        // True conditions, including one on an absent item (checked against a phantom key).
+        let tx = env.manager.begin();
+        tx.update_item()
+            .table_name(&env.table)
+            .key("Id", s("a"))
+            .update_expression("SET bal = bal - :x")
+            .condition_expression("bal >= :x")
+            .expression_attribute_values(":x", n(20))
+            .send()
+            .await
+            .unwrap();
+        tx.put_item()
+            .table_name(&env.table)
+            .item("Id", s("new"))
+            .item("bal", n(20))
+            .condition_expression("attribute_not_exists(Id)")
+            .send()
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+        assert_eq!(
+            env.raw_get(&env.table, &key("a")).await.unwrap()["bal"],
+            n(30)
+        );
+        assert_eq!(
+            env.raw_get(&env.table, &key("new")).await.unwrap()["bal"],
+            n(20)
+        );
+
+        // A false condition rolls everything back and reports the request and the item.
+        let tx = env.manager.begin();
+        let id = tx.id().clone();
+        tx.update_item()
+            .table_name(&env.table)
+            .key("Id", s("b"))
+            .update_expression("SET bal = bal + :x")
+            .expression_attribute_values(":x", n(100))
+            .send()
+            .await
+            .unwrap();
+        tx.update_item()
+            .table_name(&env.table)
+            .key("Id", s("a"))
+            .update_expression("SET bal = bal - :x")
+            .condition_expression("bal >= :x")
+            .expression_attribute_values(":x", n(100))
+            .send()
+            .await
+            .unwrap();
+        match tx.commit().await {
+            Err(Error::ConditionFailed {
+                request_index,
+                table,
+                key: k,
+                item: Some(current),
+                ..
+            }) => {
+                assert_eq!(request_index, 1);
+                assert_eq!(table, env.table);
+                assert_eq!(k, key("a"));
+                assert_eq!(current["bal"], n(30));
+                assert!(!has_tx_attrs(&current));
+            }
+            other => panic!("expected ConditionFailed, got {other:?}"),
+        }
+        assert_eq!(
+            env.raw_get(&env.table, &key("b")).await.unwrap()["bal"],
+            n(0)
+        );
+        assert_eq!(
+            env.raw_get(&env.table, &key("a")).await.unwrap()["bal"],
+            n(30)
+        );
+        assert_eq!(
+            env.manager.transaction_state(&id).await.unwrap(),
+            Some((TxState::RolledBack, true))
+        );
+
+        // A condition that needs the item on an absent item fails, with no current item.
+        let tx = env.manager.begin();
+        tx.put_item()
+            .table_name(&env.table)
+            .item("Id", s("c"))
+            .send()
+            .await
+            .unwrap();
+        tx.update_item()
+            .table_name(&env.table)
+            .key("Id", s("ghost"))
+            .update_expression("SET bal = :x")
+            .condition_expression("attribute_exists(Id)")
+            .expression_attribute_values(":x", n(1))
+            .send()
+            .await
+            .unwrap();
+        match tx.commit().await {
+            Err(Error::ConditionFailed {
+                request_index: 1,
+                item: None,
+                ..
+            }) => {}
+            other => panic!("expected ConditionFailed on the absent item, got {other:?}"),
+        }
+        assert!(env.raw_get(&env.table, &key("c")).await.is_none());
+        assert!(env.raw_get(&env.table, &key("ghost")).await.is_none());
+
+        // A conditional delete.
+        let tx = env.manager.begin();
+        tx.delete_item()
+            .table_name(&env.table)
+            .key("Id", s("new"))
+            .condition_expression("bal = :v")
+            .expression_attribute_values(":v", n(999))
+            .send()
+            .await
+            .unwrap();
+        assert!(tx.commit().await.unwrap_err().is_condition_failed());
+        assert!(env.raw_get(&env.table, &key("new")).await.is_some());
+        assert_clean(&env).await;
+    }
+}
+
+#[tokio::test]
+async fn a_request_dynamodb_rejects_rolls_back_cleanly() {
+    for env in envs("rej").await {
+        env.raw_put(&env.table, item(&[("Id", s("a")), ("foo", s("bar"))]))
+            .await;
+        env.raw_put(&env.table, item(&[("Id", s("b")), ("n", n(1))]))
+            .await;
+        let tx = env.manager.begin();
+        tx.update_item()
+            .table_name(&env.table)
+            .key("Id", s("b"))
+            .update_expression("SET n = :two")
+            .expression_attribute_values(":two", n(2))
+            .send()
+            .await
+            .unwrap();
+        tx.update_item()
+            .table_name(&env.table)
+            .key("Id", s("a"))
+            .update_expression("ADD foo :one")
+            .expression_attribute_values(":one", n(1))
+            .send()
+            .await
+            .unwrap();
+        match tx.commit().await {
+            Err(Error::RequestRejected {
+                request_index: 1,
+                message,
+                ..
+            }) => {
+                assert!(!message.is_empty());
+            }
+            other => panic!("expected RequestRejected, got {other:?}"),
+        }
+        assert_eq!(env.raw_get(&env.table, &key("b")).await.unwrap()["n"], n(1));
+        assert_eq!(
+            env.raw_get(&env.table, &key("a")).await.unwrap()["foo"],
+            s("bar")
+        );
+        assert_clean(&env).await;
+
+        // Applied at once (ALL_NEW): rejected at once, and rolled back.
+        let tx = env.manager.begin();
+        let err = tx
+            .update_item()
+            .table_name(&env.table)
+            .key("Id", s("a"))
+            .update_expression("ADD foo :one")
+            .expression_attribute_values(":one", n(1))
+            .return_values(ReturnValue::AllNew)
+            .send()
+            .await
+            .unwrap_err();
+        assert!(matches!(err, Error::RequestRejected { .. }), "{err:?}");
+        assert!(tx.commit().await.unwrap_err().is_rolled_back());
+        assert_clean(&env).await;
+    }
+}
+
+#[tokio::test]
+async fn bad_input_is_rejected_before_any_write() {
+    let env = TestEnv::new("bad").await;
+    env.raw_put(&env.table, item(&[("Id", s("a")), ("v", n(1))]))
+        .await;
+    let t = &env.table;
+    let tx = env.manager.begin();
+    let before = env.counter.total();
+    let mut errors = Vec::new();
+    macro_rules! expect_invalid {
+        ($e:expr) => {
+            match $e.await {
+                Err(Error::InvalidRequest { reason }) => errors.push(reason),
+                other => panic!(
+                    "expected InvalidRequest from {}, got {other:?}",
+                    stringify!($e)
+                ),
+            }
+        };
+    }
+    expect_invalid!(
+        tx.put_item()
+            .table_name(t)
+            .item("Id", s("x"))
+            .item("_TxId", s("forged"))
+            .send()
+    );
+    expect_invalid!(tx.put_item().table_name(t).item("v", n(1)).send()); // no key
+    expect_invalid!(tx.put_item().table_name(t).item("Id", n(1)).send()); // wrong key type
+    expect_invalid!(tx.put_item().table_name(t).item("Id", s("")).send()); // empty key
+    expect_invalid!(
+        tx.update_item()
+            .table_name(t)
+            .key("Id", s("a"))
+            .key("extra", s("x"))
+            .send()
+    );
+    expect_invalid!(tx.update_item().table_name(t).send()); // empty key
+    expect_invalid!(
+        tx.update_item()
+            .table_name(t)
+            .key("Id", s("a"))
+            .update_expression("SET Id = :v")
+            .expression_attribute_values(":v", s("b"))
+            .send()
+    );
+    expect_invalid!(
+        tx.update_item()
+            .table_name(t)
+            .key("Id", s("a"))
+            .update_expression("SET _TxA = :v")
+            .expression_attribute_values(":v", s("1"))
+            .send()
+    );
+    expect_invalid!(
+        tx.update_item()
+            .table_name(t)
+            .key("Id", s("a"))
+            .update_expression("REMOVE #a")
+            .expression_attribute_names("#a", "_TxId")
+            .send()
+    );
+    expect_invalid!(
+        tx.update_item()
+            .table_name(t)
+            .key("Id", s("a"))
+            .update_expression("SET v = :v SET w = :v")
+            .expression_attribute_values(":v", n(1))
+            .send()
+    );
+    expect_invalid!(
+        tx.update_item()
+            .table_name(t)
+            .key("Id", s("a"))
+            .update_expression("SET v = :v")
+            .send()
+    ); // undefined value
+    expect_invalid!(
+        tx.update_item()
+            .table_name(t)
+            .key("Id", s("a"))
+            .update_expression("SET v = :v")
+            .expression_attribute_values(":v", n(1))
+            .expression_attribute_values(":w", n(1))
+            .send()
+    ); // unused value
+    expect_invalid!(
+        tx.update_item()
+            .table_name(t)
+            .key("Id", s("a"))
+            .update_expression("SET v = :v")
+            .condition_expression("attribute_exists(_TxId)")
+            .expression_attribute_values(":v", n(1))
+            .send()
+    );
+    expect_invalid!(
+        tx.update_item()
+            .table_name(t)
+            .key("Id", s("a"))
+            .update_expression("SET #x = :v")
+            .expression_attribute_names("#_TxQ", "v")
+            .expression_attribute_values(":v", n(1))
+            .send()
+    );
+    expect_invalid!(
+        tx.put_item()
+            .table_name(t)
+            .item("Id", s("a"))
+            .return_values(ReturnValue::AllNew)
+            .send()
+    );
+    expect_invalid!(
+        tx.delete_item()
+            .table_name(t)
+            .key("Id", s("a"))
+            .return_values(ReturnValue::UpdatedNew)
+            .send()
+    );
+    expect_invalid!(
+        tx.put_item()
+            .table_name(t)
+            .item("Id", s("big"))
+            .item("blob", s(&"z".repeat(400 * 1024)))
+            .send()
+    );
+    expect_invalid!(tx.put_item().table_name("").item("Id", s("a")).send());
+    expect_invalid!(tx.get_item().table_name(t).key("_TxId", s("a")).send());
+    expect_invalid!(
+        tx.get_item()
+            .table_name(t)
+            .key("Id", s("a"))
+            .projection_expression("v, _TxG")
+            .send()
+    );
+    expect_invalid!(
+        env.manager
+            .get_item()
+            .table_name(t)
+            .key("Id", s("a"))
+            .isolation(dynamodb_transactions::IsolationLevel::ReadLock)
+            .send()
+    );
+    // An unknown table is a typed error too.
+    match tx
+        .put_item()
+        .table_name("no-such-table")
+        .item("Id", s("a"))
+        .send()
+        .await
+    {
+        Err(Error::TableNotFound { table }) => assert_eq!(table, "no-such-table"),
+        other => panic!("expected TableNotFound, got {other:?}"),
+    }
+    // A second write to the same item.
+    tx.put_item()
+        .table_name(t)
+        .item("Id", s("dup"))
+        .send()
+        .await
+        .unwrap();
+    match tx
+        .update_item()
+        .table_name(t)
+        .key("Id", s("dup"))
+        .send()
+        .await
+    {
+        Err(Error::DuplicateRequest { .. }) => {}
+        other => panic!("expected DuplicateRequest, got {other:?}"),
+    }
+    assert!(errors.len() >= 21);
+    // Nothing was written: only key-schema lookups went out.
+    let snapshot = env.counter.snapshot();
+    assert_eq!(
+        env.counter.total() - before,
+        snapshot.get("DescribeTable").copied().unwrap_or(0),
+        "{snapshot:?}"
+    );
+    tx.rollback().await.unwrap();
+    assert!(
+        env.scan_all(env.manager.transactions_table())
+            .await
+            .is_empty(),
+        "no record written"
+    );
+    assert_eq!(
+        env.raw_get(t, &key("a")).await.unwrap(),
+        item(&[("Id", s("a")), ("v", n(1))])
+    );
+}
+
+#[tokio::test]
+async fn empty_transaction_commits_without_writing() {
+    let env = TestEnv::new("empty").await;
+    let tx = env.manager.begin();
+    let id = tx.id().clone();
+    tx.commit().await.unwrap();
+    assert_eq!(env.counter.total(), 0);
+    assert_eq!(env.manager.transaction_state(&id).await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn reads_see_the_transactions_own_writes() {
+    for env in envs("ryw").await {
+        env.raw_put(&env.table, item(&[("Id", s("a")), ("v", n(1))]))
+            .await;
+        env.raw_put(&env.table, item(&[("Id", s("d")), ("v", n(1))]))
+            .await;
+        let tx = env.manager.begin();
+        let get = |id: &'static str| tx.get_item().table_name(&env.table).key("Id", s(id));
+        // Lock upgrade: read, then write the same item.
+        assert_eq!(get("a").send().await.unwrap().item.unwrap()["v"], n(1));
+        tx.update_item()
+            .table_name(&env.table)
+            .key("Id", s("a"))
+            .update_expression("SET v = v + :one")
+            .expression_attribute_values(":one", n(1))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(get("a").send().await.unwrap().item.unwrap()["v"], n(2));
+        tx.put_item()
+            .table_name(&env.table)
+            .item("Id", s("p"))
+            .item("v", n(7))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(get("p").send().await.unwrap().item.unwrap()["v"], n(7));
+        tx.delete_item()
+            .table_name(&env.table)
+            .key("Id", s("d"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(get("d").send().await.unwrap().item, None);
+        assert_eq!(get("none").send().await.unwrap().item, None);
+        // Outside the transaction, committed reads see none of it yet.
+        let committed = env
+            .manager
+            .get_item()
+            .table_name(&env.table)
+            .key("Id", s("a"))
+            .consistent_read(true)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(committed.item.unwrap()["v"], n(1));
+        tx.commit().await.unwrap();
+        assert_eq!(env.raw_get(&env.table, &key("a")).await.unwrap()["v"], n(2));
+        assert_eq!(env.raw_get(&env.table, &key("p")).await.unwrap()["v"], n(7));
+        assert!(env.raw_get(&env.table, &key("d")).await.is_none());
+        assert!(
+            env.raw_get(&env.table, &key("none")).await.is_none(),
+            "read placeholder removed"
+        );
+        assert_clean(&env).await;
+    }
+}
+
+#[tokio::test]
+async fn n_item_update_costs_n_plus_two_requests() {
+    let env = TestEnv::new("count").await;
+    for i in 0..10 {
+        env.raw_put(
+            &env.table,
+            item(&[("Id", s(&format!("k{i}"))), ("v", n(0))]),
+        )
+        .await;
+    }
+    // Warm the key-schema cache.
+    env.manager
+        .get_item()
+        .table_name(&env.table)
+        .key("Id", s("k0"))
+        .send()
+        .await
+        .unwrap();
+    env.counter.reset();
+    let tx = env.manager.begin();
+    for i in 0..10 {
+        tx.update_item()
+            .table_name(&env.table)
+            .key("Id", s(&format!("k{i}")))
+            .update_expression("SET v = :one")
+            .expression_attribute_values(":one", n(1))
+            .send()
+            .await
+            .unwrap();
+    }
+    tx.commit().await.unwrap();
+    let c = env.counter.snapshot();
+    assert_eq!(env.counter.total(), 12, "{c:?}");
+    assert_eq!(c.get("PutItem"), Some(&1)); // the record
+    assert_eq!(c.get("UpdateItem"), Some(&10)); // the locks
+    assert_eq!(c.get("TransactWriteItems"), Some(&1)); // apply + unlock + commit
+    for i in 0..10 {
+        let it = env
+            .raw_get(&env.table, &key(&format!("k{i}")))
+            .await
+            .unwrap();
+        assert_eq!(it, item(&[("Id", s(&format!("k{i}"))), ("v", n(1))]));
+    }
+}
+
+#[tokio::test]
+async fn binary_and_nested_attributes_round_trip() {
+    for env in envs("types").await {
+        let blob = aws_sdk_dynamodb::primitives::Blob::new(b"\n\t\xc4\xa3\x00".to_vec());
+        let nested = AttributeValue::M(
+            [
+                ("s".to_string(), s("x")),
+                ("n".to_string(), n(1.5)),
+                ("b".to_string(), AttributeValue::B(blob.clone())),
+                (
+                    "ss".to_string(),
+                    AttributeValue::Ss(vec!["a".into(), "b".into()]),
+                ),
+                (
+                    "ns".to_string(),
+                    AttributeValue::Ns(vec!["1".into(), "2".into()]),
+                ),
+                ("bs".to_string(), AttributeValue::Bs(vec![blob.clone()])),
+                ("bool".to_string(), AttributeValue::Bool(true)),
+                ("null".to_string(), AttributeValue::Null(true)),
+                (
+                    "l".to_string(),
+                    AttributeValue::L(vec![n(1), AttributeValue::L(vec![s("deep")])]),
+                ),
+            ]
+            .into_iter()
+            .collect(),
+        );
+        let full = item(&[
+            ("Id", s("t")),
+            ("m", nested.clone()),
+            ("b", AttributeValue::B(blob.clone())),
+        ]);
+        let tx = env.manager.begin();
+        tx.put_item()
+            .table_name(&env.table)
+            .set_item(Some(full.clone()))
+            .send()
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+        assert_eq!(env.raw_get(&env.table, &key("t")).await.unwrap(), full);
+        // Update it (the image carries every type) and roll back: restored exactly.
+        let tx = env.manager.begin();
+        tx.update_item()
+            .table_name(&env.table)
+            .key("Id", s("t"))
+            .update_expression("REMOVE m")
+            .return_values(ReturnValue::AllNew)
+            .send()
+            .await
+            .unwrap();
+        tx.rollback().await.unwrap();
+        assert_eq!(env.raw_get(&env.table, &key("t")).await.unwrap(), full);
+    }
+}
