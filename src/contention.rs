@@ -1,7 +1,10 @@
 //! Contention between transactions: what a coordinator does when an item it needs is locked by
 //! another transaction.
 
+use std::sync::Arc;
 use std::time::Duration;
+
+use tokio::sync::OnceCell;
 
 use rand::Rng;
 use tracing::debug;
@@ -13,49 +16,125 @@ use crate::manager::{Settings, TransactionManager};
 use crate::record::{self, TxState};
 
 /// How a transaction treats another, pending transaction that holds an item it needs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ContentionPolicy {
     /// Roll the other transaction back at once, whatever its age (the Java library's behaviour).
     /// Competing coordinators can roll each other back repeatedly under heavy contention.
-    #[default]
     RollBackOthers,
+    /// Tickets order contending transactions (wound-wait). A transaction takes a ticket from an
+    /// atomic counter the first time it meets contention, and keeps it when
+    /// [`TransactionManager::run`] retries it, so it only ever gets older. Meeting a lock of a
+    /// pending transaction:
+    /// - if the holder is older (smaller ticket), wait for it (back off and retry the lock);
+    /// - if it is younger or has no ticket, roll it back;
+    /// - whatever its ticket, roll it back if its record has not been touched for `dead_after`
+    ///   (its coordinator is presumed dead; waiting coordinators touch their record as they wait).
+    ///
+    /// Waits only go from younger to older transactions, so no cycle of waits can form: deadlock is
+    /// impossible. The oldest transaction is never rolled back by a live one, so every transaction
+    /// eventually commits.
+    Ordered {
+        /// How long a pending transaction's record may stay untouched before others treat its
+        /// coordinator as dead.
+        dead_after: Duration,
+    },
+}
+
+impl Default for ContentionPolicy {
+    fn default() -> Self {
+        ContentionPolicy::Ordered {
+            dead_after: Duration::from_secs(10),
+        }
+    }
+}
+
+/// What to do after meeting a lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Resolution {
+    /// The holder was decided or removed: try the lock again.
+    Retry,
+    /// The holder is older and alive: wait, then try again.
+    Wait,
+}
+
+/// The transaction meeting the lock: its id and (lazily) its ticket.
+pub(crate) struct Contender<'a> {
+    pub id: &'a TxId,
+    /// The ticket, shared by every attempt of one unit of work.
+    pub ticket: &'a Arc<OnceCell<u64>>,
+    /// Whether the ticket was written to this attempt's record.
+    pub recorded: &'a OnceCell<()>,
+}
+
+impl Contender<'_> {
+    /// This transaction's ticket, taking one (and recording it) at first contention.
+    pub async fn ticket(&self, mgr: &TransactionManager) -> Result<u64> {
+        let inner = &mgr.inner;
+        let t = *self
+            .ticket
+            .get_or_try_init(|| record::take_ticket(&inner.client, &inner.tx_table))
+            .await?;
+        self.recorded
+            .get_or_try_init(|| async {
+                if record::set_ticket(&inner.client, &inner.tx_table, self.id, Some(t)).await? {
+                    Ok(())
+                } else {
+                    Err(Error::RolledBack {
+                        tx_id: self.id.clone(),
+                    })
+                }
+            })
+            .await?;
+        Ok(t)
+    }
 }
 
 /// Resolves a lock held by `owner` on an item `me` needs: decides the owner if it is pending (per the
-/// policy) and completes it, so that the item is released.
+/// policy) and completes it, so that the item is released, or says to wait for it.
 pub(crate) async fn resolve(
     mgr: &TransactionManager,
-    me: &TxId,
+    me: &Contender<'_>,
     owner: &TxId,
     table: &str,
     key: &Item,
-) -> Result<()> {
+) -> Result<Resolution> {
     let inner = &mgr.inner;
     let header = record::load_header(&inner.client, &inner.tx_table, owner).await?;
-    match header {
-        None => steal_orphan(mgr, owner, table, key).await,
-        Some(h) if h.state == TxState::Pending => match inner.settings.contention {
-            ContentionPolicy::RollBackOthers => {
-                debug!(tx = %me, other = %owner, "rolling back a contending transaction");
-                match mgr.rollback_transaction(owner).await {
-                    Ok(())
-                    | Err(Error::AlreadyCommitted { .. })
-                    | Err(Error::UnknownOutcome { .. }) => Ok(()),
-                    Err(Error::TransactionNotFound { .. }) => {
-                        steal_orphan(mgr, owner, table, key).await
-                    }
-                    Err(e) => Err(e),
-                }
-            }
-        },
+    let h = match header {
+        None => {
+            steal_orphan(mgr, owner, table, key).await?;
+            return Ok(Resolution::Retry);
+        }
+        Some(h) => h,
+    };
+    if h.state != TxState::Pending {
         // Decided: finish it (also when finalized: its lock on this item may have been taken late).
-        Some(_) => match mgr.complete_transaction(owner).await {
-            Ok(_) | Err(Error::UnknownOutcome { .. }) => Ok(()),
-            Err(Error::TransactionNotFound { .. }) => steal_orphan(mgr, owner, table, key).await,
-            Err(e) => Err(e),
-        },
+        match mgr.complete_transaction(owner).await {
+            Ok(_) | Err(Error::UnknownOutcome { .. }) => {}
+            Err(Error::TransactionNotFound { .. }) => steal_orphan(mgr, owner, table, key).await?,
+            Err(e) => return Err(e),
+        }
+        return Ok(Resolution::Retry);
     }
+    if let ContentionPolicy::Ordered { dead_after } = inner.settings.contention {
+        let idle_ms = crate::ddb::now_millis().saturating_sub(h.updated_ms);
+        let dead = idle_ms > dead_after.as_millis() as u64;
+        if !dead {
+            let mine = me.ticket(mgr).await?;
+            if h.ticket.is_some_and(|theirs| theirs < mine) {
+                debug!(tx = %me.id, other = %owner, "waiting for an older transaction");
+                return Ok(Resolution::Wait);
+            }
+        }
+    }
+    debug!(tx = %me.id, other = %owner, "rolling back a contending transaction");
+    match mgr.rollback_transaction(owner).await {
+        Ok(()) | Err(Error::AlreadyCommitted { .. }) | Err(Error::UnknownOutcome { .. }) => {}
+        Err(Error::TransactionNotFound { .. }) => steal_orphan(mgr, owner, table, key).await?,
+        Err(e) => return Err(e),
+    }
+    Ok(Resolution::Retry)
 }
 
 /// The owner's record is gone. Its lock can be released if its write was never applied; an applied

@@ -46,6 +46,9 @@ pub struct Settings {
     pub table_wait: Duration,
     /// What to do when an item is locked by another pending transaction.
     pub contention: ContentionPolicy,
+    /// Longest a lock attempt waits for an older transaction (ordered contention) before giving up
+    /// with [`Error::ItemLocked`](crate::Error::ItemLocked).
+    pub lock_wait: Duration,
     /// When set, finalized TX records get a TTL attribute (`_TxE`, epoch seconds) this far in the
     /// future, so DynamoDB deletes them for free once TTL is enabled on the table.
     pub record_ttl: Option<Duration>,
@@ -70,6 +73,7 @@ impl Default for Settings {
             rollback_on_drop: true,
             table_wait: Duration::from_secs(300),
             contention: ContentionPolicy::default(),
+            lock_wait: Duration::from_secs(10),
             record_ttl: None,
         }
     }
@@ -322,10 +326,12 @@ impl TransactionManager {
         F: AsyncFnMut(&Transaction) -> Result<T>,
     {
         let attempts = self.inner.settings.run_attempts.max(1);
+        // One ticket for every attempt: a retried unit of work only gets older.
+        let ticket: Arc<tokio::sync::OnceCell<u64>> = Arc::default();
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let tx = self.begin();
+            let tx = Transaction::with_ticket(self.clone(), TxId::new_random(), ticket.clone());
             let id = tx.id().clone();
             let err = match work(&tx).await {
                 Ok(v) => match tx.commit().await {
@@ -350,6 +356,16 @@ impl TransactionManager {
             };
             if !err.is_retryable() || attempt >= attempts {
                 return Err(err);
+            }
+            // Rolled back by a competitor before meeting contention itself: take a ticket now, so
+            // the next attempt is ordered.
+            if matches!(err, Error::RolledBack { .. } | Error::ItemLocked { .. })
+                && ticket.get().is_none()
+            {
+                let inner = &self.inner;
+                let _ = ticket
+                    .get_or_try_init(|| record::take_ticket(&inner.client, &inner.tx_table))
+                    .await;
             }
             tracing::debug!(tx = %id, attempt, error = %err, "retrying unit of work");
             crate::contention::backoff(&self.inner.settings, attempt).await;

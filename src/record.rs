@@ -28,6 +28,10 @@ pub(crate) const CREATED: &str = "_TxB";
 pub(crate) const FINALIZED: &str = "_TxF";
 pub(crate) const NONCE: &str = "_TxO";
 pub(crate) const EXPIRES: &str = "_TxE";
+pub(crate) const TICKET: &str = "_TxK";
+/// Id of the row (in the transactions table) holding the ticket counter. Not a transaction: ids
+/// starting with `~` are never UUIDs.
+pub(crate) const TICKET_COUNTER_ID: &str = "~ticket-counter";
 
 /// Most request bytes kept in the header row.
 const INLINE_LIMIT: usize = 300_000;
@@ -91,6 +95,8 @@ pub(crate) struct Header {
     #[allow(dead_code)]
     pub created_ms: u64,
     pub nonce: Option<String>,
+    /// The transaction's contention ticket, once it has one.
+    pub ticket: Option<u64>,
     pub inline: Vec<Request>,
 }
 
@@ -137,6 +143,7 @@ impl Header {
             updated_ms: n(UPDATED).unwrap_or(0),
             created_ms: n(CREATED).unwrap_or(0),
             nonce: item.get(NONCE).and_then(|v| v.as_s().ok()).cloned(),
+            ticket: n(TICKET),
             inline,
         })
     }
@@ -269,6 +276,7 @@ pub(crate) async fn create(
     table: &str,
     id: &TxId,
     requests: &[Request],
+    ticket: Option<u64>,
 ) -> Result<Appended> {
     let now = ddb::now_millis();
     // The header holds what fits inline; the rest is appended.
@@ -294,6 +302,9 @@ pub(crate) async fn create(
     item.insert(UPDATED.into(), n(now));
     item.insert(CREATED.into(), n(now));
     item.insert(NONCE.into(), s(nonce.clone()));
+    if let Some(t) = ticket {
+        item.insert(TICKET.into(), n(t));
+    }
     let mut ph = Placeholders::default();
     let cond = format!("attribute_not_exists({})", ph.name(TX_ID));
     let w = Write {
@@ -658,4 +669,59 @@ pub(crate) async fn delete(client: &Client, table: &str, id: &TxId) -> Result<bo
         Written::Ok(_) | Written::ConditionFailed(None) => Ok(true),
         Written::ConditionFailed(Some(_)) => Ok(false),
     }
+}
+
+/// Takes the next ticket from the counter (one atomic `ADD`).
+pub(crate) async fn take_ticket(client: &Client, table: &str) -> Result<u64> {
+    let out = client
+        .update_item()
+        .table_name(table)
+        .set_key(Some(header_key(&TxId(TICKET_COUNTER_ID.to_string()))))
+        .update_expression("ADD #k :one")
+        .expression_attribute_names("#k", TICKET)
+        .expression_attribute_values(":one", n(1))
+        .return_values(aws_sdk_dynamodb::types::ReturnValue::UpdatedNew)
+        .send()
+        .await
+        .map_err(|e| Error::sdk("UpdateItem", e))?;
+    out.attributes
+        .as_ref()
+        .and_then(|a| a.get(TICKET))
+        .and_then(|v| v.as_n().ok())
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| Error::invariant("the ticket counter returned no value"))
+}
+
+/// Writes `ticket` into a pending record (keeping an earlier one) and refreshes its last-update
+/// time. `false` if the record is no longer pending.
+pub(crate) async fn set_ticket(
+    client: &Client,
+    table: &str,
+    id: &TxId,
+    ticket: Option<u64>,
+) -> Result<bool> {
+    let mut ph = Placeholders::default();
+    let cond = format!("{} = {}", ph.name(STATE), ph.value("P", s("P")));
+    let mut update = format!(
+        "SET {d} = {now}",
+        d = ph.name(UPDATED),
+        now = ph.value("Now", n(ddb::now_millis()))
+    );
+    if let Some(t) = ticket {
+        let k = ph.name(TICKET);
+        update.push_str(&format!(
+            ", {k} = if_not_exists({k}, {})",
+            ph.value("Ticket", n(t))
+        ));
+    }
+    let w = Write {
+        table: table.into(),
+        kind: WriteKind::Update {
+            key: header_key(id),
+            update,
+        },
+        condition: Some(cond),
+        ph,
+    };
+    Ok(matches!(w.send(client, None).await?, Written::Ok(_)))
 }

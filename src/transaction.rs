@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
 use futures::StreamExt;
+use tokio::sync::OnceCell;
 use tracing::{debug, instrument, warn};
 
 use crate::TxId;
@@ -71,6 +72,10 @@ pub struct Transaction {
     id: TxId,
     state: tokio::sync::Mutex<State>,
     finished: AtomicBool,
+    /// The contention ticket, shared by every attempt of one unit of work.
+    ticket: Arc<OnceCell<u64>>,
+    /// Set once the ticket is in this transaction's record.
+    ticket_recorded: OnceCell<()>,
 }
 
 #[derive(Debug, Default)]
@@ -153,11 +158,22 @@ enum CommitStep {
 
 impl Transaction {
     pub(crate) fn new(mgr: TransactionManager, id: TxId) -> Transaction {
+        Transaction::with_ticket(mgr, id, Arc::default())
+    }
+
+    /// A new transaction that inherits the ticket of earlier attempts of the same unit of work.
+    pub(crate) fn with_ticket(
+        mgr: TransactionManager,
+        id: TxId,
+        ticket: Arc<OnceCell<u64>>,
+    ) -> Transaction {
         Transaction {
             mgr,
             id,
             state: tokio::sync::Mutex::new(State::default()),
             finished: AtomicBool::new(false),
+            ticket,
+            ticket_recorded: OnceCell::new(),
         }
     }
 
@@ -345,7 +361,14 @@ impl Transaction {
             let table = &self.mgr.inner.tx_table;
             let pending = &st.requests[st.recorded..];
             let out = match st.meta {
-                None => record::create(c, table, &self.id, pending).await?,
+                None => {
+                    let ticket = self.ticket.get().copied();
+                    let out = record::create(c, table, &self.id, pending, ticket).await?;
+                    if ticket.is_some() && matches!(out, Appended::Ok(_)) {
+                        let _ = self.ticket_recorded.set(());
+                    }
+                    out
+                }
                 Some(meta) => record::append(c, table, &self.id, meta, pending).await?,
             };
             match out {
@@ -487,34 +510,79 @@ impl Transaction {
         first_err.map_or(Ok(()), Err)
     }
 
-    /// Locks one item, resolving contention with other transactions.
+    /// Locks one item, resolving contention with other transactions: decided or dead holders are
+    /// completed, pending ones are rolled back or waited for as the contention policy says.
     async fn lock_one(&self, table: &str, key: &Item) -> Result<LockInfo> {
+        use crate::contention::{Contender, Resolution};
         let schema = self.schema(table).await?;
         let settings = &self.mgr.inner.settings;
         let c = &self.mgr.inner.client;
+        let me = Contender {
+            id: &self.id,
+            ticket: &self.ticket,
+            recorded: &self.ticket_recorded,
+        };
+        let deadline = tokio::time::Instant::now() + settings.lock_wait;
+        let heartbeat = match settings.contention {
+            crate::ContentionPolicy::Ordered { dead_after } => dead_after / 3,
+            _ => settings.lock_wait,
+        };
+        let mut last_touch = tokio::time::Instant::now();
+        let (mut tries, mut waits) = (0u32, 0u32);
         let mut last_owner = None;
-        for attempt in 0..settings.lock_attempts.max(1) {
+        loop {
             let out = match item_lock::lock(c, table, key, &schema, &self.id).await {
                 Ok(o) => o,
                 Err(
                     e @ Error::DynamoDb {
                         ambiguous: true, ..
                     },
-                ) if attempt + 1 < settings.lock_attempts => {
+                ) if tries + 1 < settings.lock_attempts => {
                     // The lock may have landed: the next attempt recognises our own lock.
                     debug!(tx = %self.id, error = %e, "ambiguous lock attempt; retrying");
+                    tries += 1;
                     continue;
                 }
                 Err(e) => return Err(e),
             };
-            match out {
+            let owner = match out {
                 LockOutcome::Locked(l) => return Ok(l),
-                LockOutcome::Held { owner } if owner.0.is_empty() => continue,
-                LockOutcome::Held { owner } => {
-                    debug!(tx = %self.id, other = %owner, table, "item locked by another transaction");
-                    crate::contention::resolve(&self.mgr, &self.id, &owner, table, key).await?;
-                    last_owner = Some(owner);
-                    crate::contention::backoff(settings, attempt).await;
+                LockOutcome::Held { owner } if owner.0.is_empty() => {
+                    tries += 1;
+                    if tries >= settings.lock_attempts.max(1) {
+                        break;
+                    }
+                    continue;
+                }
+                LockOutcome::Held { owner } => owner,
+            };
+            debug!(tx = %self.id, other = %owner, table, "item locked by another transaction");
+            let resolution = crate::contention::resolve(&self.mgr, &me, &owner, table, key).await?;
+            last_owner = Some(owner);
+            match resolution {
+                Resolution::Retry => {
+                    tries += 1;
+                    if tries >= settings.lock_attempts.max(1) {
+                        break;
+                    }
+                    crate::contention::backoff(settings, tries).await;
+                }
+                Resolution::Wait => {
+                    if tokio::time::Instant::now() >= deadline {
+                        break;
+                    }
+                    // Show that this coordinator is alive while it waits.
+                    if last_touch.elapsed() >= heartbeat {
+                        let t = self.ticket.get().copied();
+                        if !record::set_ticket(c, &self.mgr.inner.tx_table, &self.id, t).await? {
+                            return Err(Error::RolledBack {
+                                tx_id: self.id.clone(),
+                            });
+                        }
+                        last_touch = tokio::time::Instant::now();
+                    }
+                    waits += 1;
+                    crate::contention::backoff(settings, waits.min(5)).await;
                 }
             }
         }

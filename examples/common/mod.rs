@@ -1,0 +1,115 @@
+//! Shared setup for the examples: a client for the configured endpoint and table helpers.
+#![allow(dead_code)]
+
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::config::retry::RetryConfig;
+use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Intercept, Region};
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
+};
+
+/// Exits with a clear message unless an endpoint or AWS credentials are configured.
+pub fn require_endpoint(name: &str) {
+    if std::env::var("AWS_ENDPOINT_URL_DYNAMODB").is_err()
+        && std::env::var("AWS_ACCESS_KEY_ID").is_err()
+    {
+        eprintln!(
+            "{name}: no DynamoDB to talk to. Set AWS_ENDPOINT_URL_DYNAMODB (e.g. \
+             `export AWS_ENDPOINT_URL_DYNAMODB=$(scripts/dynamodb-local start)`), or AWS \
+             credentials for real DynamoDB."
+        );
+        std::process::exit(2);
+    }
+}
+
+/// A client for `AWS_ENDPOINT_URL_DYNAMODB` (static local credentials unless AWS ones are set),
+/// with extra interceptors.
+pub async fn client(interceptors: Vec<aws_sdk_dynamodb::config::SharedInterceptor>) -> Client {
+    let mut loader = aws_config::defaults(BehaviorVersion::latest());
+    if std::env::var("AWS_ACCESS_KEY_ID").is_err() {
+        loader = loader.credentials_provider(Credentials::new("local", "local", None, None, "static"));
+    }
+    if std::env::var("AWS_REGION").is_err() {
+        loader = loader.region(Region::new("us-east-1"));
+    }
+    let sdk = loader.load().await;
+    let mut b = aws_sdk_dynamodb::config::Builder::from(&sdk)
+        .retry_config(RetryConfig::standard().with_max_attempts(3));
+    for i in interceptors {
+        b = b.interceptor(i);
+    }
+    Client::from_conf(b.build())
+}
+
+/// Wraps an interceptor for [`client`].
+pub fn shared<I: Intercept + 'static>(i: I) -> aws_sdk_dynamodb::config::SharedInterceptor {
+    aws_sdk_dynamodb::config::SharedInterceptor::new(i)
+}
+
+/// Creates a table with a string hash key `Id` (on-demand), if it does not exist.
+pub async fn create_table(client: &Client, name: &str) {
+    let created = client
+        .create_table()
+        .table_name(name)
+        .billing_mode(BillingMode::PayPerRequest)
+        .attribute_definitions(
+            AttributeDefinition::builder()
+                .attribute_name("Id")
+                .attribute_type(ScalarAttributeType::S)
+                .build()
+                .expect("complete"),
+        )
+        .key_schema(
+            KeySchemaElement::builder()
+                .attribute_name("Id")
+                .key_type(KeyType::Hash)
+                .build()
+                .expect("complete"),
+        )
+        .send()
+        .await;
+    if let Err(e) = created
+        && !e
+            .as_service_error()
+            .is_some_and(|s| s.is_resource_in_use_exception())
+    {
+        panic!(
+            "cannot create {name}: {}",
+            aws_sdk_dynamodb::error::DisplayErrorContext(e)
+        );
+    }
+}
+
+/// Every item of a table (consistent scan).
+pub async fn scan(client: &Client, table: &str) -> Vec<dynamodb_transactions::Item> {
+    let mut out = Vec::new();
+    let mut start = None;
+    loop {
+        let page = client
+            .scan()
+            .table_name(table)
+            .consistent_read(true)
+            .set_exclusive_start_key(start)
+            .send()
+            .await
+            .expect("scan");
+        out.extend(page.items.unwrap_or_default());
+        start = page.last_evaluated_key;
+        if start.is_none() {
+            return out;
+        }
+    }
+}
+
+/// Deletes tables, ignoring errors.
+pub async fn drop_tables(client: &Client, tables: &[String]) {
+    for t in tables {
+        let _ = client.delete_table().table_name(t).send().await;
+    }
+}
+
+/// The p-th percentile (0..=100) of sorted values.
+pub fn percentile<T: Copy>(sorted: &[T], p: f64) -> T {
+    let idx = ((p / 100.0) * (sorted.len() as f64 - 1.0)).round() as usize;
+    sorted[idx.min(sorted.len() - 1)]
+}
