@@ -55,11 +55,19 @@ fn id(i: usize) -> AttributeValue {
 }
 
 fn balance(item: &dynamodb_transactions::Item) -> i64 {
-    item["balance"].as_n().ok().and_then(|n| n.parse().ok()).unwrap_or(0)
+    item["balance"]
+        .as_n()
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
 }
 
 async fn measure(args: &Args, name: &'static str, policy: ContentionPolicy) -> Figures {
-    let prefix = format!("cont-{}-{}", name.replace('_', ""), &uuid::Uuid::new_v4().simple().to_string()[..6]);
+    let prefix = format!(
+        "cont-{}-{}",
+        name.replace('_', ""),
+        &uuid::Uuid::new_v4().simple().to_string()[..6]
+    );
     let table = format!("{prefix}-accounts");
     let admin = common::client(vec![]).await;
     let mgr = |c| {
@@ -92,8 +100,13 @@ async fn measure(args: &Args, name: &'static str, policy: ContentionPolicy) -> F
     let mut handles = Vec::new();
     for w in 0..args.workers {
         let m = mgr(common::client(vec![]).await);
-        let (next, attempts_all, latencies, table, args) =
-            (next.clone(), attempts_all.clone(), latencies.clone(), table.clone(), args.clone());
+        let (next, attempts_all, latencies, table, args) = (
+            next.clone(),
+            attempts_all.clone(),
+            latencies.clone(),
+            table.clone(),
+            args.clone(),
+        );
         handles.push(tokio::spawn(async move {
             let mut rng = rand::rngs::StdRng::seed_from_u64(args.seed * 100 + w as u64);
             while (next.fetch_add(1, Ordering::SeqCst) as usize) < args.transfers {
@@ -105,9 +118,22 @@ async fn measure(args: &Args, name: &'static str, policy: ContentionPolicy) -> F
                 let (table, attempts2) = (table.clone(), attempts.clone());
                 m.run(async move |tx| {
                     attempts2.fetch_add(1, Ordering::SeqCst);
-                    let a = tx.get_item().table_name(&table).key("Id", id(from)).send().await?;
-                    let b = tx.get_item().table_name(&table).key("Id", id(to)).send().await?;
-                    let (a, b) = (balance(a.item().expect("exists")), balance(b.item().expect("exists")));
+                    let a = tx
+                        .get_item()
+                        .table_name(&table)
+                        .key("Id", id(from))
+                        .send()
+                        .await?;
+                    let b = tx
+                        .get_item()
+                        .table_name(&table)
+                        .key("Id", id(to))
+                        .send()
+                        .await?;
+                    let (a, b) = (
+                        balance(a.item().expect("exists")),
+                        balance(b.item().expect("exists")),
+                    );
                     for (k, v) in [(from, a - amount), (to, b + amount)] {
                         tx.update_item()
                             .table_name(&table)
@@ -122,7 +148,10 @@ async fn measure(args: &Args, name: &'static str, policy: ContentionPolicy) -> F
                 .await
                 .expect("transfer");
                 latencies.lock().await.push(t0.elapsed());
-                attempts_all.lock().await.push(attempts.load(Ordering::SeqCst));
+                attempts_all
+                    .lock()
+                    .await
+                    .push(attempts.load(Ordering::SeqCst));
             }
         }));
     }
@@ -131,7 +160,11 @@ async fn measure(args: &Args, name: &'static str, policy: ContentionPolicy) -> F
     }
     let elapsed = started.elapsed();
     let total: i64 = common::scan(&admin, &table).await.iter().map(balance).sum();
-    common::drop_tables(&admin, &[table, format!("{prefix}-tx"), format!("{prefix}-img")]).await;
+    common::drop_tables(
+        &admin,
+        &[table, format!("{prefix}-tx"), format!("{prefix}-img")],
+    )
+    .await;
     let mut attempts = attempts_all.lock().await.clone();
     attempts.sort_unstable();
     let mut lat = latencies.lock().await.clone();
@@ -153,7 +186,14 @@ async fn measure(args: &Args, name: &'static str, policy: ContentionPolicy) -> F
 fn json(f: &Figures) -> String {
     format!(
         "{{\"tx_per_s\":{:.1},\"attempts_mean\":{:.2},\"attempts_p99\":{},\"attempts_max\":{},\"p50_ms\":{:.1},\"p99_ms\":{:.1},\"rolled_back_by_others\":{},\"total_conserved\":{}}}",
-        f.tx_per_s, f.attempts_mean, f.attempts_p99, f.attempts_max, f.p50_ms, f.p99_ms, f.retries, f.total_conserved
+        f.tx_per_s,
+        f.attempts_mean,
+        f.attempts_p99,
+        f.attempts_max,
+        f.p50_ms,
+        f.p99_ms,
+        f.retries,
+        f.total_conserved
     )
 }
 
@@ -168,13 +208,27 @@ async fn main() {
     );
     let ordered = measure(&args, "ordered", ContentionPolicy::default()).await;
     let others = measure(&args, "rollback_others", ContentionPolicy::RollBackOthers).await;
-    println!("| policy | tx/s | attempts mean | attempts p99 | attempts max | p50 ms | p99 ms | retries | total conserved |");
+    println!(
+        "| policy | tx/s | attempts mean | attempts p99 | attempts max | p50 ms | p99 ms | retries | total conserved |"
+    );
     println!("|---|---|---|---|---|---|---|---|---|");
     for f in [&ordered, &others] {
         println!(
             "| {} | {:.1} | {:.2} | {} | {} | {:.1} | {:.1} | {} | {} |",
-            f.name, f.tx_per_s, f.attempts_mean, f.attempts_p99, f.attempts_max, f.p50_ms, f.p99_ms, f.retries, f.total_conserved
+            f.name,
+            f.tx_per_s,
+            f.attempts_mean,
+            f.attempts_p99,
+            f.attempts_max,
+            f.p50_ms,
+            f.p99_ms,
+            f.retries,
+            f.total_conserved
         );
     }
-    println!("{{\"ordered\":{},\"rollback_others\":{}}}", json(&ordered), json(&others));
+    println!(
+        "{{\"ordered\":{},\"rollback_others\":{}}}",
+        json(&ordered),
+        json(&others)
+    );
 }

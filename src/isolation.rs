@@ -168,8 +168,17 @@ pub(crate) async fn resolve(
     }
     let c = &mgr.inner.client;
     match record::load_header(c, &mgr.inner.tx_table, &TxId(owner)).await? {
-        Some(h) if h.state == TxState::Committed => Ok(Some(obs.visible())),
+        // Committed: the item as stored, except that a committed delete has deleted it.
+        Some(h) if h.state == TxState::Committed => Ok(Some(if obs.applied_delete {
+            None
+        } else {
+            obs.visible()
+        })),
         Some(_) => {
+            if obs.applied_delete {
+                // A pending delete changes nothing until commit.
+                return Ok(Some(obs.visible()));
+            }
             if obs.transient {
                 return Ok(Some(None));
             }

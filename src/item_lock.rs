@@ -46,6 +46,9 @@ pub(crate) struct Observed {
     pub owner: Option<String>,
     pub transient: bool,
     pub applied: bool,
+    /// The applied write is a delete (`_TxA = "D"`): the item is unchanged until the unlock deletes
+    /// it.
+    pub applied_delete: bool,
     /// The embedded before-image.
     pub image: Option<Item>,
     /// The images-table id of the before-image.
@@ -64,6 +67,10 @@ impl Observed {
             owner: raw.get(OWNER).and_then(|v| v.as_s().ok()).cloned(),
             transient: matches!(raw.get(TRANSIENT), Some(AttributeValue::Bool(true))),
             applied: raw.contains_key(APPLIED),
+            applied_delete: raw
+                .get(APPLIED)
+                .and_then(|v| v.as_s().ok())
+                .is_some_and(|s| s == "D"),
             image: raw.get(IMAGE).and_then(|v| v.as_m().ok()).cloned(),
             image_ref: raw.get(IMAGE_REF).and_then(|v| v.as_s().ok()).cloned(),
             user: strip(raw.clone()),
@@ -381,9 +388,16 @@ pub(crate) fn request_writes(
         Op::Delete if !keep_lock => Some(WriteKind::Delete {
             key: req.key.clone(),
         }),
-        // A conditional delete checks its condition when the others apply.
-        Op::Delete if req.condition.is_some() && !lock.transient => Some(WriteKind::Check {
+        // A delete is applied only at the unlock; before commit it is marked (`_TxA = "D"`), so
+        // that every write of a committed transaction is marked and an unmarked lock of a committed
+        // transaction can only be a read lock or a lock taken late, after the decision.
+        Op::Delete => Some(WriteKind::Update {
             key: req.key.clone(),
+            update: format!(
+                "SET {} = {}",
+                ph.name(APPLIED),
+                ph.value("Del", AttributeValue::S("D".into()))
+            ),
         }),
         Op::Get if !keep_lock => {
             return vec![release_write(
@@ -460,15 +474,13 @@ pub(crate) fn settle_write(
         me_condition(&mut ph, me),
         applied_condition(&mut ph, obs.applied)
     );
+    let is_delete = op == Op::Delete || obs.applied_delete;
     let kind = if committed {
-        if op == Op::Delete {
-            WriteKind::Delete { key: key.clone() }
-        } else if op.is_write() && !obs.applied {
-            return Err(Error::invariant(format!(
-                "transaction {me} is committed but its write to an item of {table} was never applied"
-            )));
-        } else if obs.transient && !obs.applied {
-            // A read lock's placeholder.
+        if !obs.applied {
+            // A read lock, or a lock taken after the decision by a late coordinator: every write of
+            // a committed transaction was applied (or marked) before the decision.
+            return Ok(Some(release_write(table, key, obs.transient, false, me)));
+        } else if is_delete {
             WriteKind::Delete { key: key.clone() }
         } else {
             let names: Vec<String> = LOCK_ATTRS.iter().map(|a| ph.name(a)).collect();
@@ -479,6 +491,9 @@ pub(crate) fn settle_write(
         }
     } else if !obs.applied {
         return Ok(Some(release_write(table, key, obs.transient, false, me)));
+    } else if is_delete {
+        // A marked delete changed nothing: release.
+        return Ok(Some(release_write(table, key, obs.transient, true, me)));
     } else if obs.transient {
         WriteKind::Delete { key: key.clone() }
     } else {
@@ -567,6 +582,7 @@ impl LockInfo {
             owner: Some(me.0.clone()),
             transient: self.transient,
             applied: self.applied,
+            applied_delete: false,
             image: if self.applied && self.image_ref.is_none() {
                 self.before.clone()
             } else {

@@ -1147,8 +1147,8 @@ impl Transaction {
                     for k in os.iter().flatten() {
                         let op = st.items[k].op(&st.requests);
                         if let Some(l) = st.items.get_mut(k).and_then(|e| e.lock.as_mut()) {
-                            // Only puts and updates are applied before commit; a delete's check is not.
-                            if matches!(op, Op::Put | Op::Update) {
+                            // Every write is applied (a delete marked) before commit; reads are not.
+                            if op.is_write() {
                                 l.applied = true;
                             }
                         }
@@ -1300,8 +1300,12 @@ impl Transaction {
         st.outcome = Some(decided);
         let c = &self.mgr.inner.client;
         let header = record::load_header(c, &self.mgr.inner.tx_table, &self.id).await?;
-        let Some(h) = header else { return Ok(()) };
-        if h.finalized {
+        let Some(h) = header else {
+            // The record is gone: nobody needs our locks; release any this handle took late.
+            return self.release_own_locks(st).await;
+        };
+        // A finalized record needs nothing, unless this handle locked items after the decision.
+        if h.finalized && st.items.values().all(|e| e.lock.is_none()) {
             return Ok(());
         }
         if st.meta.map(|m| m.version) != Some(h.version) {
@@ -1451,8 +1455,41 @@ impl Transaction {
         Ok(())
     }
 
+    /// Releases the locks this handle holds whose write was never applied (after the record
+    /// vanished: only locks taken late can remain).
+    async fn release_own_locks(&self, st: &mut State) -> Result<()> {
+        let c = &self.mgr.inner.client;
+        for e in st.items.values_mut() {
+            if let Some(l) = e.lock.take()
+                && !l.applied
+            {
+                item_lock::release_write(&e.table, &e.key, l.transient, false, &self.id)
+                    .send(c, None)
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+
     /// Hook after the one-request commit (which finalizes in the same write).
     async fn after_finalize(&self, st: &mut State) {
+        // Images of items applied early that lived in the images table are no longer needed.
+        let image_keys: Vec<Item> = st
+            .items
+            .values()
+            .filter_map(|e| e.lock.as_ref().and_then(|l| l.image_ref.clone()))
+            .map(|id| HashMap::from([(crate::tables::IMAGE_ID.to_string(), AttributeValue::S(id))]))
+            .collect();
+        if !image_keys.is_empty()
+            && let Err(e) = ddb::batch_delete(
+                &self.mgr.inner.client,
+                &self.mgr.inner.image_table,
+                image_keys,
+            )
+            .await
+        {
+            warn!(tx = %self.id, error = %e, "committed, but deleting images failed; the sweeper removes them");
+        }
         for e in st.items.values_mut() {
             e.lock = None;
         }

@@ -195,7 +195,7 @@ async fn assert_locked(
 /// `_TxT` always holds the hash key and a transient item cannot be told from an existing one. While
 /// that bug stands, lock assertions only check that `_TxT` is present on transient items;
 /// `transient_flag_is_bool_true` (ignored) checks it strictly. Set to false once fixed.
-const KNOWN_BUG_TRANSIENT_FLAG: bool = true;
+const KNOWN_BUG_TRANSIENT_FLAG: bool = false;
 
 fn assert_transient_flag(raw: &Item, transient: bool) {
     let is_true = raw.get("_TxT") == Some(&AttributeValue::Bool(true));
@@ -365,7 +365,6 @@ fn item1() -> Item {
 // ------------------------------------------------------------------------------------------------
 
 #[tokio::test]
-#[ignore = "BUG: _TxT is never BOOL true (see transient_flag_is_bool_true), so rolling back a lock on a missing item leaves a phantom item {Id}"]
 async fn phantom_item_from_delete() {
     // The delete uses AllOld so the item is locked now (a plain delete is buffered until commit).
     let fx = fixture("jp-phantom").await;
@@ -419,7 +418,7 @@ async fn lock_item(missing: bool) {
 
 mod lock_item {
     #[tokio::test]
-    #[ignore = "BUG: _TxT is never BOOL true (see transient_flag_is_bool_true), so t2's contention rollback of t1 turns the placeholder into a phantom item {Id}"]
+
     async fn missing_item() {
         super::lock_item(true).await
     }
@@ -630,12 +629,12 @@ async fn get_item_then_put_item_in_resumed_tx_then_get_item(phased: bool) {
 }
 mod get_item_then_put_item_in_resumed_tx_then_get_item {
     #[tokio::test]
-    #[ignore = "BUG: _TxT is never BOOL true (see transient_flag_is_bool_true) so a resumed handle reads the placeholder as {Id}; also its re-read of an item it already read-locked misses a put another coordinator appended to the same transaction"]
+
     async fn one_shot() {
         super::get_item_then_put_item_in_resumed_tx_then_get_item(false).await
     }
     #[tokio::test]
-    #[ignore = "BUG: _TxT is never BOOL true (see transient_flag_is_bool_true) so a resumed handle reads the placeholder as {Id}; also its re-read of an item it already read-locked misses a put another coordinator appended to the same transaction"]
+
     async fn phased() {
         super::get_item_then_put_item_in_resumed_tx_then_get_item(true).await
     }
@@ -1157,12 +1156,12 @@ async fn fail_validation_in_apply(phased: bool) {
 }
 mod fail_validation_in_apply {
     #[tokio::test]
-    #[ignore = "BUG: a TransactWriteItems rejected as a whole with ValidationException (DynamoDB Local's answer to a type mismatch) surfaces as Error::DynamoDb and leaves the transaction pending with its items locked"]
+
     async fn one_shot() {
         super::fail_validation_in_apply(false).await
     }
     #[tokio::test]
-    #[ignore = "BUG: a TransactWriteItems rejected as a whole with ValidationException (DynamoDB Local's answer to a type mismatch) surfaces as Error::DynamoDb and leaves the transaction pending with its items locked"]
+
     async fn phased() {
         super::fail_validation_in_apply(true).await
     }
@@ -1301,7 +1300,6 @@ async fn use_deleted_transaction() {
 }
 
 #[tokio::test]
-#[ignore = "BUG: committing a stale handle of a committed and deleted transaction re-locks its items and leaves the locks"]
 async fn use_deleted_transaction_leaves_no_lock() {
     let fx = fixture("jp-usedeletedlk").await;
     let t1 = fx.manager.begin();
@@ -1321,7 +1319,6 @@ async fn use_deleted_transaction_leaves_no_lock() {
 // ------------------------------------------------------------------------------------------------
 
 #[tokio::test]
-#[ignore = "BUG: the lock write sets _TxT = if_not_exists(<hash key>, true), which yields the key value on a new item, so _TxT is never BOOL true"]
 async fn transient_flag_is_bool_true() {
     let fx = fixture("jp-txtflag").await;
     let t1 = fx.manager.begin();
@@ -1348,7 +1345,6 @@ async fn transient_flag_is_bool_true() {
 }
 
 #[tokio::test]
-#[ignore = "BUG: a read-locked missing item (lock placeholder) is returned as an existing item {Id} by Uncommitted and Committed reads"]
 async fn isolated_reads_do_not_see_lock_placeholders() {
     let fx = fixture("jp-placeholderread").await;
     let t1 = fx.manager.begin();
@@ -1374,7 +1370,6 @@ async fn isolated_reads_do_not_see_lock_placeholders() {
 }
 
 #[tokio::test]
-#[ignore = "BUG: rolling back (from another coordinator) a transaction that read-locked a missing item leaves a phantom item {Id} instead of deleting the placeholder"]
 async fn rollback_by_another_coordinator_deletes_placeholders() {
     let fx = fixture("jp-placeholderrb").await;
     let t1 = fx.manager.begin();
@@ -1475,7 +1470,7 @@ mod drive_commit {
         run(false, true).await
     }
     #[tokio::test]
-    #[ignore = "BUG: _TxT is never BOOL true (see transient_flag_is_bool_true), so the resumed coordinator's unlock turns the read-locked missing item into a phantom item {Id}"]
+
     async fn phased() {
         run(true, true).await
     }
@@ -1545,7 +1540,7 @@ async fn drive_rollback(placeholder: bool) {
 
 mod drive_rollback {
     #[tokio::test]
-    #[ignore = "BUG: _TxT is never BOOL true (see transient_flag_is_bool_true), so the rollback leaves the read-locked missing item3 as a phantom item {Id}"]
+
     async fn with_placeholder() {
         super::drive_rollback(true).await
     }
@@ -1601,7 +1596,6 @@ async fn commit_completed_transaction() {
 }
 
 #[tokio::test]
-#[ignore = "BUG: commit() on a handle resumed while pending, after another coordinator committed and finalized, re-locks the items and leaves them locked; the item then cannot be written (Invariant)"]
 async fn commit_completed_transaction_stale_handle() {
     // Java's commitFailingTransaction was created before t1 committed: its commit must be a no-op.
     let fx = fixture("jp-cmstale").await;
@@ -1711,12 +1705,12 @@ async fn resume_and_commit_after_transient_apply_failure(phased: bool) {
 }
 mod resume_and_commit_after_transient_apply_failure {
     #[tokio::test]
-    #[ignore = "BUG: _TxT is never BOOL true (see transient_flag_is_bool_true), so committing from a resumed coordinator leaves the read-locked missing item2 as a phantom item {Id}"]
+
     async fn one_shot() {
         super::resume_and_commit_after_transient_apply_failure(false).await
     }
     #[tokio::test]
-    #[ignore = "BUG: _TxT is never BOOL true (see transient_flag_is_bool_true), so committing from a resumed coordinator leaves the read-locked missing item2 as a phantom item {Id}"]
+
     async fn phased() {
         super::resume_and_commit_after_transient_apply_failure(true).await
     }
@@ -1818,12 +1812,12 @@ async fn resume_rollback_after_transient_apply_failure(phased: bool) {
 }
 mod resume_rollback_after_transient_apply_failure {
     #[tokio::test]
-    #[ignore = "BUG: _TxT is never BOOL true (see transient_flag_is_bool_true), so the rollback leaves phantom items {Id} for item1 and item2"]
+
     async fn one_shot() {
         super::resume_rollback_after_transient_apply_failure(false).await
     }
     #[tokio::test]
-    #[ignore = "BUG: _TxT is never BOOL true (see transient_flag_is_bool_true), so the rollback leaves phantom items {Id} for item1 and item2"]
+
     async fn phased() {
         super::resume_rollback_after_transient_apply_failure(true).await
     }
@@ -1848,7 +1842,6 @@ async fn unlock_in_rollback_if_no_item_image_saved(phased: bool) {
 both_paths!(unlock_in_rollback_if_no_item_image_saved);
 
 #[tokio::test]
-#[ignore = "BUG: an images-table before-image saved by a coordinator that crashed before applying is never deleted (orphaned image row after rollback or commit)"]
 async fn unlock_in_rollback_if_no_item_image_saved_images_table() {
     // The one case with a separate image: a > 64 KB item. The commit crashes after saving the image
     // and before applying; the rollback must leave no image behind.
@@ -1940,7 +1933,7 @@ mod should_not_apply_after_rollback {
         run(true, false, false).await
     }
     #[tokio::test]
-    #[ignore = "BUG: a coordinator that locks an item after its transaction was rolled back and finalized leaves that lock on the item"]
+
     async fn leaves_no_lock() {
         run(false, false, true).await
     }
@@ -1957,7 +1950,7 @@ mod should_not_apply_after_rollback_and_deleted {
         run(true, true, false).await
     }
     #[tokio::test]
-    #[ignore = "BUG: a coordinator that locks an item after its transaction was rolled back and deleted leaves that lock on the item"]
+
     async fn leaves_no_lock() {
         run(false, true, true).await
     }
@@ -2067,7 +2060,6 @@ async fn orphaned_applied_lock_is_not_stolen() {
 }
 
 #[tokio::test]
-#[ignore = "BUG: _TxT is never BOOL true (see transient_flag_is_bool_true), so rolling back the upgraded (applied) insert fails with Invariant(\"... carries no before-image\") and leaves the item locked for good"]
 async fn rollback_after_read_lock_upgrade_attempt() {
     // Java pauses t2 after it loaded t1's record (holding a version with only the read); here that
     // stale roll-backer is a handle resumed at that point. Its rollback must use the record's
@@ -2111,7 +2103,6 @@ async fn rollback_after_read_lock_upgrade_attempt() {
 // ------------------------------------------------------------------------------------------------
 
 #[tokio::test]
-#[ignore = "BUG: _TxT is never BOOL true (see transient_flag_is_bool_true), so rolling back an applied insert fails with Invariant(\"... carries no before-image\") and leaves the item locked for good"]
 async fn basic_new_item_rollback() {
     // An update with no expression; AllNew applies it at once.
     let fx = fixture("jp-newrb").await;
@@ -2464,7 +2455,7 @@ async fn item_too_large_to_save_previous_version(commit: bool, phased: bool) {
 mod item_too_large_to_save_previous_version {
     use super::item_too_large_to_save_previous_version as run;
     #[tokio::test]
-    #[ignore = "BUG: the one-request commit releases an item whose before-image is in the images table without deleting that image row (orphaned image)"]
+
     async fn commit_one_shot() {
         run(true, false).await
     }

@@ -27,7 +27,8 @@ pub fn require_endpoint(name: &str) {
 pub async fn client(interceptors: Vec<aws_sdk_dynamodb::config::SharedInterceptor>) -> Client {
     let mut loader = aws_config::defaults(BehaviorVersion::latest());
     if std::env::var("AWS_ACCESS_KEY_ID").is_err() {
-        loader = loader.credentials_provider(Credentials::new("local", "local", None, None, "static"));
+        loader =
+            loader.credentials_provider(Credentials::new("local", "local", None, None, "static"));
     }
     if std::env::var("AWS_REGION").is_err() {
         loader = loader.region(Region::new("us-east-1"));
