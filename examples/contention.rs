@@ -35,6 +35,9 @@ struct Args {
     /// Random seed.
     #[arg(long, default_value_t = 11)]
     seed: u64,
+    /// Ordered policy: take tickets when transactions begin rather than at first contention.
+    #[arg(long)]
+    ticket_at_begin: bool,
 }
 
 #[derive(Debug)]
@@ -118,22 +121,23 @@ async fn measure(args: &Args, name: &'static str, policy: ContentionPolicy) -> F
                 let (table, attempts2) = (table.clone(), attempts.clone());
                 m.run(async move |tx| {
                     attempts2.fetch_add(1, Ordering::SeqCst);
-                    let a = tx
+                    // Lock in a canonical order (lowest key first), as the protocol's design advises.
+                    let (lo, hi) = (from.min(to), from.max(to));
+                    let x = tx
                         .get_item()
                         .table_name(&table)
-                        .key("Id", id(from))
+                        .key("Id", id(lo))
                         .send()
                         .await?;
-                    let b = tx
+                    let y = tx
                         .get_item()
                         .table_name(&table)
-                        .key("Id", id(to))
+                        .key("Id", id(hi))
                         .send()
                         .await?;
-                    let (a, b) = (
-                        balance(a.item().expect("exists")),
-                        balance(b.item().expect("exists")),
-                    );
+                    let x = balance(x.item().expect("exists"));
+                    let y = balance(y.item().expect("exists"));
+                    let (a, b) = if lo == from { (x, y) } else { (y, x) };
                     for (k, v) in [(from, a - amount), (to, b + amount)] {
                         tx.update_item()
                             .table_name(&table)
@@ -206,7 +210,15 @@ async fn main() {
         "contention: {} workers, {} accounts, {} transfers per policy, 2 items per transaction",
         args.workers, args.accounts, args.transfers
     );
-    let ordered = measure(&args, "ordered", ContentionPolicy::default()).await;
+    let ordered = measure(
+        &args,
+        "ordered",
+        ContentionPolicy::Ordered {
+            dead_after: Duration::from_secs(10),
+            ticket_at_begin: args.ticket_at_begin,
+        },
+    )
+    .await;
     let others = measure(&args, "rollback_others", ContentionPolicy::RollBackOthers).await;
     println!(
         "| policy | tx/s | attempts mean | attempts p99 | attempts max | p50 ms | p99 ms | retries | total conserved |"

@@ -49,6 +49,9 @@ pub struct Settings {
     /// Longest a lock attempt waits for an older transaction (ordered contention) before giving up
     /// with [`Error::ItemLocked`](crate::Error::ItemLocked).
     pub lock_wait: Duration,
+    /// Ordered contention: how long an older transaction lets a younger, running (not blocked)
+    /// holder of an item finish before rolling it back.
+    pub wound_grace: Duration,
     /// When set, finalized TX records get a TTL attribute (`_TxE`, epoch seconds) this far in the
     /// future, so DynamoDB deletes them for free once TTL is enabled on the table.
     pub record_ttl: Option<Duration>,
@@ -74,6 +77,7 @@ impl Default for Settings {
             table_wait: Duration::from_secs(300),
             contention: ContentionPolicy::default(),
             lock_wait: Duration::from_secs(10),
+            wound_grace: Duration::from_millis(100),
             record_ttl: None,
         }
     }

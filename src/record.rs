@@ -29,6 +29,9 @@ pub(crate) const FINALIZED: &str = "_TxF";
 pub(crate) const NONCE: &str = "_TxO";
 pub(crate) const EXPIRES: &str = "_TxE";
 pub(crate) const TICKET: &str = "_TxK";
+/// While the transaction waits, the ticket of the (older) transaction it waits for: others decide
+/// from it whether they may wait for this one too (see `contention::resolve`).
+pub(crate) const WAITING: &str = "_TxW";
 /// Id of the row (in the transactions table) holding the ticket counter. Not a transaction: ids
 /// starting with `~` are never UUIDs.
 pub(crate) const TICKET_COUNTER_ID: &str = "~ticket-counter";
@@ -97,6 +100,8 @@ pub(crate) struct Header {
     pub nonce: Option<String>,
     /// The transaction's contention ticket, once it has one.
     pub ticket: Option<u64>,
+    /// The ticket of the older transaction this one last waited for.
+    pub waiting_on: Option<u64>,
     pub inline: Vec<Request>,
 }
 
@@ -144,6 +149,7 @@ impl Header {
             created_ms: n(CREATED).unwrap_or(0),
             nonce: item.get(NONCE).and_then(|v| v.as_s().ok()).cloned(),
             ticket: n(TICKET),
+            waiting_on: n(WAITING),
             inline,
         })
     }
@@ -699,6 +705,7 @@ pub(crate) async fn set_ticket(
     table: &str,
     id: &TxId,
     ticket: Option<u64>,
+    waiting_on: Option<u64>,
 ) -> Result<bool> {
     let mut ph = Placeholders::default();
     let cond = format!("{} = {}", ph.name(STATE), ph.value("P", s("P")));
@@ -707,6 +714,13 @@ pub(crate) async fn set_ticket(
         d = ph.name(UPDATED),
         now = ph.value("Now", n(ddb::now_millis()))
     );
+    if let Some(on) = waiting_on {
+        update.push_str(&format!(
+            ", {} = {}",
+            ph.name(WAITING),
+            ph.value("Wait", n(on))
+        ));
+    }
     if let Some(t) = ticket {
         let k = ph.name(TICKET);
         update.push_str(&format!(
@@ -724,4 +738,27 @@ pub(crate) async fn set_ticket(
         ph,
     };
     Ok(matches!(w.send(client, None).await?, Written::Ok(_)))
+}
+
+/// Clears the "waiting on" marker of a pending record (the wait is over).
+pub(crate) async fn clear_waiting(client: &Client, table: &str, id: &TxId) -> Result<()> {
+    let mut ph = Placeholders::default();
+    let cond = format!("{} = {}", ph.name(STATE), ph.value("P", s("P")));
+    let update = format!(
+        "SET {d} = {now} REMOVE {w}",
+        d = ph.name(UPDATED),
+        now = ph.value("Now", n(ddb::now_millis())),
+        w = ph.name(WAITING)
+    );
+    let w = Write {
+        table: table.into(),
+        kind: WriteKind::Update {
+            key: header_key(id),
+            update,
+        },
+        condition: Some(cond),
+        ph,
+    };
+    w.send(client, None).await?;
+    Ok(())
 }

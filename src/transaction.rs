@@ -362,6 +362,16 @@ impl Transaction {
             let pending = &st.requests[st.recorded..];
             let out = match st.meta {
                 None => {
+                    if let crate::ContentionPolicy::Ordered {
+                        ticket_at_begin: true,
+                        ..
+                    } = self.mgr.inner.settings.contention
+                    {
+                        let inner = &self.mgr.inner;
+                        self.ticket
+                            .get_or_try_init(|| record::take_ticket(&inner.client, &inner.tx_table))
+                            .await?;
+                    }
                     let ticket = self.ticket.get().copied();
                     let out = record::create(c, table, &self.id, pending, ticket).await?;
                     if ticket.is_some() && matches!(out, Appended::Ok(_)) {
@@ -524,10 +534,12 @@ impl Transaction {
         };
         let deadline = tokio::time::Instant::now() + settings.lock_wait;
         let heartbeat = match settings.contention {
-            crate::ContentionPolicy::Ordered { dead_after } => dead_after / 3,
+            crate::ContentionPolicy::Ordered { dead_after, .. } => dead_after / 3,
             _ => settings.lock_wait,
         };
         let mut last_touch = tokio::time::Instant::now();
+        let mut met_at = tokio::time::Instant::now();
+        let mut marked_waiting_on: Option<u64> = None;
         let (mut tries, mut waits) = (0u32, 0u32);
         let mut last_owner = None;
         loop {
@@ -546,7 +558,13 @@ impl Transaction {
                 Err(e) => return Err(e),
             };
             let owner = match out {
-                LockOutcome::Locked(l) => return Ok(l),
+                LockOutcome::Locked(l) => {
+                    if marked_waiting_on.is_some() {
+                        // No longer blocked: others must not think we are.
+                        record::clear_waiting(c, &self.mgr.inner.tx_table, &self.id).await?;
+                    }
+                    return Ok(l);
+                }
                 LockOutcome::Held { owner } if owner.0.is_empty() => {
                     tries += 1;
                     if tries >= settings.lock_attempts.max(1) {
@@ -557,7 +575,12 @@ impl Transaction {
                 LockOutcome::Held { owner } => owner,
             };
             debug!(tx = %self.id, other = %owner, table, "item locked by another transaction");
-            let resolution = crate::contention::resolve(&self.mgr, &me, &owner, table, key).await?;
+            if last_owner.as_ref() != Some(&owner) {
+                met_at = tokio::time::Instant::now();
+            }
+            let grace_left = met_at.elapsed() < settings.wound_grace;
+            let resolution =
+                crate::contention::resolve(&self.mgr, &me, &owner, table, key, grace_left).await?;
             last_owner = Some(owner);
             match resolution {
                 Resolution::Retry => {
@@ -565,24 +588,42 @@ impl Transaction {
                     if tries >= settings.lock_attempts.max(1) {
                         break;
                     }
-                    crate::contention::backoff(settings, tries).await;
+                    // The holder was just released: take the item at once, before a younger
+                    // transaction grabs it again; back off only if that keeps failing.
+                    if tries > 2 {
+                        crate::contention::backoff(settings, tries - 2).await;
+                    }
                 }
-                Resolution::Wait => {
+                Resolution::Grace => {
+                    crate::contention::backoff(settings, 0).await;
+                }
+                Resolution::Wait { on } => {
                     if tokio::time::Instant::now() >= deadline {
                         break;
                     }
-                    // Show that this coordinator is alive while it waits.
-                    if last_touch.elapsed() >= heartbeat {
+                    // Show that this coordinator is alive (and blocked) while it waits.
+                    if last_touch.elapsed() >= heartbeat || marked_waiting_on != Some(on) {
                         let t = self.ticket.get().copied();
-                        if !record::set_ticket(c, &self.mgr.inner.tx_table, &self.id, t).await? {
+                        if !record::set_ticket(c, &self.mgr.inner.tx_table, &self.id, t, Some(on))
+                            .await?
+                        {
                             return Err(Error::RolledBack {
                                 tx_id: self.id.clone(),
                             });
                         }
                         last_touch = tokio::time::Instant::now();
+                        marked_waiting_on = Some(on);
                     }
                     waits += 1;
-                    crate::contention::backoff(settings, waits.min(5)).await;
+                    crate::contention::backoff(settings, waits.min(3)).await;
+                    // An older transaction may have rolled us back while we waited: stop then,
+                    // rather than take the item with a lock nobody needs.
+                    let mine = record::load_header(c, &self.mgr.inner.tx_table, &self.id).await?;
+                    if mine.as_ref().map(|h| h.state) != Some(TxState::Pending) {
+                        return Err(Error::RolledBack {
+                            tx_id: self.id.clone(),
+                        });
+                    }
                 }
             }
         }
