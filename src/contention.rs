@@ -107,6 +107,7 @@ impl Contender<'_> {
 
 /// Resolves a lock held by `owner` on an item `me` needs: decides the owner if it is pending (per the
 /// policy) and completes it, so that the item is released, or says to wait for it.
+#[tracing::instrument(level = "debug", name = "contention", skip_all, fields(tx = %me.id, holder = %owner, table))]
 pub(crate) async fn resolve(
     mgr: &TransactionManager,
     me: &Contender<'_>,

@@ -352,6 +352,7 @@ impl Transaction {
     }
 
     /// Records buffered requests in the TX record.
+    #[instrument(level = "debug", name = "record", skip_all, fields(tx = %self.id, new_requests = st.requests.len() - st.recorded))]
     async fn flush(&self, st: &mut State) -> Result<()> {
         for _ in 0..PROTOCOL_ATTEMPTS {
             if st.recorded == st.requests.len() {
@@ -488,6 +489,7 @@ impl Transaction {
     }
 
     /// Locks every item not yet locked by this coordinator, concurrently.
+    #[instrument(level = "debug", name = "lock", skip_all, fields(tx = %self.id, items = st.items.len()))]
     async fn lock_all(&self, st: &mut State) -> Result<()> {
         let todo: Vec<(ItemRef, String, Item)> = st
             .items
@@ -922,6 +924,7 @@ impl Transaction {
 
     /// Commits with one `TransactWriteItems`: the record's flip (and finalization) plus every item's
     /// final write.
+    #[instrument(level = "debug", name = "commit_one_request", skip_all, fields(tx = %self.id, items = st.items.len()))]
     async fn commit_one_shot(&self, st: &mut State) -> Result<CommitStep> {
         let meta = st.meta.expect("flushed");
         let (item_writes, owners) = self.final_writes(st)?;
@@ -1104,6 +1107,7 @@ impl Transaction {
 
     /// Commits in phases: apply every write (batches conditional on the record being pending), flip
     /// the record, unlock every item, finalize.
+    #[instrument(level = "debug", name = "commit_phased", skip_all, fields(tx = %self.id, items = st.items.len()))]
     async fn commit_phased(&self, st: &mut State) -> Result<CommitStep> {
         let meta = st.meta.expect("flushed");
         // 1. Apply.
@@ -1271,6 +1275,7 @@ impl Transaction {
     }
 
     /// Rolls back (state already locked).
+    #[instrument(level = "debug", name = "rollback", skip_all, fields(tx = %self.id))]
     async fn rollback_locked(&self, st: &mut State) -> Result<()> {
         match st.outcome {
             Some(TxState::RolledBack) => return self.finish_decided(st, TxState::RolledBack).await,
@@ -1359,6 +1364,7 @@ impl Transaction {
     /// Settles every item of a decided transaction (unlock after commit, restore after rollback),
     /// deletes images-table images, finalizes the record. `trust_memory`: this coordinator's lock
     /// knowledge is fresh (it just applied everything), so items need not be read first.
+    #[instrument(level = "debug", name = "complete", skip_all, fields(tx = %self.id, state = %decided, items = st.items.len()))]
     async fn complete(&self, st: &mut State, decided: TxState, trust_memory: bool) -> Result<()> {
         let committed = decided == TxState::Committed;
         let c = &self.mgr.inner.client;

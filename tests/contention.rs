@@ -14,7 +14,10 @@ fn ordered(env: &TestEnv, dead_after: Duration) -> TransactionManager {
         .images_table(env.manager.images_table())
         .configure(|s| {
             s.rollback_on_drop = false;
-            s.contention = ContentionPolicy::Ordered { dead_after, ticket_at_begin: true };
+            s.contention = ContentionPolicy::Ordered {
+                dead_after,
+                ticket_at_begin: true,
+            };
             s.lock_wait = Duration::from_millis(400);
             s.wound_grace = Duration::from_millis(50);
         })
@@ -22,29 +25,60 @@ fn ordered(env: &TestEnv, dead_after: Duration) -> TransactionManager {
 }
 
 async fn ticket_of(env: &TestEnv, id: &dynamodb_transactions::TxId) -> u64 {
-    let row = env.raw_get(env.manager.transactions_table(), &item(&[("_TxId", s(id.as_str())), ("_TxN", n(0))])).await.unwrap();
+    let row = env
+        .raw_get(
+            env.manager.transactions_table(),
+            &item(&[("_TxId", s(id.as_str())), ("_TxN", n(0))]),
+        )
+        .await
+        .unwrap();
     row["_TxK"].as_n().unwrap().parse().unwrap()
 }
 
 #[tokio::test]
 async fn a_younger_transaction_waits_for_an_older_one_and_never_rolls_it_back() {
     let env = TestEnv::new("ct-wait").await;
-    env.raw_put(&env.table, item(&[("Id", s("k")), ("v", n(1))])).await;
+    env.raw_put(&env.table, item(&[("Id", s("k")), ("v", n(1))]))
+        .await;
     let m = ordered(&env, Duration::from_secs(30));
     let old = m.begin();
-    old.get_item().table_name(&env.table).key("Id", s("k")).send().await.unwrap();
+    old.get_item()
+        .table_name(&env.table)
+        .key("Id", s("k"))
+        .send()
+        .await
+        .unwrap();
     let young = m.begin();
-    young.get_item().table_name(&env.table).key("Id", s("other")).send().await.unwrap();
+    young
+        .get_item()
+        .table_name(&env.table)
+        .key("Id", s("other"))
+        .send()
+        .await
+        .unwrap();
     assert!(ticket_of(&env, old.id()).await < ticket_of(&env, young.id()).await);
 
     // The younger one meets the older one's lock: it waits, then gives up, and the older one is
     // untouched.
-    let err = young.get_item().table_name(&env.table).key("Id", s("k")).send().await.unwrap_err();
+    let err = young
+        .get_item()
+        .table_name(&env.table)
+        .key("Id", s("k"))
+        .send()
+        .await
+        .unwrap_err();
     assert!(matches!(err, Error::ItemLocked { .. }), "{err:?}");
     assert!(err.is_retryable());
-    assert_eq!(env.manager.transaction_state(old.id()).await.unwrap(), Some((TxState::Pending, false)));
+    assert_eq!(
+        env.manager.transaction_state(old.id()).await.unwrap(),
+        Some((TxState::Pending, false))
+    );
     let raw = env.raw_get(&env.table, &key("k")).await.unwrap();
-    assert_eq!(raw["_TxId"], s(old.id().as_str()), "still locked by the older transaction");
+    assert_eq!(
+        raw["_TxId"],
+        s(old.id().as_str()),
+        "still locked by the older transaction"
+    );
 
     old.update_item()
         .table_name(&env.table)
@@ -56,18 +90,33 @@ async fn a_younger_transaction_waits_for_an_older_one_and_never_rolls_it_back() 
         .unwrap();
     old.commit().await.unwrap();
     young.rollback().await.unwrap();
-    assert_eq!(env.raw_get(&env.table, &key("k")).await.unwrap(), item(&[("Id", s("k")), ("v", n(2))]));
+    assert_eq!(
+        env.raw_get(&env.table, &key("k")).await.unwrap(),
+        item(&[("Id", s("k")), ("v", n(2))])
+    );
 }
 
 #[tokio::test]
 async fn an_older_transaction_rolls_back_a_younger_one() {
     let env = TestEnv::new("ct-wound").await;
-    env.raw_put(&env.table, item(&[("Id", s("k")), ("v", n(1))])).await;
+    env.raw_put(&env.table, item(&[("Id", s("k")), ("v", n(1))]))
+        .await;
     let m = ordered(&env, Duration::from_secs(30));
     let old = m.begin();
-    old.get_item().table_name(&env.table).key("Id", s("first")).send().await.unwrap();
+    old.get_item()
+        .table_name(&env.table)
+        .key("Id", s("first"))
+        .send()
+        .await
+        .unwrap();
     let young = m.begin();
-    young.get_item().table_name(&env.table).key("Id", s("k")).send().await.unwrap();
+    young
+        .get_item()
+        .table_name(&env.table)
+        .key("Id", s("k"))
+        .send()
+        .await
+        .unwrap();
     young
         .update_item()
         .table_name(&env.table)
@@ -81,40 +130,92 @@ async fn an_older_transaction_rolls_back_a_younger_one() {
     assert!(ticket_of(&env, old.id()).await < ticket_of(&env, young.id()).await);
 
     // The older one needs the item: after a short grace it rolls the younger one back.
-    let got = old.get_item().table_name(&env.table).key("Id", s("k")).send().await.unwrap();
-    assert_eq!(got.item.unwrap()["v"], n(1), "the younger one's applied write was undone");
-    assert_eq!(env.manager.transaction_state(young.id()).await.unwrap(), Some((TxState::RolledBack, true)));
+    let got = old
+        .get_item()
+        .table_name(&env.table)
+        .key("Id", s("k"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        got.item.unwrap()["v"],
+        n(1),
+        "the younger one's applied write was undone"
+    );
+    assert_eq!(
+        env.manager.transaction_state(young.id()).await.unwrap(),
+        Some((TxState::RolledBack, true))
+    );
     assert!(young.commit().await.unwrap_err().is_rolled_back());
     old.commit().await.unwrap();
-    assert_eq!(env.raw_get(&env.table, &key("k")).await.unwrap(), item(&[("Id", s("k")), ("v", n(1))]));
+    assert_eq!(
+        env.raw_get(&env.table, &key("k")).await.unwrap(),
+        item(&[("Id", s("k")), ("v", n(1))])
+    );
 }
 
 #[tokio::test]
 async fn a_dead_transaction_is_rolled_back_whatever_its_ticket() {
     let env = TestEnv::new("ct-dead").await;
-    env.raw_put(&env.table, item(&[("Id", s("k")), ("v", n(1))])).await;
+    env.raw_put(&env.table, item(&[("Id", s("k")), ("v", n(1))]))
+        .await;
     let m = ordered(&env, Duration::from_millis(300));
     let old = m.begin();
     let old_id = old.id().clone();
-    old.get_item().table_name(&env.table).key("Id", s("k")).send().await.unwrap();
+    old.get_item()
+        .table_name(&env.table)
+        .key("Id", s("k"))
+        .send()
+        .await
+        .unwrap();
     old.abandon(); // its coordinator dies, holding the lock
     tokio::time::sleep(Duration::from_millis(400)).await;
     let young = m.begin();
-    young.get_item().table_name(&env.table).key("Id", s("k")).send().await.unwrap();
-    assert_eq!(env.manager.transaction_state(&old_id).await.unwrap(), Some((TxState::RolledBack, true)));
+    young
+        .get_item()
+        .table_name(&env.table)
+        .key("Id", s("k"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        env.manager.transaction_state(&old_id).await.unwrap(),
+        Some((TxState::RolledBack, true))
+    );
     young.commit().await.unwrap();
-    assert_eq!(env.raw_get(&env.table, &key("k")).await.unwrap(), item(&[("Id", s("k")), ("v", n(1))]));
+    assert_eq!(
+        env.raw_get(&env.table, &key("k")).await.unwrap(),
+        item(&[("Id", s("k")), ("v", n(1))])
+    );
 }
 
 #[tokio::test]
 async fn roll_back_others_policy_rolls_back_the_holder_whatever_its_age() {
-    let env = TestEnv::with_settings("ct-rbo", |s| s.contention = ContentionPolicy::RollBackOthers).await;
-    env.raw_put(&env.table, item(&[("Id", s("k")), ("v", n(1))])).await;
+    let env = TestEnv::with_settings("ct-rbo", |s| {
+        s.contention = ContentionPolicy::RollBackOthers
+    })
+    .await;
+    env.raw_put(&env.table, item(&[("Id", s("k")), ("v", n(1))]))
+        .await;
     let old = env.manager.begin();
-    old.get_item().table_name(&env.table).key("Id", s("k")).send().await.unwrap();
+    old.get_item()
+        .table_name(&env.table)
+        .key("Id", s("k"))
+        .send()
+        .await
+        .unwrap();
     let young = env.manager.begin();
-    young.get_item().table_name(&env.table).key("Id", s("k")).send().await.unwrap();
-    assert_eq!(env.manager.transaction_state(old.id()).await.unwrap(), Some((TxState::RolledBack, true)));
+    young
+        .get_item()
+        .table_name(&env.table)
+        .key("Id", s("k"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        env.manager.transaction_state(old.id()).await.unwrap(),
+        Some((TxState::RolledBack, true))
+    );
     assert!(old.commit().await.unwrap_err().is_rolled_back());
     young.commit().await.unwrap();
 }
@@ -123,10 +224,16 @@ async fn roll_back_others_policy_rolls_back_the_holder_whatever_its_age() {
 async fn crossing_lock_orders_never_deadlock() {
     let env = TestEnv::new("ct-cross").await;
     for k in ["a", "b", "c"] {
-        env.raw_put(&env.table, item(&[("Id", s(k)), ("v", n(0))])).await;
+        env.raw_put(&env.table, item(&[("Id", s(k)), ("v", n(0))]))
+            .await;
     }
     // Default policy: tickets at first contention.
-    let orders: [&[&str]; 4] = [&["a", "b", "c"], &["c", "b", "a"], &["b", "a", "c"], &["c", "a", "b"]];
+    let orders: [&[&str]; 4] = [
+        &["a", "b", "c"],
+        &["c", "b", "a"],
+        &["b", "a", "c"],
+        &["c", "a", "b"],
+    ];
     let mut handles = Vec::new();
     for (w, order) in orders.iter().enumerate() {
         let m = TransactionManager::builder(client())
@@ -143,11 +250,27 @@ async fn crossing_lock_orders_never_deadlock() {
                     // Read every item in this worker's order, then increment all of them.
                     let mut vals = Vec::new();
                     for k in &order {
-                        let it = tx.get_item().table_name(&table).key("Id", s(k)).send().await?;
-                        vals.push(it.item.unwrap()["v"].as_n().unwrap().parse::<i64>().unwrap());
+                        let it = tx
+                            .get_item()
+                            .table_name(&table)
+                            .key("Id", s(k))
+                            .send()
+                            .await?;
+                        vals.push(
+                            it.item.unwrap()["v"]
+                                .as_n()
+                                .unwrap()
+                                .parse::<i64>()
+                                .unwrap(),
+                        );
                     }
                     for (k, v) in order.iter().zip(vals) {
-                        tx.put_item().table_name(&table).item("Id", s(k)).item("v", n(v + 1)).send().await?;
+                        tx.put_item()
+                            .table_name(&table)
+                            .item("Id", s(k))
+                            .item("v", n(v + 1))
+                            .send()
+                            .await?;
                     }
                     Ok::<_, Error>(())
                 })
@@ -157,11 +280,17 @@ async fn crossing_lock_orders_never_deadlock() {
         }));
     }
     for h in handles {
-        tokio::time::timeout(Duration::from_secs(120), h).await.expect("no deadlock").unwrap();
+        tokio::time::timeout(Duration::from_secs(120), h)
+            .await
+            .expect("no deadlock")
+            .unwrap();
     }
     // 4 workers x 4 increments, no lost update.
     for k in ["a", "b", "c"] {
-        assert_eq!(env.raw_get(&env.table, &key(k)).await.unwrap(), item(&[("Id", s(k)), ("v", n(16))]));
+        assert_eq!(
+            env.raw_get(&env.table, &key(k)).await.unwrap(),
+            item(&[("Id", s(k)), ("v", n(16))])
+        );
     }
 }
 
@@ -174,10 +303,16 @@ async fn a_retried_unit_of_work_keeps_its_ticket() {
     let (table, a2, ids2) = (env.table.clone(), attempts.clone(), ids.clone());
     m.run(async move |tx| {
         ids2.lock().unwrap().push(tx.id().clone());
-        tx.get_item().table_name(&table).key("Id", s("k")).send().await?;
+        tx.get_item()
+            .table_name(&table)
+            .key("Id", s("k"))
+            .send()
+            .await?;
         if a2.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
             // The first attempt loses (as if rolled back by a competitor).
-            return Err(Error::RolledBack { tx_id: tx.id().clone() });
+            return Err(Error::RolledBack {
+                tx_id: tx.id().clone(),
+            });
         }
         Ok(())
     })
@@ -186,5 +321,9 @@ async fn a_retried_unit_of_work_keeps_its_ticket() {
     let ids = ids.lock().unwrap().clone();
     assert_eq!(ids.len(), 2);
     assert_ne!(ids[0], ids[1]);
-    assert_eq!(ticket_of(&env, &ids[0]).await, ticket_of(&env, &ids[1]).await, "same ticket on retry");
+    assert_eq!(
+        ticket_of(&env, &ids[0]).await,
+        ticket_of(&env, &ids[1]).await,
+        "same ticket on retry"
+    );
 }
