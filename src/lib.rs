@@ -72,3 +72,8 @@ impl From<&str> for TxId {
         TxId(s.to_string())
     }
 }
+
+/// The README's examples, compiled as doc tests.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

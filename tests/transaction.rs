@@ -692,3 +692,38 @@ async fn binary_and_nested_attributes_round_trip() {
         assert_eq!(env.raw_get(&env.table, &key("t")).await.unwrap(), full);
     }
 }
+
+#[tokio::test]
+async fn dropping_an_unfinished_transaction_rolls_it_back_in_the_background() {
+    let env = TestEnv::with_settings("drop", |s| s.rollback_on_drop = true).await;
+    env.raw_put(&env.table, item(&[("Id", s("a")), ("v", n(1))]))
+        .await;
+    let id = {
+        let tx = env.manager.begin();
+        tx.update_item()
+            .table_name(&env.table)
+            .key("Id", s("a"))
+            .update_expression("SET v = :two")
+            .expression_attribute_values(":two", n(2))
+            .return_values(ReturnValue::AllNew)
+            .send()
+            .await
+            .unwrap();
+        tx.id().clone()
+        // dropped here, applied and locked
+    };
+    // The rollback runs on the runtime; wait for its outcome (bounded).
+    let mut state = None;
+    for _ in 0..100 {
+        state = env.manager.transaction_state(&id).await.unwrap();
+        if state == Some((TxState::RolledBack, true)) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(state, Some((TxState::RolledBack, true)));
+    assert_eq!(
+        env.raw_get(&env.table, &key("a")).await.unwrap(),
+        item(&[("Id", s("a")), ("v", n(1))])
+    );
+}
