@@ -408,6 +408,8 @@ impl Transaction {
                     self.id
                 )))
             } else {
+                // The record is gone: only locks this handle took late can remain; release them.
+                self.release_own_locks(st).await?;
                 Err(Error::UnknownOutcome {
                     tx_id: self.id.clone(),
                 })

@@ -1367,10 +1367,6 @@ async fn use_deleted_transaction() {
 }
 
 #[tokio::test]
-#[ignore = "BUG: t2 (resumed before t1 committed) re-locks item0 and item1 in commit's lock_all, \
-            then its TransactWriteItems finds the record deleted; header_failed -> \
-            absorb_conflict(None) returns UnknownOutcome without release_own_locks, leaving item0 \
-            locked (_TxId, _TxD) and an item1 placeholder"]
 async fn use_deleted_transaction_leaves_no_lock() {
     let fx = fixture("jp-usedeletedlk").await;
     let t1 = fx.manager.begin();
@@ -2045,18 +2041,10 @@ mod should_not_apply_after_rollback_and_deleted {
         run(true, true, false).await
     }
     #[tokio::test]
-    #[ignore = "BUG: a stale handle whose record was deleted re-locks the items (lock_all) \
-                before its commit finds the record gone; header_failed -> absorb_conflict(None) \
-                returns UnknownOutcome without release_own_locks, so the late lock (here the \
-                item1 placeholder) stays until another transaction meets it"]
     async fn leaves_no_lock() {
         run(false, true, true).await
     }
     #[tokio::test]
-    #[ignore = "BUG: a stale handle whose record was deleted re-locks the items (lock_all) \
-                before its commit finds the record gone; header_failed -> absorb_conflict(None) \
-                returns UnknownOutcome without release_own_locks, so the late lock (here the \
-                item1 placeholder) stays until another transaction meets it"]
     async fn phased_leaves_no_lock() {
         run(true, true, true).await
     }
