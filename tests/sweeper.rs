@@ -199,7 +199,10 @@ async fn abandoned_transactions_in_every_state_end_as_they_should() {
     );
     assert_eq!(bal(&env, "committed").await, plain("committed", 110));
 
-    assert_eq!(state(&env, &rolled).await, Some((TxState::RolledBack, true)));
+    assert_eq!(
+        state(&env, &rolled).await,
+        Some((TxState::RolledBack, true))
+    );
     assert_eq!(bal(&env, "rolled").await, plain("rolled", 100));
 
     assert_eq!(state(&env, &old).await, None);
@@ -306,7 +309,10 @@ async fn orphan_images_and_locks_of_deleted_records_are_cleaned() {
         env.raw_put(
             &images,
             item(&[
-                ("_TxI", s(&format!("{owner}#{}", uuid::Uuid::new_v4().simple()))),
+                (
+                    "_TxI",
+                    s(&format!("{owner}#{}", uuid::Uuid::new_v4().simple())),
+                ),
                 ("bal", n(1)),
             ]),
         )
