@@ -11,6 +11,7 @@
 //! | committed or rolled back, not finalized, idle longer than [`SweepOptions::complete_after`] | completes it: unlocks or restores every item, finalizes |
 //! | finalized, idle longer than [`SweepOptions::delete_after`] (when set) | deletes the record |
 //! | finalized, otherwise | leaves it (to DynamoDB TTL, see [`Settings::record_ttl`](crate::Settings::record_ttl)) |
+//! | a request row (`_TxN > 0`) whose header is gone (deleted by TTL) | deletes it |
 //!
 //! Then it deletes images-table before-images whose transaction is finalized or gone, and, for the
 //! user tables named in [`SweepOptions::tables_to_scan`], releases locks held by transactions whose
@@ -21,7 +22,7 @@
 //! Idleness is the record's last-update time (`_TxD`, written by the coordinator's wall clock)
 //! compared with this machine's wall clock: choose `rollback_after` well above the longest
 //! transaction plus the clock skew between machines. Rolling back a transaction that is still alive
-//! is safe (it then fails with [`Error::RolledBack`](crate::Error::RolledBack)) but wasteful.
+//! is safe (it then fails with [`Error::RolledBack`]) but wasteful.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -293,6 +294,8 @@ pub struct SweepReport {
     pub completed: Vec<TxId>,
     /// Finalized records deleted.
     pub deleted: u64,
+    /// Request rows (`_TxN > 0`) of records whose header is gone (deleted by TTL), deleted.
+    pub orphan_chunks_deleted: u64,
     /// Pending transactions left alone because they are recent.
     pub pending_left: u64,
     /// Decided, unfinalized transactions left to their coordinator because they are recent.
@@ -323,6 +326,7 @@ impl SweepReport {
         self.rolled_back.extend(other.rolled_back);
         self.completed.extend(other.completed);
         self.deleted += other.deleted;
+        self.orphan_chunks_deleted += other.orphan_chunks_deleted;
         self.pending_left += other.pending_left;
         self.decided_left += other.decided_left;
         self.finalized_kept += other.finalized_kept;
@@ -340,6 +344,7 @@ impl SweepReport {
         self.rolled_back.len() as u64
             + self.completed.len() as u64
             + self.deleted
+            + self.orphan_chunks_deleted
             + self.orphan_images_deleted
             + self.orphan_locks_released
             + self.stale_locks_completed
@@ -627,9 +632,11 @@ where
     Ok(seen.into_inner())
 }
 
-/// The scan of header rows, projecting only what the sweeper needs (never the requests).
+/// The scan of TX record rows (only header rows with `headers_only`), projecting only what the
+/// sweeper needs (never the requests).
 fn header_scan<'a>(
     table: &'a str,
+    headers_only: bool,
     segments: u32,
     concurrency: usize,
     progress: Option<&'a ProgressFn>,
@@ -652,7 +659,7 @@ fn header_scan<'a>(
     ScanSpec {
         table,
         phase: ScanPhase::Records,
-        filter: Some(format!("#{TX_ROW} = :_TxZero")),
+        filter: headers_only.then(|| format!("#{TX_ROW} = :_TxZero")),
         projection: Some(
             attrs
                 .iter()
@@ -661,7 +668,11 @@ fn header_scan<'a>(
                 .join(", "),
         ),
         names,
-        values: HashMap::from([(":_TxZero".to_string(), AttributeValue::N("0".into()))]),
+        values: if headers_only {
+            HashMap::from([(":_TxZero".to_string(), AttributeValue::N("0".into()))])
+        } else {
+            HashMap::new()
+        },
         segments,
         concurrency,
         progress,
@@ -687,6 +698,22 @@ fn summary_of(item: &Item) -> Result<TxSummary> {
             .and_then(|v| v.as_n().ok())
             .and_then(|n| n.parse().ok()),
     })
+}
+
+/// An error's description without attribute values (for logs above debug).
+fn without_values(e: &Error) -> String {
+    match e {
+        Error::ItemLocked { table, owner, .. } => {
+            format!("an item of table {table} is locked by transaction {owner}")
+        }
+        Error::ConditionFailed { table, .. } => {
+            format!("a condition on an item of table {table} failed")
+        }
+        Error::DuplicateRequest { table, .. } => {
+            format!("an item of table {table} is written twice")
+        }
+        other => other.to_string(),
+    }
 }
 
 fn age_ms(now: u64, updated_ms: u64) -> u64 {
@@ -723,7 +750,9 @@ impl Pass<'_> {
     }
 
     fn fail(&self, tx: Option<&TxId>, table: &str, e: &Error) {
-        warn!(tx = ?tx.map(TxId::as_str), table, error = %e, "sweep: action failed");
+        // Some errors carry keys or items: their values are only logged at debug.
+        debug!(tx = ?tx.map(TxId::as_str), table, error = %e, "sweep: action failed");
+        warn!(tx = ?tx.map(TxId::as_str), table, error = %without_values(e), "sweep: action failed");
         self.note(|r| {
             r.errors.push(SweepFailure {
                 tx_id: tx.cloned(),
@@ -759,6 +788,13 @@ impl Pass<'_> {
 
     /// One header row of the transactions table.
     async fn record(&self, item: Item) {
+        let row = item
+            .get(TX_ROW)
+            .and_then(|v| v.as_n().ok())
+            .and_then(|n| n.parse::<u64>().ok());
+        if row != Some(0) {
+            return self.chunk_row(&item).await;
+        }
         self.note(|r| r.records_scanned += 1);
         let s = match summary_of(&item) {
             Ok(s) => s,
@@ -828,6 +864,32 @@ impl Pass<'_> {
                 }
             },
         }
+    }
+
+    /// A chunk row: deleted when its header is gone (a record deleted by TTL leaves its chunk rows,
+    /// which carry no TTL; an interrupted delete removes chunks first, so it never leaves any).
+    async fn chunk_row(&self, item: &Item) {
+        let Some(id) = item.get(TX_ID).and_then(|v| v.as_s().ok()) else {
+            return;
+        };
+        let tx = TxId(id.clone());
+        let table = self.tx_table().to_string();
+        match self.owner_state(id).await {
+            Ok(OwnerState::Gone) => {}
+            Ok(_) => return,
+            Err(e) => return self.fail(Some(&tx), &table, &e),
+        }
+        if !self.opts.dry_run {
+            let key: Item = [TX_ID, TX_ROW]
+                .iter()
+                .filter_map(|k| item.get(*k).map(|v| (k.to_string(), v.clone())))
+                .collect();
+            if let Err(e) = ddb::batch_delete(self.client(), &table, vec![key]).await {
+                return self.fail(Some(&tx), &table, &e);
+            }
+        }
+        debug!(tx = %tx, "sweep: deleted a request row whose record header is gone");
+        self.note(|r| r.orphan_chunks_deleted += 1);
     }
 
     /// Rolls back a pending transaction after checking, on a consistent read of the whole record,
@@ -1043,6 +1105,7 @@ impl TransactionManager {
         let pass_ref = &pass;
         let spec = header_scan(
             &self.inner.tx_table,
+            false,
             opts.segments,
             opts.concurrency,
             opts.progress.as_ref(),
@@ -1106,6 +1169,7 @@ impl TransactionManager {
             rolled_back = report.rolled_back.len(),
             completed = report.completed.len(),
             deleted = report.deleted,
+            chunks_deleted = report.orphan_chunks_deleted,
             pending_left = report.pending_left,
             images_deleted = report.orphan_images_deleted,
             locks_released = report.orphan_locks_released,
@@ -1223,6 +1287,7 @@ impl TransactionManager {
         let bad: Mutex<Option<Error>> = Mutex::new(None);
         let spec = header_scan(
             &self.inner.tx_table,
+            true,
             options.segments.unwrap_or(4),
             1,
             options.progress.as_ref(),

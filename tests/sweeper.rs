@@ -319,6 +319,19 @@ async fn orphan_images_and_locks_of_deleted_records_are_cleaned() {
         .await;
     }
 
+    // Request rows of a record whose header is gone (deleted by TTL), and one of a live record.
+    for (owner, row) in [(&gone, 1), (&gone, 2), (&pending, 7)] {
+        env.raw_put(
+            env.manager.transactions_table(),
+            item(&[
+                ("_TxId", s(owner.as_str())),
+                ("_TxN", n(row)),
+                ("_TxR", AttributeValue::L(vec![])),
+            ]),
+        )
+        .await;
+    }
+
     // Locks of the vanished transaction: unapplied on an existing item, a transient placeholder, and
     // an applied write (which only an operator can judge).
     env.raw_put(
@@ -366,6 +379,21 @@ async fn orphan_images_and_locks_of_deleted_records_are_cleaned() {
         .await
         .unwrap();
 
+    assert_eq!(report.records_scanned, 2, "{report:?}");
+    assert_eq!(report.orphan_chunks_deleted, 2, "{report:?}");
+    let rows: Vec<(String, String)> = env
+        .scan_all(env.manager.transactions_table())
+        .await
+        .iter()
+        .map(|i| {
+            (
+                i["_TxId"].as_s().unwrap().clone(),
+                i["_TxN"].as_n().unwrap().clone(),
+            )
+        })
+        .filter(|(_, r)| r != "0")
+        .collect();
+    assert_eq!(rows, vec![(pending.to_string(), "7".to_string())]);
     assert_eq!(report.images_scanned, 3, "{report:?}");
     assert_eq!(report.orphan_images_deleted, 2, "{report:?}");
     let left: Vec<String> = env

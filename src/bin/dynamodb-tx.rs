@@ -846,6 +846,7 @@ fn report_json(r: &SweepReport) -> Value {
         "rolled_back": r.rolled_back.iter().map(TxId::to_string).collect::<Vec<_>>(),
         "completed": r.completed.iter().map(TxId::to_string).collect::<Vec<_>>(),
         "deleted": r.deleted,
+        "orphan_chunks_deleted": r.orphan_chunks_deleted,
         "pending_left": r.pending_left,
         "decided_left": r.decided_left,
         "finalized_kept": r.finalized_kept,
@@ -895,6 +896,14 @@ fn print_report(ctx: &Ctx, r: &SweepReport) {
         (
             verb("deleted (finalized, old)", "would delete (finalized, old)").into(),
             r.deleted,
+        ),
+        (
+            verb(
+                "request rows of deleted records removed",
+                "request rows of deleted records to remove",
+            )
+            .into(),
+            r.orphan_chunks_deleted,
         ),
         ("left alone (recent pending)".into(), r.pending_left),
         ("left alone (recent decided)".into(), r.decided_left),
