@@ -13,11 +13,11 @@
 //! | finalized, otherwise | leaves it (to DynamoDB TTL, see [`Settings::record_ttl`](crate::Settings::record_ttl)) |
 //! | a request row (`_TxN > 0`) whose header is gone (deleted by TTL) | deletes it |
 //!
-//! Then it deletes images-table before-images whose transaction is finalized or gone, and, for the
-//! user tables named in [`SweepOptions::tables_to_scan`], releases locks held by transactions whose
-//! record is gone (when the item's write was never applied; applied ones are reported for an
-//! operator) and completes decided transactions that still hold a lock. It never deletes a record
-//! that is not finalized.
+//! Then, for the user tables named in [`SweepOptions::tables_to_scan`], it releases locks held by
+//! transactions whose record is gone (when the item's write was never applied; applied ones are
+//! reported for an operator) and completes finalized transactions that still hold a lock. Last, it
+//! deletes images-table before-images whose transaction is finalized or gone (except those that a
+//! reported applied lock points to). It never deletes a record that is not finalized.
 //!
 //! Idleness is the record's last-update time (`_TxD`, written by the coordinator's wall clock)
 //! compared with this machine's wall clock: choose `rollback_after` well above the longest
@@ -257,6 +257,9 @@ pub struct OrphanLock {
     pub key: Item,
     /// The transaction that holds the lock.
     pub owner: TxId,
+    /// The images-table id of the before-image, when it is not embedded in the item (`_TxG`). The
+    /// sweeper keeps that image.
+    pub image_id: Option<String>,
 }
 
 /// Something the sweeper could not do; the next sweep tries again.
@@ -742,6 +745,8 @@ struct Pass<'a> {
     owners: tokio::sync::Mutex<HashMap<String, OwnerState>>,
     /// Owners completed during the item phase.
     completed_owners: Mutex<Vec<String>>,
+    /// Images-table ids that applied orphan locks point to: an operator needs them.
+    protected_images: Mutex<std::collections::HashSet<String>>,
 }
 
 impl Pass<'_> {
@@ -960,6 +965,15 @@ impl Pass<'_> {
             Ok(s) => s,
             Err(e) => return self.fail(Some(&owner_id), &table, &e),
         };
+        if self
+            .protected_images
+            .lock()
+            .expect("poisoned")
+            .contains(image_id.as_str())
+        {
+            debug!(tx = %owner_id, "sweep: kept the image of an applied orphan lock");
+            return;
+        }
         // A pending or decided-unfinalized transaction may still need the image for a rollback.
         if !matches!(
             state,
@@ -1027,18 +1041,25 @@ impl Pass<'_> {
         owner: &TxId,
         obs: &Observed,
     ) -> Result<()> {
-        let report_applied = || {
+        let report_applied = |image_id: Option<String>| {
             debug!(tx = %owner, table, key = ?key, "sweep: applied lock of a vanished transaction needs an operator");
+            if let Some(i) = &image_id {
+                self.protected_images
+                    .lock()
+                    .expect("poisoned")
+                    .insert(i.clone());
+            }
             self.note(|r| {
                 r.applied_orphans.push(OrphanLock {
                     table: table.to_string(),
                     key: key.clone(),
                     owner: owner.clone(),
+                    image_id,
                 })
             });
         };
         if obs.applied {
-            report_applied();
+            report_applied(obs.image_ref.clone());
             return Ok(());
         }
         if self.opts.dry_run {
@@ -1054,7 +1075,7 @@ impl Pass<'_> {
             Written::ConditionFailed(found) => {
                 let now = Observed::of(found.as_ref());
                 if now.locked_by(owner) && now.applied {
-                    report_applied();
+                    report_applied(now.image_ref.clone());
                 }
             }
         }
@@ -1100,6 +1121,7 @@ impl TransactionManager {
             }),
             owners: tokio::sync::Mutex::new(HashMap::new()),
             completed_owners: Mutex::new(Vec::new()),
+            protected_images: Mutex::new(std::collections::HashSet::new()),
         };
         let client = &self.inner.client;
         let pass_ref = &pass;
@@ -1111,21 +1133,6 @@ impl TransactionManager {
             opts.progress.as_ref(),
         );
         parallel_scan(client, &spec, |item| pass_ref.record(item)).await?;
-
-        if opts.images {
-            let spec = ScanSpec {
-                table: &self.inner.image_table,
-                phase: ScanPhase::Images,
-                filter: None,
-                projection: Some(format!("#{IMAGE_ID}")),
-                names: HashMap::from([(format!("#{IMAGE_ID}"), IMAGE_ID.to_string())]),
-                values: HashMap::new(),
-                segments: opts.segments,
-                concurrency: opts.concurrency,
-                progress: opts.progress.as_ref(),
-            };
-            parallel_scan(client, &spec, |item| pass_ref.image(item)).await?;
-        }
 
         for table in &opts.tables_to_scan {
             let schema = self.inner.schemas.get(client, table).await?;
@@ -1160,6 +1167,22 @@ impl TransactionManager {
                 pass_ref.locked_item(table, schema, item)
             })
             .await?;
+        }
+
+        // After the item scans, so that images that applied orphan locks point to are kept.
+        if opts.images {
+            let spec = ScanSpec {
+                table: &self.inner.image_table,
+                phase: ScanPhase::Images,
+                filter: None,
+                projection: Some(format!("#{IMAGE_ID}")),
+                names: HashMap::from([(format!("#{IMAGE_ID}"), IMAGE_ID.to_string())]),
+                values: HashMap::new(),
+                segments: opts.segments,
+                concurrency: opts.concurrency,
+                progress: opts.progress.as_ref(),
+            };
+            parallel_scan(client, &spec, |item| pass_ref.image(item)).await?;
         }
 
         let report = pass.report.into_inner().expect("sweep report poisoned");

@@ -366,6 +366,26 @@ async fn orphan_images_and_locks_of_deleted_records_are_cleaned() {
         ),
     ]);
     env.raw_put(&env.table, applied.clone()).await;
+    // The same, with its before-image in the images table: the image must survive for the operator.
+    let kept_image = format!("{gone}#needed");
+    env.raw_put(
+        &images,
+        item(&[
+            ("_TxI", s(&kept_image)),
+            ("Id", s("applied2")),
+            ("v", s("old")),
+        ]),
+    )
+    .await;
+    let applied2 = item(&[
+        ("Id", s("applied2")),
+        ("v", s("new")),
+        ("_TxId", s(gone.as_str())),
+        ("_TxD", n(now_ms())),
+        ("_TxA", s("1")),
+        ("_TxI", s(&kept_image)),
+    ]);
+    env.raw_put(&env.table, applied2.clone()).await;
     env.raw_put(&env.table, item(&[("Id", s("free")), ("v", s("f"))]))
         .await;
 
@@ -394,22 +414,29 @@ async fn orphan_images_and_locks_of_deleted_records_are_cleaned() {
         .filter(|(_, r)| r != "0")
         .collect();
     assert_eq!(rows, vec![(pending.to_string(), "7".to_string())]);
-    assert_eq!(report.images_scanned, 3, "{report:?}");
+    assert_eq!(report.images_scanned, 4, "{report:?}");
     assert_eq!(report.orphan_images_deleted, 2, "{report:?}");
-    let left: Vec<String> = env
+    let mut left: Vec<String> = env
         .scan_all(&images)
         .await
         .iter()
         .map(|i| i["_TxI"].as_s().unwrap().clone())
         .collect();
-    assert_eq!(left.len(), 1);
-    assert!(left[0].starts_with(pending.as_str()), "{left:?}");
+    left.sort_by_key(|i| i != &kept_image);
+    assert_eq!(left.len(), 2, "{left:?}");
+    assert_eq!(left[0], kept_image);
+    assert!(left[1].starts_with(pending.as_str()), "{left:?}");
 
     assert_eq!(report.orphan_locks_released, 2, "{report:?}");
     assert_eq!(report.stale_locks_completed, 1, "{report:?}");
-    assert_eq!(report.applied_orphans.len(), 1, "{report:?}");
-    assert_eq!(report.applied_orphans[0].owner, gone);
-    assert_eq!(report.applied_orphans[0].key, key("applied"));
+    let mut orphans = report.applied_orphans.clone();
+    orphans.sort_by_key(|o| o.image_id.is_some());
+    assert_eq!(orphans.len(), 2, "{report:?}");
+    assert!(orphans.iter().all(|o| o.owner == gone));
+    assert_eq!(orphans[0].key, key("applied"));
+    assert_eq!(orphans[0].image_id, None);
+    assert_eq!(orphans[1].key, key("applied2"));
+    assert_eq!(orphans[1].image_id.as_deref(), Some(kept_image.as_str()));
     assert!(report.errors.is_empty(), "{report:?}");
     assert_eq!(report.pending_left, 1);
 
@@ -419,6 +446,7 @@ async fn orphan_images_and_locks_of_deleted_records_are_cleaned() {
     );
     assert_eq!(bal(&env, "placeholder").await, None);
     assert_eq!(bal(&env, "applied").await, Some(applied));
+    assert_eq!(bal(&env, "applied2").await, Some(applied2));
     assert_eq!(
         bal(&env, "late").await,
         Some(item(&[("Id", s("late")), ("v", s("x"))]))

@@ -859,6 +859,7 @@ fn report_json(r: &SweepReport) -> Value {
             "table": o.table,
             "key": key_json(&o.key),
             "owner": o.owner.to_string(),
+            "image_id": o.image_id,
         })).collect::<Vec<_>>(),
         "errors": r.errors.iter().map(|e| json!({
             "tx_id": e.tx_id.as_ref().map(TxId::to_string),
@@ -948,10 +949,14 @@ fn print_report(ctx: &Ctx, r: &SweepReport) {
     for o in &r.applied_orphans {
         println!(
             "NEEDS AN OPERATOR: item {} of {} carries an applied write of transaction {} whose record is gone; \
-             restore it from its before-image (_TxG, or _TxI in the images table) or keep it, then remove the _Tx* attributes",
+             restore it from its before-image ({}) or keep it, then remove the _Tx* attributes (docs/OPERATIONS.md)",
             fmt_key(&o.key),
             o.table,
-            o.owner
+            o.owner,
+            match &o.image_id {
+                Some(i) => format!("images-table entry {i}"),
+                None => "the _TxG attribute".to_string(),
+            }
         );
     }
     for e in &r.errors {
