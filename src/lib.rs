@@ -23,6 +23,7 @@ pub mod lock;
 mod manager;
 mod record;
 mod request;
+pub mod sweeper;
 mod tables;
 mod transaction;
 
