@@ -36,6 +36,14 @@ pub(crate) const WAITING: &str = "_TxW";
 /// starting with `~` are never UUIDs.
 pub(crate) const TICKET_COUNTER_ID: &str = "~ticket-counter";
 
+/// True for rows of the transactions table that are library bookkeeping (ids starting with `~`,
+/// such as the ticket counter), not transactions.
+pub(crate) fn is_bookkeeping(row: &Item) -> bool {
+    row.get(TX_ID)
+        .and_then(|v| v.as_s().ok())
+        .is_some_and(|id| id.starts_with('~'))
+}
+
 /// Most request bytes kept in the header row.
 const INLINE_LIMIT: usize = 300_000;
 /// Most request bytes per chunk row.
@@ -92,10 +100,7 @@ pub(crate) struct Header {
     pub finalized: bool,
     pub chunks: u32,
     pub inline_bytes: usize,
-    // Read by the sweeper's age checks.
-    #[allow(dead_code)]
     pub updated_ms: u64,
-    #[allow(dead_code)]
     pub created_ms: u64,
     pub nonce: Option<String>,
     /// The transaction's contention ticket, once it has one.

@@ -793,6 +793,9 @@ impl Pass<'_> {
 
     /// One header row of the transactions table.
     async fn record(&self, item: Item) {
+        if record::is_bookkeeping(&item) {
+            return;
+        }
         let row = item
             .get(TX_ROW)
             .and_then(|v| v.as_n().ok())
@@ -1317,6 +1320,9 @@ impl TransactionManager {
         );
         let (out_ref, bad_ref) = (&out, &bad);
         parallel_scan(&self.inner.client, &spec, |item| async move {
+            if record::is_bookkeeping(&item) {
+                return;
+            }
             match summary_of(&item) {
                 Ok(s) => {
                     let keep = options.state.is_none_or(|st| st == s.state)

@@ -608,3 +608,43 @@ async fn list_and_describe_transactions() {
             .is_none()
     );
 }
+
+#[tokio::test]
+async fn the_ticket_counter_row_is_not_a_transaction() {
+    let env = TestEnv::with_settings("sw-ticket", |s| {
+        s.contention = dynamodb_transactions::ContentionPolicy::Ordered {
+            dead_after: Duration::from_secs(10),
+            ticket_at_begin: true,
+        }
+    })
+    .await;
+    let tx = env.manager.begin();
+    tx.put_item()
+        .table_name(&env.table)
+        .item("Id", s("x"))
+        .send()
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    // The counter row exists next to the record...
+    let rows = env.scan_all(env.manager.transactions_table()).await;
+    assert!(rows.iter().any(|r| r["_TxId"] == s("~ticket-counter")));
+    // ...and the sweeper neither counts it as a record nor reports it as broken, and leaves it.
+    let report = env
+        .manager
+        .sweep(&SweepOptions::new().delete_after(Some(Duration::ZERO)))
+        .await
+        .unwrap();
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    assert_eq!(report.records_scanned, 1);
+    assert_eq!(report.deleted, 1);
+    let rows = env.scan_all(env.manager.transactions_table()).await;
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0]["_TxId"], s("~ticket-counter"));
+    let listed = env
+        .manager
+        .list_transactions(&Default::default())
+        .await
+        .unwrap();
+    assert!(listed.is_empty(), "{listed:?}");
+}
