@@ -8,6 +8,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes, ProjectionType};
+use futures::stream::BoxStream;
 use futures::{Stream, StreamExt, TryStreamExt};
 
 use crate::TxId;
@@ -554,6 +555,30 @@ impl Ctx {
         }
     }
 
+    /// Looks up, once each and concurrently, the states of the transactions that applied changes to
+    /// these stored items (only `Committed` reads need them).
+    async fn prefetch_states<'i>(
+        &self,
+        raws: impl Iterator<Item = &'i Item>,
+        cache: &StateCache,
+    ) -> Result<()> {
+        if self.level != IsolationLevel::Committed {
+            return Ok(());
+        }
+        let owners: HashSet<String> = raws
+            .filter(|r| r.contains_key(APPLIED))
+            .filter_map(|r| r.get(OWNER).and_then(|v| v.as_s().ok()))
+            .cloned()
+            .collect();
+        let mgr = &self.mgr;
+        futures::stream::iter(owners)
+            .map(|o| async move { tx_state(mgr, &o, Some(cache)).await })
+            .buffer_unordered(self.mgr.inner.settings.concurrency.max(1))
+            .try_collect::<Vec<_>>()
+            .await?;
+        Ok(())
+    }
+
     /// What a reader sees of a page of stored items, in order.
     async fn settle_all(&self, raws: Vec<Item>) -> Result<Vec<Item>> {
         if self.indirect {
@@ -561,6 +586,7 @@ impl Ctx {
         }
         let cache = StateCache::default();
         let cache = &cache;
+        self.prefetch_states(raws.iter(), cache).await?;
         let out: Vec<Option<Item>> = futures::stream::iter(raws)
             .map(|raw| self.settle(raw, cache))
             .buffered(self.mgr.inner.settings.concurrency.max(1))
@@ -582,6 +608,7 @@ impl Ctx {
             .collect();
         let cache = StateCache::default();
         let cache = &cache;
+        self.prefetch_states(found.values(), cache).await?;
         let found = &found;
         let out: Vec<Option<Item>> = futures::stream::iter(keys)
             .map(|(t, key)| async move {
@@ -1162,15 +1189,16 @@ macro_rules! list_builder_methods {
 
         /// Pages through all results, from the `ExclusiveStartKey` if set. The stream ends after the
         /// last page, or after the first error.
-        pub fn into_pages(self) -> impl Stream<Item = Result<Page>> + Send + 'static {
-            pages(self.spec)
+        pub fn into_pages(self) -> BoxStream<'static, Result<Page>> {
+            pages(self.spec).boxed()
         }
 
         /// Streams all results, item by item, page after page.
-        pub fn into_stream(self) -> impl Stream<Item = Result<Item>> + Send + 'static {
+        pub fn into_stream(self) -> BoxStream<'static, Result<Item>> {
             pages(self.spec)
                 .map_ok(|p| futures::stream::iter(p.items.into_iter().map(Ok)))
                 .try_flatten()
+                .boxed()
         }
 
         /// Reads all pages and returns every item.

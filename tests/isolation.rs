@@ -290,6 +290,33 @@ async fn missing_image_is_read_contention_at_committed() {
             );
         }
     }
+    // Bounded: each attempt reads the item, the owner's record and the image.
+    env.counter.reset();
+    let got = env
+        .manager
+        .get_item()
+        .table_name(&env.table)
+        .key("Id", s("a"))
+        .send()
+        .await;
+    assert!(matches!(got, Err(Error::ReadContention { .. })));
+    assert_eq!(env.counter.get("GetItem"), 12);
+    // An applied item whose owner's record is gone is re-read, then given up on.
+    let mut stored = v2("c");
+    stored.insert("_TxId".into(), s("no-such-transaction"));
+    stored.insert("_TxA".into(), s("1"));
+    stored.insert("_TxG".into(), AttributeValue::M(v1("c")));
+    env.raw_put(&env.table, stored).await;
+    env.counter.reset();
+    let got = env
+        .manager
+        .get_item()
+        .table_name(&env.table)
+        .key("Id", s("c"))
+        .send()
+        .await;
+    assert!(matches!(got, Err(Error::ReadContention { .. })), "{got:?}");
+    assert_eq!(env.counter.get("GetItem"), 8);
     // An applied item without any image breaks an invariant, reported as such.
     let mut stored = v2("b");
     stored.insert("_TxId".into(), s(tx.id().as_str()));
@@ -354,6 +381,80 @@ async fn rolled_back_but_not_restored_serves_the_image() {
     );
     assert_reads(&env, UNCOMMITTED, "a", Some(&v2("a"))).await;
     assert_reads(&env, COMMITTED, "a", Some(&v1("a"))).await;
+}
+
+/// What each read costs in requests.
+#[tokio::test]
+async fn request_costs() {
+    let env = TestEnv::new("iso-cost").await;
+    for id in ["a", "b", "c", "d"] {
+        env.raw_put(&env.table, v1(id)).await;
+    }
+    let get = |id: &'static str, level| {
+        env.manager
+            .get_item()
+            .table_name(&env.table)
+            .key("Id", s(id))
+            .isolation(level)
+            .send()
+    };
+    // Unlocked item: one GetItem at either level (after the key schema is cached).
+    get("a", COMMITTED).await.unwrap();
+    for level in [UNCOMMITTED, COMMITTED] {
+        env.counter.reset();
+        get("a", level).await.unwrap();
+        assert_eq!(env.counter.total(), 1, "{level:?}");
+    }
+    // Three items changed by one pending transaction.
+    let tx = env.manager.begin();
+    for id in ["b", "c", "d"] {
+        tx.update_item()
+            .table_name(&env.table)
+            .key("Id", s(id))
+            .update_expression("SET n_other = :n")
+            .expression_attribute_values(":n", n(9))
+            .return_values(ReturnValue::AllNew)
+            .send()
+            .await
+            .unwrap();
+    }
+    env.counter.reset();
+    get("b", UNCOMMITTED).await.unwrap();
+    assert_eq!(env.counter.total(), 1);
+    env.counter.reset();
+    get("b", COMMITTED).await.unwrap();
+    assert_eq!(env.counter.get("GetItem"), 2, "item + owner's record");
+    // A scan page: one Scan, plus one record read per transaction (not per item).
+    env.counter.reset();
+    let items = env
+        .manager
+        .scan()
+        .table_name(&env.table)
+        .isolation(COMMITTED)
+        .send_all()
+        .await
+        .unwrap();
+    assert_eq!(items.len(), 4);
+    assert!(items.iter().all(|i| i["n_other"] == n(1)));
+    assert_eq!(env.counter.get("Scan"), 1);
+    assert_eq!(env.counter.get("GetItem"), 1);
+    // A batch read: one BatchGetItem and one record read.
+    env.counter.reset();
+    let mut ka = KeysAndAttributes::builder();
+    for id in ["a", "b", "c", "d"] {
+        ka = ka.keys(key(id));
+    }
+    let out = env
+        .manager
+        .batch_get_item()
+        .request_items(&env.table, ka.build().unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(out.responses()[&env.table].len(), 4);
+    assert_eq!(env.counter.get("BatchGetItem"), 1);
+    assert_eq!(env.counter.get("GetItem"), 1);
+    tx.rollback().await.unwrap();
 }
 
 #[tokio::test]
