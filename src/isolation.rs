@@ -475,14 +475,32 @@ impl Ctx {
                 return None;
             }
         }
-        if let Some(set) = self.index.as_ref().and_then(|i| i.projected.as_ref()) {
-            v.retain(|k, _| set.contains(k));
+        // What the index holds of the item: a global index's filter sees only that; without a
+        // projection of their own, readers of any index get only that. (With one, a local index
+        // fetches the rest from the table, and so does the library for a global one.)
+        let trimmed = self
+            .index
+            .as_ref()
+            .and_then(|i| i.projected.as_ref())
+            .map(|set| {
+                let mut t = v.clone();
+                t.retain(|k, _| set.contains(k));
+                t
+            });
+        if recheck && let Some(f) = &self.filter {
+            let global = self.index.as_ref().is_some_and(|i| i.global);
+            let seen = match &trimmed {
+                Some(t) if global => t,
+                _ => &v,
+            };
+            if !f.eval(seen) {
+                return None;
+            }
         }
-        if recheck
-            && let Some(f) = &self.filter
-            && !f.eval(&v)
+        if self.paths.is_none()
+            && let Some(t) = trimmed
         {
-            return None;
+            v = t;
         }
         Some(match &self.paths {
             Some(p) if projected => {
