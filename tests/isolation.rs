@@ -1278,6 +1278,7 @@ async fn committed_readers_never_see_uncommitted_tags() {
         "{} rolled back",
         rolled_back.len()
     );
+    assert!(all_seen.len() > 1, "readers saw no committed write");
     for tag in &all_seen {
         assert!(
             tag == "init" || committed.contains(tag),
