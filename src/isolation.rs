@@ -1,31 +1,657 @@
-//! Reads outside transactions at a chosen isolation level.
+//! Reads outside transactions at a chosen isolation level: GetItem, BatchGetItem, Query and Scan.
+//!
+//! Every read fetches the stored items (with the lock attributes it needs to decide, whatever the
+//! caller's projection), decides what a reader at the level may see of each ([`resolve`]), and returns
+//! the result without any `_Tx*` attribute. See `docs/ISOLATION.md`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
 
-use aws_sdk_dynamodb::types::AttributeValue;
+use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes, ProjectionType};
+use futures::stream::BoxStream;
+use futures::{Stream, StreamExt, TryStreamExt};
 
 use crate::TxId;
 use crate::error::{Error, Item, Result};
-use crate::expr;
-use crate::item_lock::{self, Observed};
+use crate::expr::{self, PathElem};
+use crate::item_lock::{self, APPLIED, IMAGE, IMAGE_REF, OWNER, Observed, TRANSIENT};
+use crate::keys::{ItemRef, KeySchema};
 use crate::manager::TransactionManager;
 use crate::record::{self, TxState};
 use crate::transaction::GetOutput;
 
 /// What a read may see of transactions in flight.
+///
+/// See `docs/ISOLATION.md` for what each level guarantees and costs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum IsolationLevel {
     /// The item as stored, including writes of transactions that are not committed (and may never
-    /// be). An item inserted only to hold a lock does not exist. One request.
+    /// be). An item inserted only to hold a lock does not exist. No extra request.
     Uncommitted,
     /// Only committed state: an item changed by a transaction that has not committed is served from
-    /// its before-image. No consistent cut across items.
+    /// its before-image; an item a pending transaction inserted does not exist; a pending delete still
+    /// shows the item. No consistent cut across items. One extra read of the owner's TX record per
+    /// item (per transaction and page for queries) changed by a transaction in flight.
     #[default]
     Committed,
     /// A locked read; only inside a transaction ([`Transaction::get_item`](crate::Transaction::get_item)).
+    /// Outside one, reads at this level fail with [`Error::InvalidRequest`].
     ReadLock,
 }
+
+fn read_lock_error() -> Error {
+    Error::invalid(
+        "ReadLock isolation needs a transaction: use Transaction::get_item, outside of which no lock can be held",
+    )
+}
+
+// ------------------------------------------------------------------------------------------------
+// Deciding what a reader sees of one stored item.
+
+/// What a read sees of one stored item.
+#[derive(Debug)]
+pub(crate) enum Seen {
+    /// The item does not exist at this level.
+    Absent,
+    /// This version; `true` when it is the stored item (as DynamoDB returned it, lock attributes
+    /// still present), `false` for a before-image.
+    Version(Item, bool),
+    /// The item was in flux (its writer finished or vanished under us): read it again.
+    Again,
+}
+
+/// States of transactions already looked up during one page (valid for items read before the lookup).
+type StateCache = Mutex<HashMap<String, Option<TxState>>>;
+
+/// The state of a transaction (one consistent GetItem of the header's state only).
+async fn tx_state(
+    mgr: &TransactionManager,
+    owner: &str,
+    cache: Option<&StateCache>,
+) -> Result<Option<TxState>> {
+    if let Some(s) = cache.and_then(|c| c.lock().expect("state cache").get(owner).copied()) {
+        return Ok(s);
+    }
+    let out = mgr
+        .inner
+        .client
+        .get_item()
+        .table_name(&mgr.inner.tx_table)
+        .set_key(Some(record::header_key(&TxId(owner.to_string()))))
+        .projection_expression("#s")
+        .expression_attribute_names("#s", record::STATE)
+        .consistent_read(true)
+        .send()
+        .await
+        .map_err(|e| Error::sdk("GetItem", e))?;
+    let state = match out.item {
+        None => None,
+        Some(i) => Some(match i.get(record::STATE).and_then(|v| v.as_s().ok()) {
+            Some(s) if s == "P" => TxState::Pending,
+            Some(s) if s == "C" => TxState::Committed,
+            Some(s) if s == "R" => TxState::RolledBack,
+            _ => {
+                return Err(Error::invariant(format!(
+                    "TX record {owner} has no valid state"
+                )));
+            }
+        }),
+    };
+    if let Some(c) = cache {
+        c.lock()
+            .expect("state cache")
+            .insert(owner.to_string(), state);
+    }
+    Ok(state)
+}
+
+/// What a reader at `level` sees of an item, given the item as stored (`None`: absent).
+pub(crate) async fn resolve(
+    mgr: &TransactionManager,
+    level: IsolationLevel,
+    raw: Option<&Item>,
+    cache: Option<&StateCache>,
+) -> Result<Seen> {
+    let obs = Observed::of(raw);
+    let seen = |v: Option<Item>| v.map(|v| Seen::Version(v, true)).unwrap_or(Seen::Absent);
+    let Some(owner) = obs.owner.as_deref() else {
+        return Ok(seen(obs.visible()));
+    };
+    if level == IsolationLevel::Uncommitted || !obs.applied {
+        // Not applied: the item is as committed (a pending delete still shows the item).
+        return Ok(seen(obs.visible()));
+    }
+    match tx_state(mgr, owner, cache).await? {
+        // One write per item per transaction: the stored item is the committed version, except
+        // that a committed delete (marked, not yet executed) has deleted it.
+        Some(TxState::Committed) if obs.applied_delete => Ok(Seen::Absent),
+        Some(TxState::Committed) => Ok(seen(obs.visible())),
+        Some(_) => {
+            if obs.applied_delete {
+                // A delete changes nothing until commit.
+                return Ok(seen(obs.visible()));
+            }
+            if obs.transient {
+                return Ok(Seen::Absent);
+            }
+            if let Some(img) = obs.image {
+                return Ok(Seen::Version(img, false));
+            }
+            if let Some(id) = &obs.image_ref {
+                let img =
+                    item_lock::load_table_image(&mgr.inner.client, &mgr.inner.image_table, id)
+                        .await?;
+                return Ok(img.map(|i| Seen::Version(i, false)).unwrap_or(Seen::Again));
+            }
+            Err(Error::invariant("an applied item carries no before-image"))
+        }
+        // The owner's record is gone: the item is being (or has been) settled; read it again.
+        None => Ok(Seen::Again),
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// Expressions: what to send, and what to check on the client.
+
+type Path = Vec<PathElem>;
+
+/// An index being read.
+#[derive(Debug, Clone)]
+struct IndexInfo {
+    global: bool,
+    /// The index's key attributes.
+    keys: Vec<String>,
+    /// Attributes projected into the index; `None` for `ALL`.
+    projected: Option<HashSet<String>>,
+}
+
+impl IndexInfo {
+    /// A global index that does not carry the lock attributes: results are re-read from the table.
+    fn indirect(&self) -> bool {
+        self.global && self.projected.is_some()
+    }
+}
+
+async fn describe_index(
+    mgr: &TransactionManager,
+    table: &str,
+    schema: &KeySchema,
+    index: &str,
+) -> Result<IndexInfo> {
+    let desc = crate::tables::describe(&mgr.inner.client, table)
+        .await?
+        .ok_or_else(|| Error::TableNotFound {
+            table: table.into(),
+        })?;
+    let gsi = desc
+        .global_secondary_indexes()
+        .iter()
+        .find(|i| i.index_name() == Some(index))
+        .map(|i| (true, i.key_schema().to_vec(), i.projection().cloned()));
+    let lsi = desc
+        .local_secondary_indexes()
+        .iter()
+        .find(|i| i.index_name() == Some(index))
+        .map(|i| (false, i.key_schema().to_vec(), i.projection().cloned()));
+    let (global, key_schema, projection) = gsi
+        .or(lsi)
+        .ok_or_else(|| Error::invalid(format!("table {table} has no index named {index}")))?;
+    let keys: Vec<String> = key_schema
+        .iter()
+        .map(|k| k.attribute_name().to_string())
+        .collect();
+    let projected = match projection.as_ref().and_then(|p| p.projection_type()) {
+        Some(ProjectionType::All) => None,
+        _ => {
+            let mut set: HashSet<String> = schema.names().map(String::from).collect();
+            set.extend(keys.iter().cloned());
+            if let Some(p) = &projection {
+                set.extend(p.non_key_attributes().iter().cloned());
+            }
+            Some(set)
+        }
+    };
+    Ok(IndexInfo {
+        global,
+        keys,
+        projected,
+    })
+}
+
+/// The caller's expressions, validated.
+#[derive(Debug, Clone, Default)]
+struct UserExprs {
+    projection: Option<String>,
+    filter: Option<String>,
+    key_condition: Option<String>,
+    names: Option<HashMap<String, String>>,
+    values: Option<HashMap<String, AttributeValue>>,
+}
+
+impl UserExprs {
+    fn validate(&self) -> Result<()> {
+        let mut exprs = Vec::new();
+        for (what, e) in [
+            ("ProjectionExpression", &self.projection),
+            ("FilterExpression", &self.filter),
+            ("KeyConditionExpression", &self.key_condition),
+        ] {
+            if let Some(e) = e {
+                expr::check_no_reserved_words(what, e)?;
+                exprs.push(e.as_str());
+            }
+        }
+        expr::check_names_and_values(self.names.as_ref(), self.values.as_ref())?;
+        expr::check_placeholders(&exprs, self.names.as_ref(), self.values.as_ref())
+    }
+
+    fn paths(&self) -> Result<Option<Vec<Path>>> {
+        self.projection
+            .as_deref()
+            .map(|p| expr::parse_projection(p, self.names.as_ref()))
+            .transpose()
+    }
+
+    fn parse(&self, e: &Option<String>) -> Result<Option<cond::Cond>> {
+        e.as_deref()
+            .map(|e| cond::parse(e, self.names.as_ref(), self.values.as_ref()))
+            .transpose()
+    }
+}
+
+/// What to send to DynamoDB for a read.
+#[derive(Debug, Clone, Default)]
+struct Sent {
+    projection: Option<String>,
+    filter: Option<String>,
+    key_condition: Option<String>,
+    names: Option<HashMap<String, String>>,
+    values: Option<HashMap<String, AttributeValue>>,
+}
+
+/// The lock attributes a read at `level` needs.
+fn lock_attrs(level: IsolationLevel) -> &'static [&'static str] {
+    match level {
+        IsolationLevel::Uncommitted => &[OWNER, TRANSIENT, APPLIED],
+        _ => &[OWNER, TRANSIENT, APPLIED, IMAGE, IMAGE_REF],
+    }
+}
+
+/// Renders a projection of `paths` plus the whole attributes `whole`, with the library's own name
+/// placeholders (`#_TxP<n>`), dropping paths that a whole attribute already covers (DynamoDB rejects
+/// overlapping paths).
+fn render_projection(
+    paths: &[Path],
+    whole: &[String],
+    names: &mut HashMap<String, String>,
+) -> String {
+    let mut by_name: HashMap<String, String> = HashMap::new();
+    let mut ph = |n: &str, names: &mut HashMap<String, String>| -> String {
+        if let Some(p) = by_name.get(n) {
+            return p.clone();
+        }
+        let p = format!("#_TxP{}", by_name.len());
+        by_name.insert(n.to_string(), p.clone());
+        names.insert(p.clone(), n.to_string());
+        p
+    };
+    let mut parts: Vec<String> = Vec::new();
+    let mut seen_whole: HashSet<&str> = HashSet::new();
+    for w in whole {
+        if seen_whole.insert(w.as_str()) {
+            parts.push(ph(w, names));
+        }
+    }
+    for p in paths {
+        if let Some(PathElem::Attr(top)) = p.first()
+            && seen_whole.contains(top.as_str())
+        {
+            continue;
+        }
+        let mut s = String::new();
+        for (i, e) in p.iter().enumerate() {
+            match e {
+                PathElem::Attr(a) => {
+                    if i > 0 {
+                        s.push('.');
+                    }
+                    s.push_str(&ph(a, names));
+                }
+                PathElem::Index(n) => s.push_str(&format!("[{n}]")),
+            }
+        }
+        if !parts.contains(&s) {
+            parts.push(s);
+        }
+    }
+    parts.join(", ")
+}
+
+/// Everything needed to turn stored items into what a reader sees.
+#[derive(Debug, Clone)]
+struct Ctx {
+    mgr: TransactionManager,
+    level: IsolationLevel,
+    table: String,
+    schema: Arc<KeySchema>,
+    index: Option<IndexInfo>,
+    /// The caller's projection, applied last.
+    paths: Option<Vec<Path>>,
+    /// The caller's filter, for versions DynamoDB did not filter.
+    filter: Option<cond::Cond>,
+    /// The key condition, for versions that did not come from the index.
+    key_condition: Option<cond::Cond>,
+    /// Whether results must be re-read from the table (a global index without the lock attributes).
+    indirect: bool,
+    /// Top-level attributes of the caller's projection that DynamoDB projected exactly as asked (the
+    /// others were fetched whole because the library needed them).
+    exact: HashSet<String>,
+}
+
+impl Ctx {
+    async fn new(
+        mgr: &TransactionManager,
+        level: IsolationLevel,
+        table: &str,
+        index: Option<&str>,
+        user: &UserExprs,
+    ) -> Result<(Ctx, Sent)> {
+        if level == IsolationLevel::ReadLock {
+            return Err(read_lock_error());
+        }
+        if table.is_empty() {
+            return Err(Error::invalid("TableName must be set"));
+        }
+        user.validate()?;
+        let schema = mgr.inner.schemas.get(&mgr.inner.client, table).await?;
+        let index = match index {
+            Some(i) => Some(describe_index(mgr, table, &schema, i).await?),
+            None => None,
+        };
+        let ctx = Ctx {
+            mgr: mgr.clone(),
+            level,
+            table: table.to_string(),
+            schema,
+            indirect: index.as_ref().is_some_and(IndexInfo::indirect),
+            index,
+            paths: user.paths()?,
+            filter: user.parse(&user.filter)?,
+            key_condition: user.parse(&user.key_condition)?,
+            exact: HashSet::new(),
+        };
+        let (sent, exact) = ctx.sent(user)?;
+        Ok((Ctx { exact, ..ctx }, sent))
+    }
+
+    /// The expressions to send.
+    fn sent(&self, user: &UserExprs) -> Result<(Sent, HashSet<String>)> {
+        let mut names = HashMap::new();
+        let mut exact = HashSet::new();
+        let mut sent = Sent {
+            key_condition: user.key_condition.clone(),
+            ..Sent::default()
+        };
+        let mut whole: Vec<String> = self.schema.names().map(String::from).collect();
+        if let Some(ix) = &self.index {
+            whole.extend(ix.keys.iter().cloned());
+        }
+        if self.indirect {
+            // Only the table's key is needed from the index: the items are re-read.
+            sent.projection = Some(render_projection(&[], &whole, &mut names));
+        } else {
+            sent.filter = match (&user.filter, self.level) {
+                (Some(f), IsolationLevel::Committed) => {
+                    names.insert(format!("#{APPLIED}"), APPLIED.to_string());
+                    Some(format!("({f}) OR attribute_exists(#{APPLIED})"))
+                }
+                (f, _) => f.clone(),
+            };
+            let index_attrs: Option<Vec<Path>> = self
+                .index
+                .as_ref()
+                .and_then(|i| i.projected.as_ref())
+                .map(|set| {
+                    set.iter()
+                        .map(|a| vec![PathElem::Attr(a.clone())])
+                        .collect()
+                });
+            let paths = self.paths.clone().or(index_attrs);
+            if let Some(paths) = paths {
+                whole.extend(lock_attrs(self.level).iter().map(|a| a.to_string()));
+                if self.level == IsolationLevel::Committed
+                    && let Some(f) = &self.filter
+                {
+                    f.attributes(&mut whole);
+                }
+                if self.level == IsolationLevel::Committed
+                    && let Some(k) = &self.key_condition
+                {
+                    k.attributes(&mut whole);
+                }
+                sent.projection = Some(render_projection(&paths, &whole, &mut names));
+                for p in self.paths.iter().flatten() {
+                    if let Some(PathElem::Attr(top)) = p.first()
+                        && !whole.contains(top)
+                    {
+                        exact.insert(top.clone());
+                    }
+                }
+            }
+        }
+        // Keep only the caller's placeholders that the sent expressions use.
+        let mut used_names = HashSet::new();
+        let mut used_values = HashSet::new();
+        for e in [&sent.filter, &sent.key_condition].into_iter().flatten() {
+            let (n, v) = cond::placeholders(e)?;
+            used_names.extend(n);
+            used_values.extend(v);
+        }
+        for (k, v) in user.names.iter().flatten() {
+            if used_names.contains(k) {
+                names.insert(k.clone(), v.clone());
+            }
+        }
+        let values: HashMap<String, AttributeValue> = user
+            .values
+            .iter()
+            .flatten()
+            .filter(|(k, _)| used_values.contains(*k))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        sent.names = (!names.is_empty()).then_some(names);
+        sent.values = (!values.is_empty()).then_some(values);
+        Ok((sent, exact))
+    }
+
+    /// The final shape of a version the reader may see; `None` if it is not part of the result.
+    /// `recheck`: DynamoDB did not evaluate the filter (and index membership) on this version.
+    /// `projected`: DynamoDB applied the sent projection to this version (applying a projection with
+    /// list indexes twice would be wrong).
+    fn finish(&self, v: Item, recheck: bool, projected: bool) -> Option<Item> {
+        let mut v = item_lock::strip(v);
+        if recheck && let Some(ix) = &self.index {
+            if !ix.keys.iter().all(|k| v.contains_key(k)) {
+                return None;
+            }
+            if let Some(k) = &self.key_condition
+                && !k.eval(&v)
+            {
+                return None;
+            }
+        }
+        // What the index holds of the item: a global index's filter sees only that; without a
+        // projection of their own, readers of any index get only that. (With one, a local index
+        // fetches the rest from the table, and so does the library for a global one.)
+        let trimmed = self
+            .index
+            .as_ref()
+            .and_then(|i| i.projected.as_ref())
+            .map(|set| {
+                let mut t = v.clone();
+                t.retain(|k, _| set.contains(k));
+                t
+            });
+        if recheck && let Some(f) = &self.filter {
+            let global = self.index.as_ref().is_some_and(|i| i.global);
+            let seen = match &trimmed {
+                Some(t) if global => t,
+                _ => &v,
+            };
+            if !f.eval(seen) {
+                return None;
+            }
+        }
+        if self.paths.is_none()
+            && let Some(t) = trimmed
+        {
+            v = t;
+        }
+        Some(match &self.paths {
+            Some(p) if projected => {
+                let (mut keep, rest): (Item, Item) =
+                    v.into_iter().partition(|(k, _)| self.exact.contains(k));
+                let others: Vec<Path> = p
+                    .iter()
+                    .filter(
+                        |p| !matches!(p.first(), Some(PathElem::Attr(a)) if self.exact.contains(a)),
+                    )
+                    .cloned()
+                    .collect();
+                keep.extend(expr::project(&rest, &others));
+                keep
+            }
+            Some(p) => expr::project(&v, p),
+            None => v,
+        })
+    }
+
+    fn attempts(&self) -> u32 {
+        self.mgr.inner.settings.committed_read_attempts.max(1)
+    }
+
+    fn contention(&self) -> Error {
+        Error::ReadContention {
+            table: self.table.clone(),
+            attempts: self.attempts(),
+        }
+    }
+
+    /// Reads an item again (consistently, whole) until it can be decided; `used` attempts spent.
+    async fn reread(&self, key: &Item, used: u32) -> Result<Option<Item>> {
+        for _ in used..self.attempts() {
+            let raw = self
+                .mgr
+                .inner
+                .client
+                .get_item()
+                .table_name(&self.table)
+                .set_key(Some(key.clone()))
+                .consistent_read(true)
+                .send()
+                .await
+                .map_err(|e| Error::sdk("GetItem", e))?
+                .item;
+            match resolve(&self.mgr, self.level, raw.as_ref(), None).await? {
+                Seen::Absent => return Ok(None),
+                Seen::Version(v, _) => return Ok(self.finish(v, true, false)),
+                Seen::Again => continue,
+            }
+        }
+        Err(self.contention())
+    }
+
+    /// What a reader sees of one stored item DynamoDB returned (filtered, if a filter was sent).
+    async fn settle(&self, raw: Item, cache: &StateCache) -> Result<Option<Item>> {
+        let applied = raw.contains_key(APPLIED);
+        match resolve(&self.mgr, self.level, Some(&raw), Some(cache)).await? {
+            Seen::Absent => Ok(None),
+            Seen::Version(v, stored) => Ok(self.finish(
+                v,
+                applied && self.level == IsolationLevel::Committed,
+                stored,
+            )),
+            Seen::Again => {
+                let key = item_lock::key_of(&self.schema, &raw);
+                self.reread(&key, 1).await
+            }
+        }
+    }
+
+    /// Looks up, once each and concurrently, the states of the transactions that applied changes to
+    /// these stored items (only `Committed` reads need them).
+    async fn prefetch_states<'i>(
+        &self,
+        raws: impl Iterator<Item = &'i Item>,
+        cache: &StateCache,
+    ) -> Result<()> {
+        if self.level != IsolationLevel::Committed {
+            return Ok(());
+        }
+        let owners: HashSet<String> = raws
+            .filter(|r| r.contains_key(APPLIED))
+            .filter_map(|r| r.get(OWNER).and_then(|v| v.as_s().ok()))
+            .cloned()
+            .collect();
+        let mgr = &self.mgr;
+        futures::stream::iter(owners)
+            .map(|o| async move { tx_state(mgr, &o, Some(cache)).await })
+            .buffer_unordered(self.mgr.inner.settings.concurrency.max(1))
+            .try_collect::<Vec<_>>()
+            .await?;
+        Ok(())
+    }
+
+    /// What a reader sees of a page of stored items, in order.
+    async fn settle_all(&self, raws: Vec<Item>) -> Result<Vec<Item>> {
+        if self.indirect {
+            return self.settle_indirect(raws).await;
+        }
+        let cache = StateCache::default();
+        let cache = &cache;
+        self.prefetch_states(raws.iter(), cache).await?;
+        let out: Vec<Option<Item>> = futures::stream::iter(raws)
+            .map(|raw| self.settle(raw, cache))
+            .buffered(self.mgr.inner.settings.concurrency.max(1))
+            .try_collect()
+            .await?;
+        Ok(out.into_iter().flatten().collect())
+    }
+
+    /// Index items of a global index without lock attributes: re-read each item from the table.
+    async fn settle_indirect(&self, raws: Vec<Item>) -> Result<Vec<Item>> {
+        let keys: Vec<(String, Item)> = raws
+            .iter()
+            .map(|r| (self.table.clone(), item_lock::key_of(&self.schema, r)))
+            .collect();
+        let found: HashMap<ItemRef, Item> = crate::ddb::batch_get(&self.mgr.inner.client, &keys)
+            .await?
+            .into_iter()
+            .map(|(t, i)| (ItemRef::new(&t, &item_lock::key_of(&self.schema, &i)), i))
+            .collect();
+        let cache = StateCache::default();
+        let cache = &cache;
+        self.prefetch_states(found.values(), cache).await?;
+        let found = &found;
+        let out: Vec<Option<Item>> = futures::stream::iter(keys)
+            .map(|(t, key)| async move {
+                let raw = found.get(&ItemRef::new(&t, &key));
+                match resolve(&self.mgr, self.level, raw, Some(cache)).await? {
+                    Seen::Absent => Ok(None),
+                    Seen::Version(v, _) => Ok(self.finish(v, true, false)),
+                    Seen::Again => self.reread(&key, 1).await,
+                }
+            })
+            .buffered(self.mgr.inner.settings.concurrency.max(1))
+            .try_collect()
+            .await?;
+        Ok(out.into_iter().flatten().collect())
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// GetItem
 
 /// Builds an isolated read of one item. Send with [`send`](IsolatedGetItemBuilder::send).
 #[derive(Debug)]
@@ -65,9 +691,16 @@ impl IsolatedGetItemBuilder<'_> {
         self
     }
 
-    /// Which attributes to return.
+    /// Which attributes to return. The library adds the lock attributes it needs to the request and
+    /// removes them from the result.
     pub fn projection_expression(mut self, p: impl Into<String>) -> Self {
         self.projection = Some(p.into());
+        self
+    }
+
+    /// Replaces the projection.
+    pub fn set_projection_expression(mut self, p: Option<String>) -> Self {
+        self.projection = p;
         self
     }
 
@@ -83,117 +716,580 @@ impl IsolatedGetItemBuilder<'_> {
         self
     }
 
+    /// Replaces `ExpressionAttributeNames`.
+    pub fn set_expression_attribute_names(
+        mut self,
+        names: Option<HashMap<String, String>>,
+    ) -> Self {
+        self.names = names;
+        self
+    }
+
     /// Strongly consistent read of the item (default false, as in DynamoDB). Follow-up reads the
-    /// library makes (TX records, images) are always consistent.
+    /// library makes (TX records, images, re-reads) are always consistent.
     pub fn consistent_read(mut self, c: bool) -> Self {
         self.consistent = c;
         self
     }
 
-    /// Reads the item.
+    /// Reads the item: one GetItem, plus at `Committed` one read of the owner's TX record if a
+    /// transaction has applied a change to it (and one of the images table for large items).
     ///
     /// # Errors
-    /// [`Error::InvalidRequest`] for `ReadLock` or a bad key; [`Error::ReadContention`] when a
-    /// committed version could not be pinned down after the configured attempts.
+    /// [`Error::InvalidRequest`] for `ReadLock`, a bad key or a bad projection;
+    /// [`Error::ReadContention`] when a committed version could not be pinned down after
+    /// [`Settings::committed_read_attempts`](crate::Settings::committed_read_attempts) reads.
     ///
     /// # Cancel safety
     /// Read-only; safe to drop.
     pub async fn send(self) -> Result<GetOutput> {
-        if self.level == IsolationLevel::ReadLock {
-            return Err(Error::invalid(
-                "ReadLock isolation needs a transaction: use Transaction::get_item outside of which it cannot hold a lock",
-            ));
-        }
-        let schema = self
+        let user = UserExprs {
+            projection: self.projection,
+            names: self.names,
+            ..UserExprs::default()
+        };
+        let (ctx, sent) = Ctx::new(self.mgr, self.level, &self.table, None, &user).await?;
+        crate::request::check_item_names("Key", &self.key)?;
+        ctx.schema.validate_key(&self.table, &self.key)?;
+        let raw = self
             .mgr
             .inner
-            .schemas
-            .get(&self.mgr.inner.client, &self.table)
-            .await?;
-        crate::request::check_item_names("Key", &self.key)?;
-        schema.validate_key(&self.table, &self.key)?;
-        let paths = match &self.projection {
-            Some(p) => {
-                expr::check_no_reserved_words("ProjectionExpression", p)?;
-                Some(expr::parse_projection(p, self.names.as_ref())?)
-            }
-            None => None,
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .set_key(Some(self.key.clone()))
+            .set_projection_expression(sent.projection)
+            .set_expression_attribute_names(sent.names)
+            .consistent_read(self.consistent)
+            .send()
+            .await
+            .map_err(|e| Error::sdk("GetItem", e))?
+            .item;
+        let item = match resolve(self.mgr, self.level, raw.as_ref(), None).await? {
+            Seen::Absent => None,
+            Seen::Version(v, stored) => ctx.finish(v, false, stored),
+            Seen::Again => ctx.reread(&self.key, 1).await?,
         };
-        let attempts = self.mgr.inner.settings.committed_read_attempts.max(1);
-        let mut consistent = self.consistent;
-        for _ in 0..attempts {
-            let raw = self
-                .mgr
-                .inner
-                .client
-                .get_item()
-                .table_name(&self.table)
-                .set_key(Some(self.key.clone()))
-                .consistent_read(consistent)
-                .send()
-                .await
-                .map_err(|e| Error::sdk("GetItem", e))?
-                .item;
-            // Retries read consistently: the item was seen in flux.
-            consistent = true;
-            if let Some(item) = resolve(self.mgr, self.level, raw.as_ref()).await? {
-                let item = match (item, &paths) {
-                    (Some(i), Some(p)) => Some(expr::project(&i, p)),
-                    (i, _) => i,
-                };
-                return Ok(GetOutput { item });
+        Ok(GetOutput { item })
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// BatchGetItem
+
+/// Builds an isolated read of many items of one or more tables. Send with
+/// [`send`](IsolatedBatchGetItemBuilder::send).
+#[derive(Debug)]
+#[must_use]
+pub struct IsolatedBatchGetItemBuilder<'a> {
+    mgr: &'a TransactionManager,
+    items: HashMap<String, KeysAndAttributes>,
+    level: IsolationLevel,
+}
+
+/// Result of an isolated BatchGetItem.
+#[derive(Debug, Clone, Default, PartialEq)]
+#[non_exhaustive]
+pub struct BatchGetOutput {
+    /// For every table asked for, the items found (in no particular order). Items that do not exist
+    /// at the chosen level are left out. Every requested table has an entry, empty if nothing was found.
+    pub responses: HashMap<String, Vec<Item>>,
+}
+
+impl BatchGetOutput {
+    /// The items found, per table.
+    pub fn responses(&self) -> &HashMap<String, Vec<Item>> {
+        &self.responses
+    }
+}
+
+impl IsolatedBatchGetItemBuilder<'_> {
+    /// Adds the keys (and optionally `ProjectionExpression`, `ExpressionAttributeNames` and
+    /// `ConsistentRead`) to read from one table, as in the SDK's `BatchGetItem`. The legacy
+    /// `AttributesToGet` is not supported.
+    pub fn request_items(mut self, table: impl Into<String>, k: KeysAndAttributes) -> Self {
+        self.items.insert(table.into(), k);
+        self
+    }
+
+    /// Replaces all tables' requests.
+    pub fn set_request_items(mut self, items: Option<HashMap<String, KeysAndAttributes>>) -> Self {
+        self.items = items.unwrap_or_default();
+        self
+    }
+
+    /// The isolation level (default [`IsolationLevel::Committed`]).
+    pub fn isolation(mut self, level: IsolationLevel) -> Self {
+        self.level = level;
+        self
+    }
+
+    /// Reads the items: BatchGetItem requests of up to 100 keys (unprocessed keys are retried with
+    /// backoff until none is left), plus at `Committed` one read of each distinct TX record that has
+    /// applied changes to items of a request (and of the images table for large items), and a
+    /// consistent GetItem per item that was in flux.
+    ///
+    /// # Errors
+    /// [`Error::InvalidRequest`] for `ReadLock`, bad keys, projections or `AttributesToGet`;
+    /// [`Error::ReadContention`] as for [`IsolatedGetItemBuilder::send`].
+    ///
+    /// # Cancel safety
+    /// Read-only; safe to drop.
+    pub async fn send(self) -> Result<BatchGetOutput> {
+        if self.level == IsolationLevel::ReadLock {
+            return Err(read_lock_error());
+        }
+        let mut ctxs: HashMap<String, (Ctx, Sent, Option<bool>)> = HashMap::new();
+        let mut keys: Vec<(String, Item)> = Vec::new();
+        for (table, ka) in &self.items {
+            if ka.attributes_to_get.is_some() {
+                return Err(Error::invalid(
+                    "AttributesToGet is not supported; use ProjectionExpression",
+                ));
+            }
+            let user = UserExprs {
+                projection: ka.projection_expression.clone(),
+                names: ka.expression_attribute_names.clone(),
+                ..UserExprs::default()
+            };
+            let (ctx, sent) = Ctx::new(self.mgr, self.level, table, None, &user).await?;
+            for k in ka.keys() {
+                crate::request::check_item_names("Key", k)?;
+                ctx.schema.validate_key(table, k)?;
+                keys.push((table.clone(), k.clone()));
+            }
+            ctxs.insert(table.clone(), (ctx, sent, ka.consistent_read));
+        }
+        let mut raws: HashMap<String, Vec<Item>> = HashMap::new();
+        for chunk in keys.chunks(100) {
+            let mut by_table: HashMap<&String, Vec<Item>> = HashMap::new();
+            for (t, k) in chunk {
+                by_table.entry(t).or_default().push(k.clone());
+            }
+            let mut request: HashMap<String, KeysAndAttributes> = HashMap::new();
+            for (t, ks) in by_table {
+                let (_, sent, consistent) = &ctxs[t];
+                let ka = KeysAndAttributes::builder()
+                    .set_keys(Some(ks))
+                    .set_projection_expression(sent.projection.clone())
+                    .set_expression_attribute_names(sent.names.clone())
+                    .set_consistent_read(*consistent)
+                    .build()
+                    .map_err(|e| Error::invalid(format!("bad BatchGetItem request: {e}")))?;
+                request.insert(t.clone(), ka);
+            }
+            let mut delay = std::time::Duration::from_millis(5);
+            while !request.is_empty() {
+                let resp = self
+                    .mgr
+                    .inner
+                    .client
+                    .batch_get_item()
+                    .set_request_items(Some(request))
+                    .send()
+                    .await
+                    .map_err(|e| Error::sdk("BatchGetItem", e))?;
+                for (t, items) in resp.responses.unwrap_or_default() {
+                    raws.entry(t).or_default().extend(items);
+                }
+                request = resp.unprocessed_keys.unwrap_or_default();
+                if !request.is_empty() {
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(std::time::Duration::from_millis(500));
+                }
             }
         }
-        Err(Error::ReadContention {
-            table: self.table,
-            attempts,
+        let mut responses = HashMap::new();
+        for (table, (ctx, _, _)) in &ctxs {
+            let items = ctx
+                .settle_all(raws.remove(table).unwrap_or_default())
+                .await?;
+            responses.insert(table.clone(), items);
+        }
+        Ok(BatchGetOutput { responses })
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// Query and Scan
+
+/// One page of an isolated Query or Scan.
+#[derive(Debug, Clone, Default, PartialEq)]
+#[non_exhaustive]
+pub struct Page {
+    /// The items of the page a reader at the chosen level sees, in DynamoDB's order. May be shorter
+    /// than the `Limit` (or empty) even when more items follow: items that do not exist at the level
+    /// are dropped after DynamoDB counted them.
+    pub items: Vec<Item>,
+    /// Where the next page starts; `None` when this is the last page.
+    pub last_evaluated_key: Option<Item>,
+}
+
+impl Page {
+    /// The items.
+    pub fn items(&self) -> &[Item] {
+        &self.items
+    }
+
+    /// Where the next page starts; `None` when this is the last page.
+    pub fn last_evaluated_key(&self) -> Option<&Item> {
+        self.last_evaluated_key.as_ref()
+    }
+}
+
+#[derive(Debug, Clone)]
+enum Kind {
+    Query {
+        forward: Option<bool>,
+    },
+    Scan {
+        segment: Option<i32>,
+        total: Option<i32>,
+    },
+}
+
+/// A Query or Scan as the caller described it.
+#[derive(Debug, Clone)]
+struct ListSpec {
+    mgr: TransactionManager,
+    kind: Kind,
+    table: String,
+    index: Option<String>,
+    user: UserExprs,
+    limit: Option<i32>,
+    start: Option<Item>,
+    consistent: Option<bool>,
+    level: IsolationLevel,
+}
+
+/// A Query or Scan ready to send, page after page.
+#[derive(Debug)]
+struct Prepared {
+    spec: ListSpec,
+    ctx: Ctx,
+    sent: Sent,
+}
+
+impl ListSpec {
+    fn new(mgr: &TransactionManager, kind: Kind) -> ListSpec {
+        ListSpec {
+            mgr: mgr.clone(),
+            kind,
+            table: String::new(),
+            index: None,
+            user: UserExprs::default(),
+            limit: None,
+            start: None,
+            consistent: None,
+            level: IsolationLevel::default(),
+        }
+    }
+
+    async fn prepare(self) -> Result<Prepared> {
+        if matches!(self.kind, Kind::Query { .. }) && self.user.key_condition.is_none() {
+            return Err(Error::invalid("a Query needs a KeyConditionExpression"));
+        }
+        if let Some(start) = &self.start {
+            crate::request::check_item_names("ExclusiveStartKey", start)?;
+        }
+        let (ctx, sent) = Ctx::new(
+            &self.mgr,
+            self.level,
+            &self.table,
+            self.index.as_deref(),
+            &self.user,
+        )
+        .await?;
+        Ok(Prepared {
+            spec: self,
+            ctx,
+            sent,
         })
     }
 }
 
-/// The item a read at `level` sees, given the item as stored. `Ok(None)` means "read it again": the
-/// item was in flux (its writer finished or vanished under us).
-pub(crate) async fn resolve(
-    mgr: &TransactionManager,
-    level: IsolationLevel,
-    raw: Option<&Item>,
-) -> Result<Option<Option<Item>>> {
-    let obs = Observed::of(raw);
-    let Some(owner) = obs.owner.clone() else {
-        return Ok(Some(obs.visible()));
-    };
-    if level == IsolationLevel::Uncommitted || !obs.applied {
-        // Not applied: the item is as committed (a pending delete still shows the item).
-        return Ok(Some(obs.visible()));
+impl Prepared {
+    async fn page(&self, start: Option<Item>) -> Result<Page> {
+        let c = &self.ctx.mgr.inner.client;
+        let s = &self.spec;
+        let sent = self.sent.clone();
+        let (raws, last) = match s.kind {
+            Kind::Query { forward } => {
+                let out = c
+                    .query()
+                    .table_name(&s.table)
+                    .set_index_name(s.index.clone())
+                    .set_key_condition_expression(sent.key_condition)
+                    .set_filter_expression(sent.filter)
+                    .set_projection_expression(sent.projection)
+                    .set_expression_attribute_names(sent.names)
+                    .set_expression_attribute_values(sent.values)
+                    .set_limit(s.limit)
+                    .set_exclusive_start_key(start)
+                    .set_consistent_read(s.consistent)
+                    .set_scan_index_forward(forward)
+                    .send()
+                    .await
+                    .map_err(|e| Error::sdk("Query", e))?;
+                (out.items.unwrap_or_default(), out.last_evaluated_key)
+            }
+            Kind::Scan { segment, total } => {
+                let out = c
+                    .scan()
+                    .table_name(&s.table)
+                    .set_index_name(s.index.clone())
+                    .set_filter_expression(sent.filter)
+                    .set_projection_expression(sent.projection)
+                    .set_expression_attribute_names(sent.names)
+                    .set_expression_attribute_values(sent.values)
+                    .set_limit(s.limit)
+                    .set_exclusive_start_key(start)
+                    .set_consistent_read(s.consistent)
+                    .set_segment(segment)
+                    .set_total_segments(total)
+                    .send()
+                    .await
+                    .map_err(|e| Error::sdk("Scan", e))?;
+                (out.items.unwrap_or_default(), out.last_evaluated_key)
+            }
+        };
+        Ok(Page {
+            items: self.ctx.settle_all(raws).await?,
+            last_evaluated_key: last.filter(|k| !k.is_empty()),
+        })
     }
-    let c = &mgr.inner.client;
-    match record::load_header(c, &mgr.inner.tx_table, &TxId(owner)).await? {
-        // Committed: the item as stored, except that a committed delete has deleted it.
-        Some(h) if h.state == TxState::Committed => Ok(Some(if obs.applied_delete {
-            None
-        } else {
-            obs.visible()
-        })),
-        Some(_) => {
-            if obs.applied_delete {
-                // A pending delete changes nothing until commit.
-                return Ok(Some(obs.visible()));
+}
+
+enum PageState {
+    Start(Box<ListSpec>),
+    Next(Box<Prepared>, Item),
+    Done,
+}
+
+fn pages(spec: ListSpec) -> impl Stream<Item = Result<Page>> + Send + 'static {
+    futures::stream::try_unfold(PageState::Start(Box::new(spec)), |st| async move {
+        let (prep, start) = match st {
+            PageState::Start(spec) => {
+                let start = spec.start.clone();
+                (Box::new(spec.prepare().await?), start)
             }
-            if obs.transient {
-                return Ok(Some(None));
-            }
-            if let Some(img) = obs.image {
-                return Ok(Some(Some(img)));
-            }
-            if let Some(id) = &obs.image_ref {
-                return Ok(item_lock::load_table_image(c, &mgr.inner.image_table, id)
-                    .await?
-                    .map(Some));
-            }
-            Err(Error::invariant("an applied item carries no before-image"))
+            PageState::Next(prep, start) => (prep, Some(start)),
+            PageState::Done => return Ok(None),
+        };
+        let page = prep.page(start).await?;
+        let next = match &page.last_evaluated_key {
+            Some(k) => PageState::Next(prep, k.clone()),
+            None => PageState::Done,
+        };
+        Ok(Some((page, next)))
+    })
+}
+
+macro_rules! list_builder_methods {
+    ($builder:ident) => {
+        /// The table.
+        pub fn table_name(mut self, t: impl Into<String>) -> Self {
+            self.spec.table = t.into();
+            self
         }
-        // The owner's record is gone: the item should have been settled; read again.
-        None => Ok(None),
+
+        /// Reads a secondary index of the table instead of the table. On a global index that does
+        /// not project all attributes, every result is re-read from the table (see
+        /// `docs/ISOLATION.md`).
+        pub fn index_name(mut self, i: impl Into<String>) -> Self {
+            self.spec.index = Some(i.into());
+            self
+        }
+
+        /// The `FilterExpression`. At `Committed`, versions served from a before-image are filtered
+        /// by the library, since DynamoDB only sees the stored item.
+        pub fn filter_expression(mut self, f: impl Into<String>) -> Self {
+            self.spec.user.filter = Some(f.into());
+            self
+        }
+
+        /// Which attributes to return. The library adds the attributes it needs to the request and
+        /// removes them from the results.
+        pub fn projection_expression(mut self, p: impl Into<String>) -> Self {
+            self.spec.user.projection = Some(p.into());
+            self
+        }
+
+        /// Adds one `ExpressionAttributeNames` entry.
+        pub fn expression_attribute_names(
+            mut self,
+            k: impl Into<String>,
+            v: impl Into<String>,
+        ) -> Self {
+            self.spec
+                .user
+                .names
+                .get_or_insert_with(HashMap::new)
+                .insert(k.into(), v.into());
+            self
+        }
+
+        /// Replaces `ExpressionAttributeNames`.
+        pub fn set_expression_attribute_names(
+            mut self,
+            names: Option<HashMap<String, String>>,
+        ) -> Self {
+            self.spec.user.names = names;
+            self
+        }
+
+        /// Adds one `ExpressionAttributeValues` entry.
+        pub fn expression_attribute_values(
+            mut self,
+            k: impl Into<String>,
+            v: AttributeValue,
+        ) -> Self {
+            self.spec
+                .user
+                .values
+                .get_or_insert_with(HashMap::new)
+                .insert(k.into(), v);
+            self
+        }
+
+        /// Replaces `ExpressionAttributeValues`.
+        pub fn set_expression_attribute_values(
+            mut self,
+            values: Option<HashMap<String, AttributeValue>>,
+        ) -> Self {
+            self.spec.user.values = values;
+            self
+        }
+
+        /// DynamoDB's `Limit`: how many stored items each request evaluates (the page size when
+        /// paging). Pages may hold fewer items.
+        pub fn limit(mut self, l: i32) -> Self {
+            self.spec.limit = Some(l);
+            self
+        }
+
+        /// Adds one attribute of the `ExclusiveStartKey` (a previous page's `last_evaluated_key`).
+        pub fn exclusive_start_key(mut self, k: impl Into<String>, v: AttributeValue) -> Self {
+            self.spec
+                .start
+                .get_or_insert_with(HashMap::new)
+                .insert(k.into(), v);
+            self
+        }
+
+        /// Replaces the `ExclusiveStartKey`.
+        pub fn set_exclusive_start_key(mut self, k: Option<Item>) -> Self {
+            self.spec.start = k;
+            self
+        }
+
+        /// Strongly consistent reads (not on global indexes). Follow-up reads the library makes are
+        /// always consistent.
+        pub fn consistent_read(mut self, c: bool) -> Self {
+            self.spec.consistent = Some(c);
+            self
+        }
+
+        /// The isolation level (default [`IsolationLevel::Committed`]).
+        pub fn isolation(mut self, level: IsolationLevel) -> Self {
+            self.spec.level = level;
+            self
+        }
+
+        /// Reads one page (from the `ExclusiveStartKey`, if set).
+        ///
+        /// # Errors
+        /// [`Error::InvalidRequest`] for `ReadLock` and invalid expressions (reserved `_Tx` names,
+        /// undefined or unused placeholders, syntax the library cannot evaluate);
+        /// [`Error::ReadContention`] when an item's committed version could not be pinned down;
+        /// [`Error::DynamoDb`] when DynamoDB rejects the request.
+        ///
+        /// # Cancel safety
+        /// Read-only; safe to drop.
+        pub async fn send(self) -> Result<Page> {
+            let start = self.spec.start.clone();
+            self.spec.prepare().await?.page(start).await
+        }
+
+        /// Pages through all results, from the `ExclusiveStartKey` if set. The stream ends after the
+        /// last page, or after the first error.
+        pub fn into_pages(self) -> BoxStream<'static, Result<Page>> {
+            pages(self.spec).boxed()
+        }
+
+        /// Streams all results, item by item, page after page.
+        pub fn into_stream(self) -> BoxStream<'static, Result<Item>> {
+            pages(self.spec)
+                .map_ok(|p| futures::stream::iter(p.items.into_iter().map(Ok)))
+                .try_flatten()
+                .boxed()
+        }
+
+        /// Reads all pages and returns every item.
+        ///
+        /// # Errors
+        /// As [`send`](Self::send).
+        ///
+        /// # Cancel safety
+        /// Read-only; safe to drop.
+        pub async fn send_all(self) -> Result<Vec<Item>> {
+            self.into_stream().try_collect().await
+        }
+    };
+}
+
+/// Builds an isolated Query. Send with [`send`](IsolatedQueryBuilder::send) (one page), or page
+/// through everything with [`into_stream`](IsolatedQueryBuilder::into_stream),
+/// [`into_pages`](IsolatedQueryBuilder::into_pages) or [`send_all`](IsolatedQueryBuilder::send_all).
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct IsolatedQueryBuilder {
+    spec: ListSpec,
+}
+
+impl IsolatedQueryBuilder {
+    list_builder_methods!(IsolatedQueryBuilder);
+
+    /// The `KeyConditionExpression` (required).
+    pub fn key_condition_expression(mut self, k: impl Into<String>) -> Self {
+        self.spec.user.key_condition = Some(k.into());
+        self
+    }
+
+    /// Ascending (default, `true`) or descending order of the range key.
+    pub fn scan_index_forward(mut self, f: bool) -> Self {
+        self.spec.kind = Kind::Query { forward: Some(f) };
+        self
+    }
+}
+
+/// Builds an isolated Scan. Send with [`send`](IsolatedScanBuilder::send) (one page), or page through
+/// everything with [`into_stream`](IsolatedScanBuilder::into_stream),
+/// [`into_pages`](IsolatedScanBuilder::into_pages) or [`send_all`](IsolatedScanBuilder::send_all).
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct IsolatedScanBuilder {
+    spec: ListSpec,
+}
+
+impl IsolatedScanBuilder {
+    list_builder_methods!(IsolatedScanBuilder);
+
+    /// For a parallel scan: the segment this scan reads (with
+    /// [`total_segments`](Self::total_segments)).
+    pub fn segment(mut self, s: i32) -> Self {
+        if let Kind::Scan { segment, .. } = &mut self.spec.kind {
+            *segment = Some(s);
+        }
+        self
+    }
+
+    /// For a parallel scan: the number of segments.
+    pub fn total_segments(mut self, t: i32) -> Self {
+        if let Kind::Scan { total, .. } = &mut self.spec.kind {
+            *total = Some(t);
+        }
+        self
     }
 }
 
@@ -223,6 +1319,749 @@ impl TransactionManager {
             projection: None,
             names: None,
             consistent: false,
+        }
+    }
+
+    /// Starts a read of many items (of one or more tables) outside any transaction.
+    ///
+    /// ```no_run
+    /// # async fn demo(m: dynamodb_transactions::TransactionManager) -> dynamodb_transactions::Result<()> {
+    /// use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes};
+    /// use dynamodb_transactions::IsolationLevel;
+    /// let keys = KeysAndAttributes::builder()
+    ///     .keys([("Id".to_string(), AttributeValue::S("alice".into()))].into())
+    ///     .keys([("Id".to_string(), AttributeValue::S("bob".into()))].into())
+    ///     .projection_expression("Id, balance")
+    ///     .build()
+    ///     .expect("keys set");
+    /// let out = m
+    ///     .batch_get_item()
+    ///     .request_items("Accounts", keys)
+    ///     .isolation(IsolationLevel::Committed)
+    ///     .send()
+    ///     .await?;
+    /// for item in &out.responses()["Accounts"] {
+    ///     println!("{item:?}");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn batch_get_item(&self) -> IsolatedBatchGetItemBuilder<'_> {
+        IsolatedBatchGetItemBuilder {
+            mgr: self,
+            items: HashMap::new(),
+            level: IsolationLevel::default(),
+        }
+    }
+
+    /// Starts a Query outside any transaction. No phantom protection: items may appear in or vanish
+    /// from a range while it is read.
+    ///
+    /// ```no_run
+    /// # async fn demo(m: dynamodb_transactions::TransactionManager) -> dynamodb_transactions::Result<()> {
+    /// use aws_sdk_dynamodb::types::AttributeValue;
+    /// use dynamodb_transactions::IsolationLevel;
+    /// use futures::TryStreamExt;
+    /// let mut items = m
+    ///     .query()
+    ///     .table_name("Orders")
+    ///     .key_condition_expression("customer = :c AND placed > :since")
+    ///     .filter_expression("total >= :min")
+    ///     .expression_attribute_values(":c", AttributeValue::S("alice".into()))
+    ///     .expression_attribute_values(":since", AttributeValue::N("1700000000".into()))
+    ///     .expression_attribute_values(":min", AttributeValue::N("100".into()))
+    ///     .isolation(IsolationLevel::Committed)
+    ///     .into_stream();
+    /// while let Some(order) = items.try_next().await? {
+    ///     println!("{order:?}");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn query(&self) -> IsolatedQueryBuilder {
+        IsolatedQueryBuilder {
+            spec: ListSpec::new(self, Kind::Query { forward: None }),
+        }
+    }
+
+    /// Starts a Scan outside any transaction. No phantom protection.
+    ///
+    /// ```no_run
+    /// # async fn demo(m: dynamodb_transactions::TransactionManager) -> dynamodb_transactions::Result<()> {
+    /// use dynamodb_transactions::IsolationLevel;
+    /// let page = m
+    ///     .scan()
+    ///     .table_name("Accounts")
+    ///     .projection_expression("Id, balance")
+    ///     .limit(100)
+    ///     .isolation(IsolationLevel::Uncommitted)
+    ///     .send()
+    ///     .await?;
+    /// println!("{} items, more: {}", page.items().len(), page.last_evaluated_key().is_some());
+    /// # Ok(()) }
+    /// ```
+    pub fn scan(&self) -> IsolatedScanBuilder {
+        IsolatedScanBuilder {
+            spec: ListSpec::new(
+                self,
+                Kind::Scan {
+                    segment: None,
+                    total: None,
+                },
+            ),
+        }
+    }
+}
+
+/// Client-side evaluation of DynamoDB condition expressions (`FilterExpression`,
+/// `KeyConditionExpression`), for item versions DynamoDB did not evaluate itself: before-images served
+/// at `Committed`, and base items re-read for a global secondary index.
+mod cond {
+    use std::cmp::Ordering;
+    use std::collections::{HashMap, HashSet};
+
+    use aws_sdk_dynamodb::types::AttributeValue;
+
+    use crate::error::{Error, Item, Result};
+    use crate::expr::PathElem;
+    use crate::keys::normalize_number;
+
+    #[derive(Debug, Clone, PartialEq)]
+    enum Tok {
+        Word(String),
+        Name(String),
+        Value(String),
+        Op(&'static str),
+        Punct(char),
+    }
+
+    fn tokenize(expr: &str) -> Result<Vec<Tok>> {
+        let b = expr.as_bytes();
+        let mut out = Vec::new();
+        let mut i = 0;
+        let word = |c: u8| c.is_ascii_alphanumeric() || c == b'_';
+        while i < b.len() {
+            let c = b[i];
+            if c.is_ascii_whitespace() {
+                i += 1;
+                continue;
+            }
+            let start = i;
+            match c {
+                b'#' | b':' => {
+                    i += 1;
+                    while i < b.len() && word(b[i]) {
+                        i += 1;
+                    }
+                    if i == start + 1 {
+                        return Err(bad(expr, "empty placeholder"));
+                    }
+                    let s = expr[start..i].to_string();
+                    out.push(if c == b'#' {
+                        Tok::Name(s)
+                    } else {
+                        Tok::Value(s)
+                    });
+                }
+                b'<' | b'>' | b'=' => {
+                    let two = b.get(i + 1).copied();
+                    let op = match (c, two) {
+                        (b'<', Some(b'>')) => "<>",
+                        (b'<', Some(b'=')) => "<=",
+                        (b'>', Some(b'=')) => ">=",
+                        (b'<', _) => "<",
+                        (b'>', _) => ">",
+                        _ => "=",
+                    };
+                    i += op.len();
+                    out.push(Tok::Op(op));
+                }
+                b'(' | b')' | b',' | b'.' | b'[' | b']' => {
+                    out.push(Tok::Punct(c as char));
+                    i += 1;
+                }
+                _ if word(c) => {
+                    while i < b.len() && word(b[i]) {
+                        i += 1;
+                    }
+                    out.push(Tok::Word(expr[start..i].to_string()));
+                }
+                _ => return Err(bad(expr, &format!("unexpected character at {start}"))),
+            }
+        }
+        Ok(out)
+    }
+
+    fn bad(expr: &str, why: &str) -> Error {
+        Error::invalid(format!("invalid condition expression {expr:?}: {why}"))
+    }
+
+    /// The `#name` and `:value` placeholders an expression uses.
+    pub(crate) fn placeholders(expr: &str) -> Result<(HashSet<String>, HashSet<String>)> {
+        let mut names = HashSet::new();
+        let mut values = HashSet::new();
+        for t in tokenize(expr)? {
+            match t {
+                Tok::Name(n) => {
+                    names.insert(n);
+                }
+                Tok::Value(v) => {
+                    values.insert(v);
+                }
+                _ => {}
+            }
+        }
+        Ok((names, values))
+    }
+
+    type Path = Vec<PathElem>;
+
+    #[derive(Debug, Clone)]
+    pub(crate) enum Operand {
+        Path(Path),
+        Value(AttributeValue),
+        Size(Path),
+    }
+
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub(crate) enum Cmp {
+        Eq,
+        Ne,
+        Lt,
+        Le,
+        Gt,
+        Ge,
+    }
+
+    /// A parsed condition.
+    #[derive(Debug, Clone)]
+    pub(crate) enum Cond {
+        Cmp(Operand, Cmp, Operand),
+        Between(Operand, Operand, Operand),
+        In(Operand, Vec<Operand>),
+        Exists(Path),
+        NotExists(Path),
+        Type(Path, Operand),
+        BeginsWith(Path, Operand),
+        Contains(Path, Operand),
+        And(Box<Cond>, Box<Cond>),
+        Or(Box<Cond>, Box<Cond>),
+        Not(Box<Cond>),
+    }
+
+    struct Parser<'a> {
+        expr: &'a str,
+        toks: Vec<Tok>,
+        pos: usize,
+        names: Option<&'a HashMap<String, String>>,
+        values: Option<&'a HashMap<String, AttributeValue>>,
+    }
+
+    fn is_kw(t: Option<&Tok>, kw: &str) -> bool {
+        matches!(t, Some(Tok::Word(w)) if w.eq_ignore_ascii_case(kw))
+    }
+
+    impl Parser<'_> {
+        fn peek(&self) -> Option<&Tok> {
+            self.toks.get(self.pos)
+        }
+        fn peek2(&self) -> Option<&Tok> {
+            self.toks.get(self.pos + 1)
+        }
+        fn next(&mut self) -> Option<Tok> {
+            let t = self.toks.get(self.pos).cloned();
+            self.pos += 1;
+            t
+        }
+        fn err(&self, why: &str) -> Error {
+            bad(self.expr, why)
+        }
+        fn expect(&mut self, p: char) -> Result<()> {
+            match self.next() {
+                Some(Tok::Punct(c)) if c == p => Ok(()),
+                _ => Err(self.err(&format!("expected {p}"))),
+            }
+        }
+
+        fn or(&mut self) -> Result<Cond> {
+            let mut left = self.and()?;
+            while is_kw(self.peek(), "OR") {
+                self.pos += 1;
+                let right = self.and()?;
+                left = Cond::Or(Box::new(left), Box::new(right));
+            }
+            Ok(left)
+        }
+
+        fn and(&mut self) -> Result<Cond> {
+            let mut left = self.not()?;
+            while is_kw(self.peek(), "AND") {
+                self.pos += 1;
+                let right = self.not()?;
+                left = Cond::And(Box::new(left), Box::new(right));
+            }
+            Ok(left)
+        }
+
+        fn not(&mut self) -> Result<Cond> {
+            if is_kw(self.peek(), "NOT") {
+                self.pos += 1;
+                return Ok(Cond::Not(Box::new(self.not()?)));
+            }
+            self.primary()
+        }
+
+        fn primary(&mut self) -> Result<Cond> {
+            if self.peek() == Some(&Tok::Punct('(')) {
+                self.pos += 1;
+                let c = self.or()?;
+                self.expect(')')?;
+                return Ok(c);
+            }
+            if let (Some(Tok::Word(f)), Some(Tok::Punct('('))) = (self.peek(), self.peek2()) {
+                let f = f.clone();
+                let func = matches!(
+                    f.as_str(),
+                    "attribute_exists"
+                        | "attribute_not_exists"
+                        | "attribute_type"
+                        | "begins_with"
+                        | "contains"
+                );
+                if func {
+                    self.pos += 2;
+                    let path = self.path()?;
+                    let c = match f.as_str() {
+                        "attribute_exists" => Cond::Exists(path),
+                        "attribute_not_exists" => Cond::NotExists(path),
+                        _ => {
+                            self.expect(',')?;
+                            let op = self.operand()?;
+                            match f.as_str() {
+                                "attribute_type" => Cond::Type(path, op),
+                                "begins_with" => Cond::BeginsWith(path, op),
+                                _ => Cond::Contains(path, op),
+                            }
+                        }
+                    };
+                    self.expect(')')?;
+                    return Ok(c);
+                }
+            }
+            let left = self.operand()?;
+            match self.next() {
+                Some(Tok::Op(op)) => {
+                    let cmp = match op {
+                        "=" => Cmp::Eq,
+                        "<>" => Cmp::Ne,
+                        "<" => Cmp::Lt,
+                        "<=" => Cmp::Le,
+                        ">" => Cmp::Gt,
+                        _ => Cmp::Ge,
+                    };
+                    let right = self.operand()?;
+                    Ok(Cond::Cmp(left, cmp, right))
+                }
+                Some(Tok::Word(w)) if w.eq_ignore_ascii_case("BETWEEN") => {
+                    let lo = self.operand()?;
+                    if !is_kw(self.peek(), "AND") {
+                        return Err(self.err("expected AND in BETWEEN"));
+                    }
+                    self.pos += 1;
+                    let hi = self.operand()?;
+                    Ok(Cond::Between(left, lo, hi))
+                }
+                Some(Tok::Word(w)) if w.eq_ignore_ascii_case("IN") => {
+                    self.expect('(')?;
+                    let mut list = vec![self.operand()?];
+                    while self.peek() == Some(&Tok::Punct(',')) {
+                        self.pos += 1;
+                        list.push(self.operand()?);
+                    }
+                    self.expect(')')?;
+                    Ok(Cond::In(left, list))
+                }
+                _ => Err(self.err("expected a comparison, BETWEEN or IN")),
+            }
+        }
+
+        fn operand(&mut self) -> Result<Operand> {
+            match self.peek().cloned() {
+                Some(Tok::Value(v)) => {
+                    self.pos += 1;
+                    let val = self
+                        .values
+                        .and_then(|m| m.get(&v))
+                        .cloned()
+                        .ok_or_else(|| {
+                            self.err(&format!("{v} is not defined in ExpressionAttributeValues"))
+                        })?;
+                    Ok(Operand::Value(val))
+                }
+                Some(Tok::Word(w)) if w == "size" && self.peek2() == Some(&Tok::Punct('(')) => {
+                    self.pos += 2;
+                    let p = self.path()?;
+                    self.expect(')')?;
+                    Ok(Operand::Size(p))
+                }
+                _ => Ok(Operand::Path(self.path()?)),
+            }
+        }
+
+        fn name(&mut self) -> Result<String> {
+            match self.next() {
+                Some(Tok::Word(w)) => Ok(w),
+                Some(Tok::Name(n)) => {
+                    self.names.and_then(|m| m.get(&n)).cloned().ok_or_else(|| {
+                        self.err(&format!("{n} is not defined in ExpressionAttributeNames"))
+                    })
+                }
+                _ => Err(self.err("expected an attribute name")),
+            }
+        }
+
+        fn path(&mut self) -> Result<Path> {
+            let mut p = vec![PathElem::Attr(self.name()?)];
+            loop {
+                match self.peek() {
+                    Some(Tok::Punct('.')) => {
+                        self.pos += 1;
+                        p.push(PathElem::Attr(self.name()?));
+                    }
+                    Some(Tok::Punct('[')) => {
+                        self.pos += 1;
+                        let i = match self.next() {
+                            Some(Tok::Word(w)) => w
+                                .parse::<usize>()
+                                .map_err(|_| self.err("list index must be a number"))?,
+                            _ => return Err(self.err("expected a list index")),
+                        };
+                        self.expect(']')?;
+                        p.push(PathElem::Index(i));
+                    }
+                    _ => return Ok(p),
+                }
+            }
+        }
+    }
+
+    /// Parses a condition expression, resolving placeholders.
+    pub(crate) fn parse(
+        expr: &str,
+        names: Option<&HashMap<String, String>>,
+        values: Option<&HashMap<String, AttributeValue>>,
+    ) -> Result<Cond> {
+        let mut p = Parser {
+            expr,
+            toks: tokenize(expr)?,
+            pos: 0,
+            names,
+            values,
+        };
+        let c = p.or()?;
+        if p.pos != p.toks.len() {
+            return Err(p.err("unexpected trailing input"));
+        }
+        Ok(c)
+    }
+
+    fn get<'i>(item: &'i Item, path: &[PathElem]) -> Option<&'i AttributeValue> {
+        let (PathElem::Attr(top), rest) = path.split_first()? else {
+            return None;
+        };
+        let mut v = item.get(top)?;
+        for e in rest {
+            v = match (e, v) {
+                (PathElem::Attr(a), AttributeValue::M(m)) => m.get(a)?,
+                (PathElem::Index(i), AttributeValue::L(l)) => l.get(*i)?,
+                _ => return None,
+            };
+        }
+        Some(v)
+    }
+
+    /// Numeric order of two DynamoDB numbers (any spelling).
+    pub(crate) fn num_cmp(a: &str, b: &str) -> Option<Ordering> {
+        let parse = |n: &str| -> Option<(bool, String, i64)> {
+            let s = normalize_number(n)?;
+            if s == "0" {
+                return Some((false, String::new(), 0));
+            }
+            let (neg, s) = match s.strip_prefix('-') {
+                Some(r) => (true, r.to_string()),
+                None => (false, s),
+            };
+            let (d, e) = s.split_once('e')?;
+            Some((neg, d.to_string(), e.parse().ok()?))
+        };
+        let (an, ad, ae) = parse(a)?;
+        let (bn, bd, be) = parse(b)?;
+        let sign = |neg: bool, d: &str| -> i8 {
+            if d.is_empty() {
+                0
+            } else if neg {
+                -1
+            } else {
+                1
+            }
+        };
+        let (sa, sb) = (sign(an, &ad), sign(bn, &bd));
+        if sa != sb || sa == 0 {
+            return Some(sa.cmp(&sb));
+        }
+        // Same sign, both non-zero: compare magnitudes (position of the leading digit, then digits).
+        let mag = (ad.len() as i64 + ae)
+            .cmp(&(bd.len() as i64 + be))
+            .then_with(|| ad.cmp(&bd));
+        Some(if sa < 0 { mag.reverse() } else { mag })
+    }
+
+    fn num_eq(a: &str, b: &str) -> bool {
+        num_cmp(a, b) == Some(Ordering::Equal)
+    }
+
+    fn set_eq<T, F: Fn(&T, &T) -> bool>(a: &[T], b: &[T], eq: F) -> bool {
+        a.len() == b.len() && a.iter().all(|x| b.iter().any(|y| eq(x, y)))
+    }
+
+    pub(crate) fn value_eq(a: &AttributeValue, b: &AttributeValue) -> bool {
+        use AttributeValue as V;
+        match (a, b) {
+            (V::N(x), V::N(y)) => num_eq(x, y),
+            (V::S(x), V::S(y)) => x == y,
+            (V::B(x), V::B(y)) => x.as_ref() == y.as_ref(),
+            (V::Bool(x), V::Bool(y)) => x == y,
+            (V::Null(_), V::Null(_)) => true,
+            (V::Ss(x), V::Ss(y)) => set_eq(x, y, |p, q| p == q),
+            (V::Ns(x), V::Ns(y)) => set_eq(x, y, |p, q| num_eq(p, q)),
+            (V::Bs(x), V::Bs(y)) => set_eq(x, y, |p, q| p.as_ref() == q.as_ref()),
+            (V::L(x), V::L(y)) => {
+                x.len() == y.len() && x.iter().zip(y).all(|(p, q)| value_eq(p, q))
+            }
+            (V::M(x), V::M(y)) => {
+                x.len() == y.len()
+                    && x.iter()
+                        .all(|(k, p)| y.get(k).is_some_and(|q| value_eq(p, q)))
+            }
+            _ => false,
+        }
+    }
+
+    fn order(a: &AttributeValue, b: &AttributeValue) -> Option<Ordering> {
+        use AttributeValue as V;
+        match (a, b) {
+            (V::N(x), V::N(y)) => num_cmp(x, y),
+            (V::S(x), V::S(y)) => Some(x.as_bytes().cmp(y.as_bytes())),
+            (V::B(x), V::B(y)) => Some(x.as_ref().cmp(y.as_ref())),
+            _ => None,
+        }
+    }
+
+    fn type_code(v: &AttributeValue) -> &'static str {
+        use AttributeValue as V;
+        match v {
+            V::S(_) => "S",
+            V::N(_) => "N",
+            V::B(_) => "B",
+            V::Ss(_) => "SS",
+            V::Ns(_) => "NS",
+            V::Bs(_) => "BS",
+            V::M(_) => "M",
+            V::L(_) => "L",
+            V::Bool(_) => "BOOL",
+            V::Null(_) => "NULL",
+            _ => "?",
+        }
+    }
+
+    fn size(v: &AttributeValue) -> Option<usize> {
+        use AttributeValue as V;
+        Some(match v {
+            V::S(s) => s.chars().count(),
+            V::B(b) => b.as_ref().len(),
+            V::Ss(x) => x.len(),
+            V::Ns(x) => x.len(),
+            V::Bs(x) => x.len(),
+            V::L(x) => x.len(),
+            V::M(x) => x.len(),
+            _ => return None,
+        })
+    }
+
+    fn operand(item: &Item, o: &Operand) -> Option<AttributeValue> {
+        match o {
+            Operand::Value(v) => Some(v.clone()),
+            Operand::Path(p) => get(item, p).cloned(),
+            Operand::Size(p) => size(get(item, p)?).map(|n| AttributeValue::N(n.to_string())),
+        }
+    }
+
+    impl Cond {
+        /// Whether the condition holds for `item`.
+        pub(crate) fn eval(&self, item: &Item) -> bool {
+            use AttributeValue as V;
+            match self {
+                Cond::And(a, b) => a.eval(item) && b.eval(item),
+                Cond::Or(a, b) => a.eval(item) || b.eval(item),
+                Cond::Not(a) => !a.eval(item),
+                Cond::Exists(p) => get(item, p).is_some(),
+                Cond::NotExists(p) => get(item, p).is_none(),
+                Cond::Cmp(a, op, b) => {
+                    // As DynamoDB: `<>` holds when an operand is missing; every other
+                    // comparison fails.
+                    let (Some(x), Some(y)) = (operand(item, a), operand(item, b)) else {
+                        return *op == Cmp::Ne;
+                    };
+                    match op {
+                        Cmp::Eq => value_eq(&x, &y),
+                        Cmp::Ne => !value_eq(&x, &y),
+                        _ => order(&x, &y).is_some_and(|o| match op {
+                            Cmp::Lt => o.is_lt(),
+                            Cmp::Le => o.is_le(),
+                            Cmp::Gt => o.is_gt(),
+                            _ => o.is_ge(),
+                        }),
+                    }
+                }
+                Cond::Between(a, lo, hi) => {
+                    let (Some(x), Some(l), Some(h)) =
+                        (operand(item, a), operand(item, lo), operand(item, hi))
+                    else {
+                        return false;
+                    };
+                    order(&x, &l).is_some_and(|o| o.is_ge())
+                        && order(&x, &h).is_some_and(|o| o.is_le())
+                }
+                Cond::In(a, list) => {
+                    let Some(x) = operand(item, a) else {
+                        return false;
+                    };
+                    list.iter()
+                        .filter_map(|o| operand(item, o))
+                        .any(|y| value_eq(&x, &y))
+                }
+                Cond::Type(p, t) => match (get(item, p), operand(item, t)) {
+                    (Some(v), Some(V::S(t))) => type_code(v) == t,
+                    _ => false,
+                },
+                Cond::BeginsWith(p, o) => match (get(item, p), operand(item, o)) {
+                    (Some(V::S(s)), Some(V::S(pre))) => s.starts_with(pre.as_str()),
+                    (Some(V::B(b)), Some(V::B(pre))) => b.as_ref().starts_with(pre.as_ref()),
+                    _ => false,
+                },
+                Cond::Contains(p, o) => match (get(item, p), operand(item, o)) {
+                    (Some(V::S(s)), Some(V::S(sub))) => s.contains(sub.as_str()),
+                    (Some(V::Ss(set)), Some(V::S(e))) => set.contains(&e),
+                    (Some(V::Ns(set)), Some(V::N(e))) => set.iter().any(|x| num_eq(x, &e)),
+                    (Some(V::Bs(set)), Some(V::B(e))) => {
+                        set.iter().any(|x| x.as_ref() == e.as_ref())
+                    }
+                    (Some(V::L(l)), Some(e)) => l.iter().any(|x| value_eq(x, &e)),
+                    _ => false,
+                },
+            }
+        }
+
+        /// Top-level attribute names the condition reads.
+        pub(crate) fn attributes(&self, out: &mut Vec<String>) {
+            let mut path = |p: &Path| {
+                if let Some(PathElem::Attr(a)) = p.first()
+                    && !out.contains(a)
+                {
+                    out.push(a.clone());
+                }
+            };
+            let mut ops: Vec<&Operand> = Vec::new();
+            match self {
+                Cond::And(a, b) | Cond::Or(a, b) => {
+                    a.attributes(out);
+                    b.attributes(out);
+                    return;
+                }
+                Cond::Not(a) => {
+                    a.attributes(out);
+                    return;
+                }
+                Cond::Exists(p) | Cond::NotExists(p) => path(p),
+                Cond::Type(p, o) | Cond::BeginsWith(p, o) | Cond::Contains(p, o) => {
+                    path(p);
+                    ops.push(o);
+                }
+                Cond::Cmp(a, _, b) => ops.extend([a, b]),
+                Cond::Between(a, b, c) => ops.extend([a, b, c]),
+                Cond::In(a, l) => {
+                    ops.push(a);
+                    ops.extend(l);
+                }
+            }
+            for o in ops {
+                if let Operand::Path(p) | Operand::Size(p) = o {
+                    path(p);
+                }
+            }
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        fn n(v: &str) -> AttributeValue {
+            AttributeValue::N(v.into())
+        }
+        fn s(v: &str) -> AttributeValue {
+            AttributeValue::S(v.into())
+        }
+
+        #[test]
+        fn numbers_compare_numerically() {
+            assert_eq!(num_cmp("1", "1.0"), Some(Ordering::Equal));
+            assert_eq!(num_cmp("2", "10"), Some(Ordering::Less));
+            assert_eq!(num_cmp("-2", "-10"), Some(Ordering::Greater));
+            assert_eq!(num_cmp("0", "-0.0001"), Some(Ordering::Greater));
+            assert_eq!(num_cmp("0.15", "0.151"), Some(Ordering::Less));
+            assert_eq!(num_cmp("1e3", "999.99"), Some(Ordering::Greater));
+            assert_eq!(num_cmp("0", "0.000"), Some(Ordering::Equal));
+            assert_eq!(num_cmp("x", "1"), None);
+        }
+
+        #[test]
+        fn evaluates_conditions() {
+            let values = HashMap::from([
+                (":a".to_string(), n("5")),
+                (":b".to_string(), s("ab")),
+                (":t".to_string(), s("N")),
+                (":lo".to_string(), n("1")),
+                (":hi".to_string(), n("9")),
+            ]);
+            let names = HashMap::from([("#c".to_string(), "count".to_string())]);
+            let item: Item = HashMap::from([
+                ("count".to_string(), n("5.0")),
+                ("name".to_string(), s("abc")),
+                (
+                    "m".to_string(),
+                    AttributeValue::M(HashMap::from([(
+                        "l".to_string(),
+                        AttributeValue::L(vec![n("1"), s("ab")]),
+                    )])),
+                ),
+            ]);
+            let t = |e: &str| parse(e, Some(&names), Some(&values)).unwrap().eval(&item);
+            assert!(t("#c = :a"));
+            assert!(t("#c BETWEEN :lo AND :hi AND begins_with(name, :b)"));
+            assert!(!t("NOT (#c >= :a)"));
+            assert!(t("attribute_type(#c, :t) and contains(m.l, :b)"));
+            assert!(t("m.l[1] = :b OR missing = :a"));
+            assert!(t("size(name) < :a AND #c IN (:lo, :a)"));
+            assert!(!t("missing < :a"));
+            assert!(t("missing <> :a"));
+            assert!(t("attribute_not_exists(m.x) AND attribute_exists(m.l[0])"));
+            assert!(parse("a = ", Some(&names), Some(&values)).is_err());
+            assert!(parse("a = :zz", Some(&names), Some(&values)).is_err());
+            assert!(parse("(a = :a", Some(&names), Some(&values)).is_err());
+            let mut attrs = Vec::new();
+            parse("#c = :a AND size(m.l) > :lo", Some(&names), Some(&values))
+                .unwrap()
+                .attributes(&mut attrs);
+            assert_eq!(attrs, vec!["count", "m"]);
         }
     }
 }

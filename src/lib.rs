@@ -26,10 +26,14 @@ mod request;
 pub mod sweeper;
 mod tables;
 mod transaction;
+mod typed;
 
 pub use contention::ContentionPolicy;
 pub use error::{BoxError, Error, Item, Result};
-pub use isolation::{IsolatedGetItemBuilder, IsolationLevel};
+pub use isolation::{
+    BatchGetOutput, IsolatedBatchGetItemBuilder, IsolatedGetItemBuilder, IsolatedQueryBuilder,
+    IsolatedScanBuilder, IsolationLevel, Page,
+};
 pub use manager::{
     DEFAULT_IMAGES_TABLE, DEFAULT_TRANSACTIONS_TABLE, Settings, TransactionManager,
     TransactionManagerBuilder,
@@ -39,6 +43,7 @@ pub use transaction::{
     DeleteItemBuilder, GetItemBuilder, GetOutput, PutItemBuilder, Transaction, UpdateItemBuilder,
     WriteOutput,
 };
+pub use typed::{from_item, from_items, to_item};
 
 /// The id of a transaction (a UUID string).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]

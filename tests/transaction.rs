@@ -727,3 +727,54 @@ async fn dropping_an_unfinished_transaction_rolls_it_back_in_the_background() {
         item(&[("Id", s("a")), ("v", n(1))])
     );
 }
+
+#[tokio::test]
+async fn a_committed_delete_not_yet_executed_reads_as_absent() {
+    let env = TestEnv::with_settings("deldec", |s| s.one_shot_max_items = 0).await;
+    env.raw_put(&env.table, item(&[("Id", s("d")), ("v", n(1))]))
+        .await;
+    env.manager
+        .get_item()
+        .table_name(&env.table)
+        .key("Id", s("warm"))
+        .send()
+        .await
+        .unwrap();
+    env.counter.reset();
+    let tx = env.manager.begin();
+    let id = tx.id().clone();
+    tx.delete_item()
+        .table_name(&env.table)
+        .key("Id", s("d"))
+        .send()
+        .await
+        .unwrap();
+    // record, lock, apply (marks the delete), flip; the coordinator dies before the unlock.
+    env.faults
+        .crash_at(5, dynamodb_transactions::fault::FaultMode::BeforeSend);
+    tx.commit().await.unwrap(); // committed: cleanup failures do not change that
+    env.faults.disarm();
+    assert_eq!(
+        env.manager.transaction_state(&id).await.unwrap(),
+        Some((TxState::Committed, false))
+    );
+    let raw = env.raw_get(&env.table, &key("d")).await.unwrap();
+    assert_eq!(
+        raw["_TxA"],
+        s("D"),
+        "the delete is marked, not executed: {raw:?}"
+    );
+    let committed = env
+        .manager
+        .get_item()
+        .table_name(&env.table)
+        .key("Id", s("d"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(committed.item, None, "committed readers see it deleted");
+    // Whoever completes it executes the delete.
+    let (m2, _) = env.second_coordinator();
+    m2.complete_transaction(&id).await.unwrap();
+    assert!(env.raw_get(&env.table, &key("d")).await.is_none());
+}
