@@ -129,6 +129,8 @@ struct Rec {
     actions: u32,
     start: Instant,
     end: Instant,
+    /// Whether DynamoDB answered with success (a failed condition counts as a failure).
+    ok: bool,
 }
 
 #[derive(Debug, Default)]
@@ -229,11 +231,12 @@ impl Intercept for Recorder {
 
     fn read_after_attempt(
         &self,
-        _ctx: &FinalizerInterceptorContextRef<'_>,
+        ctx: &FinalizerInterceptorContextRef<'_>,
         _rc: &RuntimeComponents,
         cfg: &mut ConfigBag,
     ) -> HookResult {
         let end = Instant::now();
+        let ok = matches!(ctx.output_or_error(), Some(Ok(_)));
         if let Some(f) = cfg.load::<InFlight>().cloned()
             && let Some(start) = f.start
         {
@@ -243,6 +246,7 @@ impl Intercept for Recorder {
                 actions: f.actions,
                 start,
                 end,
+                ok,
             });
             cfg.interceptor_state()
                 .store_put(InFlight { start: None, ..f });
@@ -327,6 +331,8 @@ enum Driver {
 struct Stats {
     txs: usize,
     ops: BTreeMap<String, u64>,
+    /// Failed requests per operation (conditions that did not hold, conflicts).
+    failed: BTreeMap<String, u64>,
     requests: u64,
     units: u64,
     paths: Vec<usize>,
@@ -342,6 +348,9 @@ impl Stats {
         self.txs += 1;
         for r in recs {
             *self.ops.entry(r.op.clone()).or_default() += 1;
+            if !r.ok {
+                *self.failed.entry(r.op.clone()).or_default() += 1;
+            }
             *self.op_ms.entry(r.op.clone()).or_default() +=
                 r.end.duration_since(r.start).as_secs_f64() * 1000.0;
             self.units += u64::from(write_units(r));
@@ -367,7 +376,11 @@ impl Stats {
     fn ops_text(&self) -> String {
         let mut parts = Vec::new();
         for (op, c) in &self.ops {
-            parts.push(format!("{} {}", num(self.per_tx(*c)), short_op(op)));
+            let failed = match self.failed.get(op) {
+                Some(&f) => format!(" ({} failed)", num(self.per_tx(f))),
+                None => String::new(),
+            };
+            parts.push(format!("{} {}{failed}", num(self.per_tx(*c)), short_op(op)));
         }
         parts.join(" + ")
     }
@@ -852,6 +865,10 @@ struct LockFigures {
     wait_ms: Vec<f64>,
     reads_per_waiter_s: f64,
     requests_per_waiter_s: f64,
+    /// Acquisitions that went back to the contender that had just released.
+    reacquired: u64,
+    /// Acquisitions while another contender held the lock (mutual exclusion check).
+    overlaps: u64,
 }
 
 impl LockFigures {
@@ -869,20 +886,34 @@ impl LockFigures {
 /// Shared bookkeeping of one lock run.
 #[derive(Default)]
 struct Handoffs {
-    /// When the current holder called release.
-    released: Mutex<Option<Instant>>,
+    /// When the current holder called release, and which contender it is.
+    released: Mutex<Option<(Instant, usize)>>,
+    /// Acquisitions by the contender that released the lock last.
+    again: AtomicU64,
+    /// The contender holding the lock as far as the contenders know.
+    holder: Mutex<Option<usize>>,
+    /// Acquisitions that returned while another contender still held the lock (must stay 0).
+    overlaps: AtomicU64,
     handoff_ms: Mutex<Vec<f64>>,
     wait_ms: Mutex<Vec<f64>>,
 }
 
 impl Handoffs {
-    fn acquired(&self, asked: Instant) {
+    fn acquired(&self, asked: Instant, who: usize) {
         let now = Instant::now();
-        if let Some(t) = self.released.lock().expect("handoffs").take() {
-            self.handoff_ms
+        if self.holder.lock().expect("handoffs").replace(who).is_some() {
+            self.overlaps.fetch_add(1, Ordering::SeqCst);
+        }
+        match self.released.lock().expect("handoffs").take() {
+            Some((_, prev)) if prev == who => {
+                self.again.fetch_add(1, Ordering::SeqCst);
+            }
+            Some((t, _)) => self
+                .handoff_ms
                 .lock()
                 .expect("handoffs")
-                .push(now.duration_since(t).as_secs_f64() * 1000.0);
+                .push(now.duration_since(t).as_secs_f64() * 1000.0),
+            None => {}
         }
         self.wait_ms
             .lock()
@@ -890,8 +921,9 @@ impl Handoffs {
             .push(now.duration_since(asked).as_secs_f64() * 1000.0);
     }
 
-    fn releasing(&self) {
-        *self.released.lock().expect("handoffs") = Some(Instant::now());
+    fn releasing(&self, who: usize) {
+        *self.holder.lock().expect("handoffs") = None;
+        *self.released.lock().expect("handoffs") = Some((Instant::now(), who));
     }
 
     fn figures(&self, name: String, elapsed: Duration, recs: &[Rec]) -> LockFigures {
@@ -908,6 +940,8 @@ impl Handoffs {
             handoff_ms: self.handoff_ms.lock().expect("handoffs").clone(),
             reads_per_waiter_s: reads as f64 / waiter_s.max(1e-9),
             requests_per_waiter_s: recs.len() as f64 / waiter_s.max(1e-9),
+            reacquired: self.again.load(Ordering::SeqCst),
+            overlaps: self.overlaps.load(Ordering::SeqCst),
             wait_ms,
         }
     }
@@ -927,7 +961,7 @@ async fn bench_queue(
     recorder.set_tag(1);
     let started = Instant::now();
     let mut tasks = Vec::new();
-    for _ in 0..args.contenders {
+    for who in 0..args.contenders {
         let mut b = QueueLock::builder(client.clone()).table(table);
         if let Some((head, max)) = poll {
             b = b.poll_interval(head, max);
@@ -941,9 +975,9 @@ async fn bench_queue(
                     .acquire(&name, Wait::For(Duration::from_secs(120)))
                     .await
                     .expect("queue acquire");
-                shared.acquired(asked);
+                shared.acquired(asked, who);
                 tokio::time::sleep(hold).await;
-                shared.releasing();
+                shared.releasing(who);
                 g.release().await.expect("queue release");
             }
         }));
@@ -966,7 +1000,7 @@ async fn bench_lease(args: &Args, table: &str) -> LockFigures {
     recorder.set_tag(1);
     let started = Instant::now();
     let mut tasks = Vec::new();
-    for _ in 0..args.contenders {
+    for who in 0..args.contenders {
         let lock = LeaseLock::builder(client.clone())
             .table(table)
             .build()
@@ -981,9 +1015,9 @@ async fn bench_lease(args: &Args, table: &str) -> LockFigures {
                     }
                     tokio::time::sleep(pause).await;
                 };
-                shared.acquired(asked);
+                shared.acquired(asked, who);
                 tokio::time::sleep(hold).await;
-                shared.releasing();
+                shared.releasing(who);
                 g.release().await.expect("lease release");
             }
         }));
@@ -1004,23 +1038,25 @@ fn lock_table(args: &Args, figs: &[LockFigures]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "| lock ({} contenders, hold {} ms) | acquisitions | acquisitions/s | handoff p50 ms | handoff p99 ms | wait p50 ms | wait max ms | reads / waiter / s | requests / waiter / s |",
+        "| lock ({} contenders, hold {} ms) | acquisitions | acquisitions/s | handoff p50 ms | handoff p99 ms | re-taken by the releaser | wait p50 ms | wait max ms | reads / waiter / s | requests / waiter / s | overlaps |",
         args.contenders, args.hold_ms
     );
-    out.push_str("|---|---|---|---|---|---|---|---|---|\n");
+    out.push_str("|---|---|---|---|---|---|---|---|---|---|---|\n");
     for f in figs {
         let _ = writeln!(
             out,
-            "| {} | {} | {:.1} | {} | {} | {} | {} | {:.1} | {:.1} |",
+            "| {} | {} | {:.1} | {} | {} | {} | {} | {} | {:.1} | {:.1} | {} |",
             f.name,
             f.acquisitions,
             f.acq_per_s,
             f1(LockFigures::pct(&f.handoff_ms, 50.0)),
             f1(LockFigures::pct(&f.handoff_ms, 99.0)),
+            f.reacquired,
             f1(LockFigures::pct(&f.wait_ms, 50.0)),
             f1(LockFigures::pct(&f.wait_ms, 100.0)),
             f.reads_per_waiter_s,
             f.requests_per_waiter_s,
+            f.overlaps,
         );
     }
     out
