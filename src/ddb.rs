@@ -343,6 +343,16 @@ fn build_err(e: aws_sdk_dynamodb::error::BuildError) -> Error {
 
 /// Runs writes as one `TransactWriteItems` (all or nothing). Cancellation is an outcome.
 pub(crate) async fn transact(client: &Client, writes: &[Write]) -> Result<Transacted> {
+    transact_with_token(client, writes, None).await
+}
+
+/// [`transact`] with an explicit idempotency token: repeating it with the same token and writes
+/// within 10 minutes does not apply them twice.
+pub(crate) async fn transact_with_token(
+    client: &Client,
+    writes: &[Write],
+    token: Option<String>,
+) -> Result<Transacted> {
     let items = writes
         .iter()
         .map(Write::to_transact)
@@ -350,6 +360,7 @@ pub(crate) async fn transact(client: &Client, writes: &[Write]) -> Result<Transa
     match client
         .transact_write_items()
         .set_transact_items(Some(items))
+        .set_client_request_token(token)
         .send()
         .await
     {

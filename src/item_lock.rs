@@ -593,3 +593,32 @@ impl LockInfo {
         }
     }
 }
+
+/// A user's write applied directly, without a lock, conditional on the item not being locked
+/// (and on the request's own condition): the write-only fast path.
+pub(crate) fn unlocked_write(req: &Request) -> Write {
+    let mut ph = Placeholders::default();
+    ph.extend_user(req.names.as_ref(), req.values.as_ref());
+    let mut cond = format!("attribute_not_exists({})", ph.name(OWNER));
+    if let Some(c) = &req.condition {
+        cond.push_str(&format!(" AND ({c})"));
+    }
+    let kind = match req.op {
+        Op::Put => WriteKind::Put {
+            item: req.item.clone().unwrap_or_default(),
+        },
+        Op::Update => WriteKind::Update {
+            key: req.key.clone(),
+            update: req.update.clone().unwrap_or_default(),
+        },
+        _ => WriteKind::Delete {
+            key: req.key.clone(),
+        },
+    };
+    Write {
+        table: req.table.clone(),
+        kind,
+        condition: Some(cond),
+        ph,
+    }
+}

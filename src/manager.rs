@@ -30,6 +30,11 @@ pub struct Settings {
     /// every write, unlocks every item and commits the record). Larger transactions apply, commit and
     /// unlock in phases. 0 disables the one-request path.
     pub one_shot_max_items: usize,
+    /// Commit transactions that only write (no reads, no `ReturnValues`) of up to 99 items with a
+    /// single `TransactWriteItems` and no locks: every write conditional on its item not being
+    /// locked, plus the record written as committed. Falls back to the locking protocol when an item
+    /// is locked.
+    pub write_only_fast_path: bool,
     /// Attempts of [`TransactionManager::run`] before it gives up.
     pub run_attempts: u32,
     /// First backoff of retries; doubles each attempt, with full jitter.
@@ -66,9 +71,10 @@ impl Settings {
 impl Default for Settings {
     fn default() -> Self {
         Settings {
-            concurrency: 32,
+            concurrency: 128,
             lock_attempts: 6,
             one_shot_max_items: 98,
+            write_only_fast_path: true,
             run_attempts: 10,
             backoff_base: Duration::from_millis(10),
             backoff_max: Duration::from_millis(500),

@@ -767,3 +767,28 @@ pub(crate) async fn clear_waiting(client: &Client, table: &str, id: &TxId) -> Re
     w.send(client, None).await?;
     Ok(())
 }
+
+/// The write of a record created already committed and finalized (the write-only fast path): no
+/// request list, since no item is ever locked for it.
+pub(crate) fn committed_record_write(table: &str, id: &TxId, ttl_secs: Option<u64>) -> Write {
+    let now = ddb::now_millis();
+    let mut item = header_key(id);
+    item.insert(STATE.into(), s("C"));
+    item.insert(VERSION.into(), n(1));
+    item.insert(REQUESTS.into(), AttributeValue::L(Vec::new()));
+    item.insert(CHUNKS.into(), n(0));
+    item.insert(UPDATED.into(), n(now));
+    item.insert(CREATED.into(), n(now));
+    item.insert(FINALIZED.into(), s("1"));
+    if let Some(ttl) = ttl_secs {
+        item.insert(EXPIRES.into(), n(now / 1000 + ttl));
+    }
+    let mut ph = Placeholders::default();
+    let cond = format!("attribute_not_exists({})", ph.name(TX_ID));
+    Write {
+        table: table.into(),
+        kind: WriteKind::Put { item },
+        condition: Some(cond),
+        ph,
+    }
+}

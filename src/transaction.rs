@@ -92,6 +92,8 @@ struct State {
     outcome: Option<TxState>,
     /// DynamoDB rejected a batch without saying which request: apply one item per batch to find it.
     isolate_rejections: bool,
+    /// The write-only fast path was tried and did not commit.
+    fast_path_failed: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -842,6 +844,13 @@ impl Transaction {
             if st.requests.is_empty() && st.meta.is_none() {
                 return Ok(()); // nothing was ever written
             }
+            if self.fast_path_fits(&st) {
+                match self.commit_write_only(&mut st).await? {
+                    Some(CommitStep::Done) => return Ok(()),
+                    // An item is locked (or the batch was refused): use the locking protocol.
+                    _ => st.fast_path_failed = true,
+                }
+            }
             self.flush(&mut st).await?;
             self.lock_all(&mut st).await?;
             let one_shot = self.one_shot_fits(&st);
@@ -859,6 +868,102 @@ impl Transaction {
             "commit of {} kept meeting concurrent changes",
             self.id
         )))
+    }
+
+    /// Nothing recorded or locked, only writes without return values, few enough for one batch.
+    fn fast_path_fits(&self, st: &State) -> bool {
+        self.mgr.inner.settings.write_only_fast_path
+            && !st.fast_path_failed
+            && st.meta.is_none()
+            && st.items.len() < ddb::MAX_TRANSACT_ACTIONS
+            && st.items.values().all(|e| {
+                e.write.is_some()
+                    && e.read.is_none()
+                    && e.lock.is_none()
+                    && (e.op(&st.requests) != Op::Update
+                        || e.request(&st.requests).update.is_some())
+            })
+            && st
+                .items
+                .values()
+                .map(|e| e.request(&st.requests).encoded_size() * 2)
+                .sum::<usize>()
+                < ddb::MAX_TRANSACT_BYTES
+    }
+
+    /// Commits a write-only transaction with one `TransactWriteItems` and no locks: the record,
+    /// created committed and finalized, plus every write conditional on its item not being locked
+    /// (and on the request's own condition). `None`: it did not commit; fall back to locking.
+    #[instrument(level = "debug", name = "commit_write_only", skip_all, fields(tx = %self.id, items = st.items.len()))]
+    async fn commit_write_only(&self, st: &mut State) -> Result<Option<CommitStep>> {
+        let inner = &self.mgr.inner;
+        let mut writes = vec![record::committed_record_write(
+            &inner.tx_table,
+            &self.id,
+            inner.settings.record_ttl_secs(),
+        )];
+        let mut owners = Vec::new();
+        for (k, e) in &st.items {
+            let req = e.request(&st.requests);
+            writes.push(item_lock::unlocked_write(req));
+            owners.push(k.clone());
+        }
+        // The token makes a repeat after an ambiguous failure safe: it never applies twice.
+        let token = Some(self.id.0.clone());
+        let mut out = ddb::transact_with_token(&inner.client, &writes, token.clone()).await;
+        for _ in 0..3 {
+            match &out {
+                Err(Error::DynamoDb {
+                    ambiguous: true, ..
+                }) => {
+                    out = ddb::transact_with_token(&inner.client, &writes, token.clone()).await;
+                }
+                Err(e) if e.dynamodb_code() == Some("TransactionInProgressException") => {
+                    crate::contention::backoff(&inner.settings, 2).await;
+                    out = ddb::transact_with_token(&inner.client, &writes, token.clone()).await;
+                }
+                _ => break,
+            }
+        }
+        match out {
+            Ok(Transacted::Ok) => {
+                debug!(tx = %self.id, items = st.items.len(), "committed without locks");
+                st.outcome = Some(TxState::Committed);
+                Ok(Some(CommitStep::Done))
+            }
+            Ok(Transacted::Cancelled(reasons)) => {
+                for (i, reason) in reasons.iter().enumerate().skip(1) {
+                    if !reason.is_condition_failed() {
+                        continue;
+                    }
+                    let obs = Observed::of(reason.item.as_ref());
+                    if obs.owner.is_some() {
+                        return Ok(None); // locked by a transaction: resolve it the usual way
+                    }
+                    let e = &st.items[&owners[i - 1]];
+                    let req = e.request(&st.requests);
+                    return Err(Error::ConditionFailed {
+                        tx_id: self.id.clone(),
+                        request_index: e.index(),
+                        table: req.table.clone(),
+                        key: req.key.clone(),
+                        item: obs.visible(),
+                    });
+                }
+                Ok(None)
+            }
+            Err(
+                e @ Error::DynamoDb {
+                    ambiguous: true, ..
+                },
+            ) => Err(Error::Undetermined {
+                tx_id: self.id.clone(),
+                source: Box::new(e),
+            }),
+            // A rejected batch, a conflict: the locking protocol finds out which request.
+            Err(Error::DynamoDb { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     fn one_shot_fits(&self, st: &State) -> bool {

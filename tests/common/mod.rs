@@ -175,6 +175,9 @@ impl TestEnv {
             .images_table(&img_table)
             .configure(|s| {
                 s.rollback_on_drop = false;
+                // Most tests exercise the locking protocol; tests of the write-only fast path turn
+                // it back on.
+                s.write_only_fast_path = false;
                 f(s)
             })
             .build();
@@ -207,7 +210,10 @@ impl TestEnv {
         let m = TransactionManager::builder(client)
             .transactions_table(self.manager.transactions_table())
             .images_table(self.manager.images_table())
-            .configure(|s| s.rollback_on_drop = false)
+            .configure(|s| {
+                s.rollback_on_drop = false;
+                s.write_only_fast_path = self.manager.settings().write_only_fast_path;
+            })
             .build();
         (m, faults)
     }

@@ -1,0 +1,228 @@
+//! The write-only fast path: one `TransactWriteItems`, no locks, interoperating with the locking
+//! protocol on the same items.
+mod common;
+
+use common::*;
+use dynamodb_transactions::fault::FaultMode;
+use dynamodb_transactions::{ContentionPolicy, Error, TxState};
+
+async fn env(prefix: &str) -> TestEnv {
+    TestEnv::with_settings(prefix, |s| s.write_only_fast_path = true).await
+}
+
+async fn warm(env: &TestEnv) {
+    env.manager
+        .get_item()
+        .table_name(&env.table)
+        .key("Id", s("warm"))
+        .send()
+        .await
+        .unwrap();
+    env.counter.reset();
+}
+
+#[tokio::test]
+async fn write_only_transactions_commit_in_one_request() {
+    let env = env("fp-one").await;
+    for i in 0..5 {
+        env.raw_put(
+            &env.table,
+            item(&[("Id", s(&format!("u{i}"))), ("n", n(i))]),
+        )
+        .await;
+    }
+    env.raw_put(&env.table, item(&[("Id", s("gone")), ("n", n(0))]))
+        .await;
+    warm(&env).await;
+    let tx = env.manager.begin();
+    let id = tx.id().clone();
+    for i in 0..5 {
+        tx.update_item()
+            .table_name(&env.table)
+            .key("Id", s(&format!("u{i}")))
+            .update_expression("SET n = n + :one")
+            .condition_expression("n >= :zero")
+            .expression_attribute_values(":one", n(1))
+            .expression_attribute_values(":zero", n(0))
+            .send()
+            .await
+            .unwrap();
+    }
+    tx.put_item()
+        .table_name(&env.table)
+        .item("Id", s("new"))
+        .item("n", n(7))
+        .condition_expression("attribute_not_exists(Id)")
+        .send()
+        .await
+        .unwrap();
+    tx.delete_item()
+        .table_name(&env.table)
+        .key("Id", s("gone"))
+        .send()
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(env.counter.snapshot().get("TransactWriteItems"), Some(&1));
+    assert_eq!(env.counter.total(), 1, "{:?}", env.counter.snapshot());
+    for i in 0..5 {
+        let it = env
+            .raw_get(&env.table, &key(&format!("u{i}")))
+            .await
+            .unwrap();
+        assert_eq!(it, item(&[("Id", s(&format!("u{i}"))), ("n", n(i + 1))]));
+    }
+    assert_eq!(
+        env.raw_get(&env.table, &key("new")).await.unwrap(),
+        item(&[("Id", s("new")), ("n", n(7))])
+    );
+    assert!(env.raw_get(&env.table, &key("gone")).await.is_none());
+    assert_eq!(
+        env.manager.transaction_state(&id).await.unwrap(),
+        Some((TxState::Committed, true))
+    );
+}
+
+#[tokio::test]
+async fn a_false_condition_applies_nothing() {
+    let env = env("fp-cond").await;
+    env.raw_put(&env.table, item(&[("Id", s("a")), ("n", n(1))]))
+        .await;
+    env.raw_put(&env.table, item(&[("Id", s("b")), ("n", n(1))]))
+        .await;
+    let tx = env.manager.begin();
+    let id = tx.id().clone();
+    tx.update_item()
+        .table_name(&env.table)
+        .key("Id", s("a"))
+        .update_expression("SET n = :v")
+        .expression_attribute_values(":v", n(50))
+        .send()
+        .await
+        .unwrap();
+    tx.update_item()
+        .table_name(&env.table)
+        .key("Id", s("b"))
+        .update_expression("SET n = :v")
+        .condition_expression("n > :v")
+        .expression_attribute_values(":v", n(50))
+        .send()
+        .await
+        .unwrap();
+    match tx.commit().await {
+        Err(Error::ConditionFailed {
+            request_index: 1,
+            item: Some(current),
+            ..
+        }) => {
+            assert_eq!(current, item(&[("Id", s("b")), ("n", n(1))]));
+        }
+        other => panic!("expected ConditionFailed, got {other:?}"),
+    }
+    assert_eq!(env.raw_get(&env.table, &key("a")).await.unwrap()["n"], n(1));
+    assert_eq!(
+        env.manager.transaction_state(&id).await.unwrap(),
+        None,
+        "no record was written"
+    );
+}
+
+#[tokio::test]
+async fn a_locked_item_falls_back_to_the_locking_protocol() {
+    let env = TestEnv::with_settings("fp-lock", |s| {
+        s.write_only_fast_path = true;
+        s.contention = ContentionPolicy::RollBackOthers;
+    })
+    .await;
+    env.raw_put(&env.table, item(&[("Id", s("a")), ("n", n(1))]))
+        .await;
+    // Another transaction holds a read lock on the item.
+    let holder = env.manager.begin();
+    holder
+        .get_item()
+        .table_name(&env.table)
+        .key("Id", s("a"))
+        .send()
+        .await
+        .unwrap();
+    let tx = env.manager.begin();
+    tx.update_item()
+        .table_name(&env.table)
+        .key("Id", s("a"))
+        .update_expression("SET n = :v")
+        .expression_attribute_values(":v", n(2))
+        .send()
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(
+        env.raw_get(&env.table, &key("a")).await.unwrap(),
+        item(&[("Id", s("a")), ("n", n(2))])
+    );
+    assert_eq!(
+        env.manager.transaction_state(holder.id()).await.unwrap(),
+        Some((TxState::RolledBack, true))
+    );
+    assert!(holder.commit().await.unwrap_err().is_rolled_back());
+}
+
+#[tokio::test]
+async fn a_lost_response_is_repeated_without_applying_twice() {
+    let env = env("fp-lost").await;
+    env.raw_put(&env.table, item(&[("Id", s("c")), ("n", n(0))]))
+        .await;
+    warm(&env).await;
+    let tx = env.manager.begin();
+    let id = tx.id().clone();
+    tx.update_item()
+        .table_name(&env.table)
+        .key("Id", s("c"))
+        .update_expression("ADD n :one")
+        .expression_attribute_values(":one", n(1))
+        .send()
+        .await
+        .unwrap();
+    env.faults.fail_once_at(1, FaultMode::AfterSend);
+    tx.commit().await.unwrap();
+    assert!(env.faults.struck());
+    assert_eq!(
+        env.raw_get(&env.table, &key("c")).await.unwrap()["n"],
+        n(1),
+        "applied once"
+    );
+    assert_eq!(
+        env.manager.transaction_state(&id).await.unwrap(),
+        Some((TxState::Committed, true))
+    );
+}
+
+#[tokio::test]
+async fn a_coordinator_that_dies_after_sending_reports_an_undetermined_outcome() {
+    let env = env("fp-dead").await;
+    env.raw_put(&env.table, item(&[("Id", s("c")), ("n", n(0))]))
+        .await;
+    warm(&env).await;
+    let tx = env.manager.begin();
+    let id = tx.id().clone();
+    tx.update_item()
+        .table_name(&env.table)
+        .key("Id", s("c"))
+        .update_expression("ADD n :one")
+        .expression_attribute_values(":one", n(1))
+        .send()
+        .await
+        .unwrap();
+    env.faults.crash_at(1, FaultMode::AfterSend);
+    let err = tx.commit().await.unwrap_err();
+    assert!(err.is_undetermined(), "{err:?}");
+    env.faults.disarm();
+    // The record tells what happened: it landed.
+    assert_eq!(
+        env.manager.transaction_state(&id).await.unwrap(),
+        Some((TxState::Committed, true))
+    );
+    assert_eq!(
+        env.raw_get(&env.table, &key("c")).await.unwrap(),
+        item(&[("Id", s("c")), ("n", n(1))])
+    );
+}
