@@ -81,6 +81,10 @@ struct Args {
     /// Sleep between tries of the naive lease-lock loop, ms.
     #[arg(long, default_value_t = 20)]
     naive_sleep_ms: u64,
+    /// Disable the write-only fast path, to measure the locking protocol on write-only
+    /// transactions too.
+    #[arg(long)]
+    locking: bool,
     /// `Settings::concurrency` of the library driver (default: the library's default).
     #[arg(long)]
     concurrency: Option<usize>,
@@ -716,6 +720,10 @@ async fn bench_transactions(args: &Args, prefix: &str) -> Vec<Row> {
                 if seq {
                     st.concurrency = 1;
                     st.one_shot_max_items = 0;
+                }
+                // The sequential driver is the Java library's shape: always the locking protocol.
+                if seq || args.locking {
+                    st.write_only_fast_path = false;
                 }
             })
             .build()
