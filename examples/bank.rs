@@ -9,17 +9,15 @@
 //! The endpoint comes from `AWS_ENDPOINT_URL_DYNAMODB` (`./scripts/demo` starts DynamoDB Local).
 //! The last line printed is a JSON summary.
 
+#[path = "common/mod.rs"]
+mod common;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use aws_sdk_dynamodb::Client;
-use aws_sdk_dynamodb::config::retry::RetryConfig;
-use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
-use aws_sdk_dynamodb::types::{
-    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
-    ScalarAttributeType,
-};
+use aws_sdk_dynamodb::types::AttributeValue;
 use clap::Parser;
 use dynamodb_transactions::fault::{FaultInjector, FaultMode};
 use dynamodb_transactions::{Error, TransactionManager, TxId, TxState};
@@ -55,21 +53,7 @@ struct Args {
 const START_BALANCE: i64 = 1000;
 
 async fn client(faults: Option<FaultInjector>) -> Client {
-    let mut loader = aws_config::defaults(BehaviorVersion::latest());
-    if std::env::var("AWS_ACCESS_KEY_ID").is_err() {
-        loader =
-            loader.credentials_provider(Credentials::new("local", "local", None, None, "static"));
-    }
-    if std::env::var("AWS_REGION").is_err() {
-        loader = loader.region(Region::new("us-east-1"));
-    }
-    let sdk = loader.load().await;
-    let mut b = aws_sdk_dynamodb::config::Builder::from(&sdk)
-        .retry_config(RetryConfig::standard().with_max_attempts(3));
-    if let Some(f) = faults {
-        b = b.interceptor(f);
-    }
-    Client::from_conf(b.build())
+    common::client(faults.into_iter().map(common::shared).collect()).await
 }
 
 fn manager(client: Client, prefix: &str) -> TransactionManager {
@@ -156,38 +140,10 @@ async fn transfer(
     }
 }
 
-async fn scan(client: &Client, table: &str) -> Vec<dynamodb_transactions::Item> {
-    let mut out = Vec::new();
-    let mut start = None;
-    loop {
-        let page = client
-            .scan()
-            .table_name(table)
-            .consistent_read(true)
-            .set_exclusive_start_key(start)
-            .send()
-            .await
-            .expect("scan");
-        out.extend(page.items.unwrap_or_default());
-        start = page.last_evaluated_key;
-        if start.is_none() {
-            return out;
-        }
-    }
-}
-
 #[tokio::main]
 async fn main() {
     let args = Args::parse();
-    if std::env::var("AWS_ENDPOINT_URL_DYNAMODB").is_err()
-        && std::env::var("AWS_ACCESS_KEY_ID").is_err()
-    {
-        eprintln!(
-            "bank: no DynamoDB to talk to. Run ./scripts/demo, or set AWS_ENDPOINT_URL_DYNAMODB \
-             (e.g. from `scripts/dynamodb-local start`), or AWS credentials for real DynamoDB."
-        );
-        std::process::exit(2);
-    }
+    common::require_endpoint("bank");
     let prefix = args
         .table_prefix
         .clone()
@@ -199,36 +155,7 @@ async fn main() {
         .create_tables()
         .await
         .expect("create the transaction tables");
-    let created = admin
-        .create_table()
-        .table_name(&table)
-        .billing_mode(BillingMode::PayPerRequest)
-        .attribute_definitions(
-            AttributeDefinition::builder()
-                .attribute_name("Id")
-                .attribute_type(ScalarAttributeType::S)
-                .build()
-                .unwrap(),
-        )
-        .key_schema(
-            KeySchemaElement::builder()
-                .attribute_name("Id")
-                .key_type(KeyType::Hash)
-                .build()
-                .unwrap(),
-        )
-        .send()
-        .await;
-    if let Err(e) = created
-        && !e
-            .as_service_error()
-            .is_some_and(|s| s.is_resource_in_use_exception())
-    {
-        panic!(
-            "cannot create {table}: {}",
-            aws_sdk_dynamodb::error::DisplayErrorContext(e)
-        );
-    }
+    common::create_table(&admin, &table).await;
     for i in 0..args.accounts {
         admin
             .put_item()
@@ -239,7 +166,7 @@ async fn main() {
             .await
             .expect("seed account");
     }
-    let total_before: i64 = scan(&admin, &table).await.iter().map(balance).sum();
+    let total_before: i64 = common::scan(&admin, &table).await.iter().map(balance).sum();
     println!(
         "bank: {} accounts in {table}, total {total_before}",
         args.accounts
@@ -342,13 +269,13 @@ async fn main() {
         }
     }
 
-    let items = scan(&admin, &table).await;
+    let items = common::scan(&admin, &table).await;
     let total_after: i64 = items.iter().map(balance).sum();
     let locked = items
         .iter()
         .filter(|i| i.keys().any(|k| k.starts_with("_Tx")))
         .count();
-    let images = scan(&admin, &format!("{prefix}-img")).await.len();
+    let images = common::scan(&admin, &format!("{prefix}-img")).await.len();
     let committed = counts.committed.load(Ordering::SeqCst) + rec_committed;
     let rolled_back = counts.rolled_back.load(Ordering::SeqCst) + rec_rolled_back;
     let abandoned_n = counts.abandoned.load(Ordering::SeqCst);

@@ -3,35 +3,17 @@
 //!
 //! Run against DynamoDB Local: `AWS_ENDPOINT_URL_DYNAMODB=http://127.0.0.1:8000 cargo run --example lease_lock`.
 
+#[path = "common/mod.rs"]
+mod common;
+
 use std::time::Duration;
 
-use aws_sdk_dynamodb::Client;
-use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
 use dynamodb_transactions::lock::lease::LeaseLock;
 use dynamodb_transactions::lock::{Wait, create_lock_table};
 
-fn client() -> Client {
-    let mut b = aws_sdk_dynamodb::Config::builder()
-        .behavior_version(BehaviorVersion::latest())
-        .region(Region::new(
-            std::env::var("AWS_REGION").unwrap_or_else(|_| "us-east-1".into()),
-        ));
-    if let Ok(ep) = std::env::var("AWS_ENDPOINT_URL_DYNAMODB") {
-        b = b.endpoint_url(ep);
-    }
-    b = match (
-        std::env::var("AWS_ACCESS_KEY_ID"),
-        std::env::var("AWS_SECRET_ACCESS_KEY"),
-    ) {
-        (Ok(k), Ok(s)) => b.credentials_provider(Credentials::new(k, s, None, None, "env")),
-        _ => b.credentials_provider(Credentials::new("local", "local", None, None, "static")),
-    };
-    Client::from_conf(b.build())
-}
-
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let client = client();
+    let client = common::client(vec![]).await;
     let table = format!(
         "example-lease-locks-{}",
         &uuid::Uuid::new_v4().simple().to_string()[..8]
