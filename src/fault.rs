@@ -26,7 +26,8 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use aws_sdk_dynamodb::config::interceptors::{
-    BeforeDeserializationInterceptorContextRef, BeforeTransmitInterceptorContextRef,
+    BeforeDeserializationInterceptorContextMut, BeforeDeserializationInterceptorContextRef,
+    BeforeTransmitInterceptorContextRef,
 };
 use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
 use aws_smithy_runtime_api::client::orchestrator::Metadata;
@@ -247,5 +248,77 @@ impl Intercept for FaultInjector {
         cfg: &mut ConfigBag,
     ) -> HookResult {
         self.decide(cfg, FaultMode::AfterSend)
+    }
+}
+
+/// Turns a random fraction of responses into throttling errors (`ThrottlingException`, HTTP 400),
+/// which the SDK retries. The request *was* applied by DynamoDB: the retry meets the first
+/// attempt's effect, a harsher fault than real throttling (where nothing was applied) that the
+/// protocol must survive all the same.
+///
+/// ```no_run
+/// use dynamodb_transactions::fault::Throttler;
+/// let throttle = Throttler::new(0.05, 42); // 5% of responses, seeded
+/// # let _ = throttle;
+/// ```
+#[derive(Debug, Clone)]
+pub struct Throttler {
+    state: Arc<Mutex<(rand::rngs::StdRng, f64, u64)>>,
+}
+
+impl Throttler {
+    /// Throttles each response with `probability`, drawing from a generator seeded with `seed`.
+    pub fn new(probability: f64, seed: u64) -> Self {
+        use rand::SeedableRng;
+        Throttler {
+            state: Arc::new(Mutex::new((
+                rand::rngs::StdRng::seed_from_u64(seed),
+                probability,
+                0,
+            ))),
+        }
+    }
+
+    /// Changes the probability (0 stops throttling).
+    pub fn set_probability(&self, probability: f64) {
+        self.state.lock().expect("throttler poisoned").1 = probability;
+    }
+
+    /// Responses turned into throttling errors so far.
+    pub fn injected(&self) -> u64 {
+        self.state.lock().expect("throttler poisoned").2
+    }
+}
+
+impl Intercept for Throttler {
+    fn name(&self) -> &'static str {
+        "Throttler"
+    }
+
+    fn modify_before_deserialization(
+        &self,
+        ctx: &mut BeforeDeserializationInterceptorContextMut<'_>,
+        _rc: &RuntimeComponents,
+        _cfg: &mut ConfigBag,
+    ) -> HookResult {
+        use rand::Rng;
+        let fire = {
+            let mut s = self.state.lock().expect("throttler poisoned");
+            let p = s.1.clamp(0.0, 1.0);
+            let fire = s.0.random_bool(p);
+            if fire {
+                s.2 += 1;
+            }
+            fire
+        };
+        if fire {
+            let resp = ctx.response_mut();
+            *resp.status_mut() = 400u16.try_into().expect("valid status");
+            *resp.body_mut() = aws_smithy_types::body::SdkBody::from(
+                r#"{"__type":"com.amazonaws.dynamodb.v20120810#ThrottlingException","message":"injected throttling"}"#,
+            );
+            resp.headers_mut().remove("x-amz-crc32");
+        }
+        Ok(())
     }
 }

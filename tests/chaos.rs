@@ -1,0 +1,204 @@
+//! Chaos at small scale: concurrent coordinators transfer money while coordinators crash at random
+//! protocol steps, responses are lost, and responses turn into throttling errors after the server
+//! applied the request. Afterwards the sweeper cleans up, and the invariants are checked: the total
+//! is conserved, no item carries `_Tx*` attributes, no image is left, every record is finalized.
+//!
+//! `CHAOS_SEED=<n>` replays a run; `CHAOS_SCALE=<k>` multiplies the work (default 1 in CI).
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use dynamodb_transactions::fault::{FaultInjector, FaultMode, Throttler};
+use dynamodb_transactions::sweeper::SweepOptions;
+use dynamodb_transactions::{Error, TransactionManager};
+use rand::{Rng, SeedableRng};
+
+fn balance(item: &dynamodb_transactions::Item) -> i64 {
+    item["bal"].as_n().unwrap().parse().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transfers_survive_crashes_lost_responses_and_throttling() {
+    let seed: u64 = std::env::var("CHAOS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random);
+    let scale: usize = std::env::var("CHAOS_SCALE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1);
+    println!("chaos seed {seed} (replay with CHAOS_SEED={seed}), scale {scale}");
+    let env = TestEnv::new("chaos").await;
+    let accounts = 8;
+    for i in 0..accounts {
+        env.raw_put(
+            &env.table,
+            item(&[("Id", s(&format!("a{i}"))), ("bal", n(100))]),
+        )
+        .await;
+    }
+    let workers = 6;
+    let per_worker = 12 * scale;
+    let mut handles = Vec::new();
+    for w in 0..workers {
+        let faults = FaultInjector::new();
+        let throttle = Throttler::new(0.03, seed ^ (w as u64 + 1));
+        let m = TransactionManager::builder(client_with(vec![
+            shared(faults.clone()),
+            shared(throttle.clone()),
+        ]))
+        .transactions_table(env.manager.transactions_table())
+        .images_table(env.manager.images_table())
+        .configure(|s| {
+            s.rollback_on_drop = false;
+            // Half the workers commit in phases, so both commit paths meet the faults.
+            if w % 2 == 1 {
+                s.one_shot_max_items = 0;
+            }
+            s.lock_wait = Duration::from_secs(3);
+            // Crashed coordinators hold locks until contenders find them dead.
+            s.contention = dynamodb_transactions::ContentionPolicy::Ordered {
+                dead_after: Duration::from_secs(2),
+                ticket_at_begin: false,
+            };
+        })
+        .build();
+        let table = env.table.clone();
+        handles.push(tokio::spawn(async move {
+            let mut rng = rand::rngs::StdRng::seed_from_u64(seed.wrapping_add(w as u64 * 7919));
+            let (mut crashes, mut lost) = (0u64, 0u64);
+            for _ in 0..per_worker {
+                let from = rng.random_range(0..accounts);
+                let to = (from + rng.random_range(1..accounts)) % accounts;
+                let amount = rng.random_range(1..30);
+                let fault = rng.random_range(0..10);
+                match fault {
+                    0 => {
+                        faults.crash_at(rng.random_range(1..=8), FaultMode::BeforeSend);
+                        crashes += 1;
+                    }
+                    1 => {
+                        faults.crash_at(rng.random_range(1..=8), FaultMode::AfterSend);
+                        crashes += 1;
+                    }
+                    2 | 3 => {
+                        faults.fail_once_at(rng.random_range(1..=8), FaultMode::AfterSend);
+                        lost += 1;
+                    }
+                    _ => faults.disarm(),
+                }
+                for _attempt in 0..50 {
+                    let tx = m.begin();
+                    let r = async {
+                        let a = tx
+                            .get_item()
+                            .table_name(&table)
+                            .key("Id", s(&format!("a{from}")))
+                            .send()
+                            .await?;
+                        let b = tx
+                            .get_item()
+                            .table_name(&table)
+                            .key("Id", s(&format!("a{to}")))
+                            .send()
+                            .await?;
+                        let (a, b) = (balance(a.item().unwrap()), balance(b.item().unwrap()));
+                        if a < amount {
+                            return Ok::<_, Error>(false);
+                        }
+                        tx.put_item()
+                            .table_name(&table)
+                            .item("Id", s(&format!("a{from}")))
+                            .item("bal", n(a - amount))
+                            .send()
+                            .await?;
+                        tx.put_item()
+                            .table_name(&table)
+                            .item("Id", s(&format!("a{to}")))
+                            .item("bal", n(b + amount))
+                            .send()
+                            .await?;
+                        Ok(true)
+                    }
+                    .await;
+                    let outcome = match r {
+                        Ok(true) => tx.commit().await,
+                        Ok(false) => tx.rollback().await,
+                        Err(e) => {
+                            tx.abandon();
+                            Err(e)
+                        }
+                    };
+                    if faults.struck() {
+                        // A crashed coordinator leaves its transaction for others (one transfer lost
+                        // or done, decided later); a lost response may have been absorbed.
+                        faults.disarm();
+                        break;
+                    }
+                    match outcome {
+                        Ok(()) => break,
+                        Err(e) if e.is_retryable() || e.is_undetermined() => continue,
+                        Err(e) => panic!("worker {w}: unexpected error: {e}"),
+                    }
+                }
+            }
+            (crashes, lost, throttle.injected())
+        }));
+    }
+    let (mut crashes, mut lost, mut throttled) = (0, 0, 0);
+    for h in handles {
+        let (c, l, t) = h.await.unwrap();
+        crashes += c;
+        lost += l;
+        throttled += t;
+    }
+    println!(
+        "chaos: {crashes} crashes armed, {lost} lost responses armed, {throttled} throttled responses"
+    );
+
+    // Everyone is gone: the sweeper finishes what they left.
+    let report = env
+        .manager
+        .sweep(
+            &SweepOptions::new()
+                .rollback_after(Duration::ZERO)
+                .complete_after(Duration::ZERO),
+        )
+        .await
+        .unwrap();
+    assert!(
+        report.errors.is_empty(),
+        "sweep errors: {:?}",
+        report.errors
+    );
+
+    let items = env.scan_all(&env.table).await;
+    assert_eq!(items.len(), accounts, "no account created or lost");
+    for i in &items {
+        assert!(
+            !has_tx_attrs(i),
+            "lock attributes left (seed {seed}): {i:?}"
+        );
+    }
+    let total: i64 = items.iter().map(balance).sum();
+    assert_eq!(
+        total,
+        100 * accounts as i64,
+        "total conserved (seed {seed})"
+    );
+    assert!(
+        env.scan_all(env.manager.images_table()).await.is_empty(),
+        "images left (seed {seed})"
+    );
+    for row in env.scan_all(env.manager.transactions_table()).await {
+        if row["_TxId"].as_s().unwrap().starts_with('~') || row["_TxN"] != n(0) {
+            continue;
+        }
+        assert!(
+            row.contains_key("_TxF"),
+            "record not finalized (seed {seed}): {:?}",
+            row.get("_TxS")
+        );
+    }
+}
