@@ -473,6 +473,42 @@ async fn bad_input_is_rejected_before_any_write() {
             .isolation(dynamodb_transactions::IsolationLevel::ReadLock)
             .send()
     );
+    let r = &env.range_table;
+    // The range key of a hash+range table is missing.
+    expect_invalid!(tx.put_item().table_name(r).item("Id", s("a")).send());
+    expect_invalid!(tx.get_item().table_name(r).key("Id", s("a")).send());
+    // An invalid update expression (unbalanced), an empty condition, a reserved name reached
+    // through a name placeholder in a condition, a projection using an undefined placeholder.
+    expect_invalid!(
+        tx.update_item()
+            .table_name(t)
+            .key("Id", s("a"))
+            .update_expression("SET v = if_not_exists(v, :z")
+            .expression_attribute_values(":z", n(0))
+            .send()
+    );
+    expect_invalid!(
+        tx.delete_item()
+            .table_name(t)
+            .key("Id", s("a"))
+            .condition_expression("  ")
+            .send()
+    );
+    expect_invalid!(
+        tx.delete_item()
+            .table_name(t)
+            .key("Id", s("a"))
+            .condition_expression("attribute_exists(#l)")
+            .expression_attribute_names("#l", "_TxA")
+            .send()
+    );
+    expect_invalid!(
+        tx.get_item()
+            .table_name(t)
+            .key("Id", s("a"))
+            .projection_expression("#nope")
+            .send()
+    );
     // An unknown table is a typed error too.
     match tx
         .put_item()
@@ -501,7 +537,7 @@ async fn bad_input_is_rejected_before_any_write() {
         Err(Error::DuplicateRequest { .. }) => {}
         other => panic!("expected DuplicateRequest, got {other:?}"),
     }
-    assert!(errors.len() >= 21);
+    assert!(errors.len() >= 27, "{} cases", errors.len());
     // Nothing was written: only key-schema lookups went out.
     let snapshot = env.counter.snapshot();
     assert_eq!(
