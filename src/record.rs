@@ -385,10 +385,9 @@ pub(crate) async fn append(
 }
 
 fn pending_at(ph: &mut Placeholders, version: u64) -> String {
+    let pending = pending(ph);
     format!(
-        "{} = {} AND {} = {}",
-        ph.name(STATE),
-        ph.value("P", s("P")),
+        "{pending} AND {} = {}",
         ph.name(VERSION),
         ph.value("Ver", n(version))
     )
@@ -419,15 +418,7 @@ async fn append_inline(
         v = ph.name(VERSION),
         one = ph.value("One", n(1)),
     );
-    let w = Write {
-        table: table.into(),
-        kind: WriteKind::Update {
-            key: header_key(id),
-            update,
-        },
-        condition: Some(cond),
-        ph,
-    };
+    let w = header_update(table, id, update, cond, ph);
     let next = RecordMeta {
         version: meta.version + 1,
         chunks: meta.chunks,
@@ -478,15 +469,7 @@ async fn append_chunks(
         v = ph.name(VERSION),
         one = ph.value("One", n(1)),
     );
-    let mut writes = vec![Write {
-        table: table.into(),
-        kind: WriteKind::Update {
-            key: header_key(id),
-            update,
-        },
-        condition: Some(cond),
-        ph,
-    }];
+    let mut writes = vec![header_update(table, id, update, cond, ph)];
     for (i, g) in groups.into_iter().enumerate() {
         let mut item = row_key(id, meta.chunks + 1 + i as u32);
         item.insert(REQUESTS.into(), AttributeValue::L(g));
@@ -540,6 +523,24 @@ pub(crate) enum Flipped {
     Failed(Option<Header>),
 }
 
+/// A conditional update of the header row.
+fn header_update(table: &str, id: &TxId, update: String, cond: String, ph: Placeholders) -> Write {
+    Write {
+        table: table.into(),
+        kind: WriteKind::Update {
+            key: header_key(id),
+            update,
+        },
+        condition: Some(cond),
+        ph,
+    }
+}
+
+/// The condition that the record is pending.
+fn pending(ph: &mut Placeholders) -> String {
+    format!("{} = {}", ph.name(STATE), ph.value("P", s("P")))
+}
+
 /// The write that decides a pending record at `version` (used alone or inside a batch).
 pub(crate) fn decide_write(
     table: &str,
@@ -564,21 +565,13 @@ pub(crate) fn decide_write(
             ph.value("Fin", s("1"))
         ));
     }
-    Write {
-        table: table.into(),
-        kind: WriteKind::Update {
-            key: header_key(id),
-            update,
-        },
-        condition: Some(cond),
-        ph,
-    }
+    header_update(table, id, update, cond, ph)
 }
 
 /// A condition that the record is still pending (for `TransactWriteItems`).
 pub(crate) fn pending_check(table: &str, id: &TxId) -> Write {
     let mut ph = Placeholders::default();
-    let cond = format!("{} = {}", ph.name(STATE), ph.value("P", s("P")));
+    let cond = pending(&mut ph);
     Write {
         table: table.into(),
         kind: WriteKind::Check {
@@ -632,15 +625,7 @@ pub(crate) async fn finalize(
             ph.value("Exp", n(at))
         ));
     }
-    let w = Write {
-        table: table.into(),
-        kind: WriteKind::Update {
-            key: header_key(id),
-            update,
-        },
-        condition: Some(cond),
-        ph,
-    };
+    let w = header_update(table, id, update, cond, ph);
     match w.send(client, None).await? {
         Written::Ok(_) => Ok(()),
         // Gone (deleted after someone else finalized it) or already final: fine. Any other state is a bug.
@@ -713,7 +698,7 @@ pub(crate) async fn set_ticket(
     waiting_on: Option<u64>,
 ) -> Result<bool> {
     let mut ph = Placeholders::default();
-    let cond = format!("{} = {}", ph.name(STATE), ph.value("P", s("P")));
+    let cond = pending(&mut ph);
     let mut update = format!(
         "SET {d} = {now}",
         d = ph.name(UPDATED),
@@ -733,37 +718,21 @@ pub(crate) async fn set_ticket(
             ph.value("Ticket", n(t))
         ));
     }
-    let w = Write {
-        table: table.into(),
-        kind: WriteKind::Update {
-            key: header_key(id),
-            update,
-        },
-        condition: Some(cond),
-        ph,
-    };
+    let w = header_update(table, id, update, cond, ph);
     Ok(matches!(w.send(client, None).await?, Written::Ok(_)))
 }
 
 /// Clears the "waiting on" marker of a pending record (the wait is over).
 pub(crate) async fn clear_waiting(client: &Client, table: &str, id: &TxId) -> Result<()> {
     let mut ph = Placeholders::default();
-    let cond = format!("{} = {}", ph.name(STATE), ph.value("P", s("P")));
+    let cond = pending(&mut ph);
     let update = format!(
         "SET {d} = {now} REMOVE {w}",
         d = ph.name(UPDATED),
         now = ph.value("Now", n(ddb::now_millis())),
         w = ph.name(WAITING)
     );
-    let w = Write {
-        table: table.into(),
-        kind: WriteKind::Update {
-            key: header_key(id),
-            update,
-        },
-        condition: Some(cond),
-        ph,
-    };
+    let w = header_update(table, id, update, cond, ph);
     w.send(client, None).await?;
     Ok(())
 }
