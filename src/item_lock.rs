@@ -82,9 +82,11 @@ impl Observed {
     }
 
     /// The item as committed state shows it, ignoring any lock: `None` when it does not exist
-    /// (absent, or a placeholder that holds a lock on an absent item).
+    /// (absent, or a placeholder that holds a lock on an absent item — also once a delete of it is
+    /// marked: a marked delete changes nothing, so the placeholder still holds no item).
     pub fn visible(&self) -> Option<Item> {
-        (self.exists && (self.applied || !self.transient)).then(|| self.user.clone())
+        let holds_item = !self.transient || (self.applied && !self.applied_delete);
+        (self.exists && holds_item).then(|| self.user.clone())
     }
 }
 

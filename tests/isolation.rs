@@ -206,6 +206,43 @@ async fn pending_delete_still_shows_the_item() {
     assert_reads(&env, COMMITTED, "a", None).await;
 }
 
+/// Found by the model check (tests/model.rs): a phased delete of an item that did not exist marks
+/// its placeholder (`_TxT` + `_TxA = "D"`); readers must still see no item, not an item holding only
+/// its key.
+#[tokio::test]
+async fn pending_delete_of_an_absent_item_reads_as_absent() {
+    let env = TestEnv::with_settings("iso-del-absent", |s| s.one_shot_max_items = 0).await;
+    for k in 1..10 {
+        let tx = env.manager.begin();
+        let tx_id = tx.id().clone();
+        tx.delete_item()
+            .table_name(&env.table)
+            .key("Id", s("gone"))
+            .send()
+            .await
+            .unwrap();
+        // Die before the flip: the delete is marked on the placeholder, the record pending.
+        env.faults.crash_at(k, FaultMode::BeforeSend);
+        let _ = tx.commit().await;
+        env.faults.disarm();
+        let raw = env.raw_get(&env.table, &key("gone")).await;
+        let marked = raw
+            .as_ref()
+            .is_some_and(|r| r.get("_TxA") == Some(&s("D")) && r.contains_key("_TxT"));
+        let state = env.manager.transaction_state(&tx_id).await.unwrap();
+        if marked && matches!(state, Some((TxState::Pending, _))) {
+            assert_reads(&env, UNCOMMITTED, "gone", None).await;
+            assert_reads(&env, COMMITTED, "gone", None).await;
+            env.manager.rollback_transaction(&tx_id).await.unwrap();
+            assert_eq!(env.raw_get(&env.table, &key("gone")).await, None);
+            assert_reads(&env, COMMITTED, "gone", None).await;
+            return;
+        }
+        let _ = env.manager.rollback_transaction(&tx_id).await;
+    }
+    panic!("no request left a marked placeholder of a pending transaction");
+}
+
 /// Leaves `id` updated to v2 by a transaction that is committed but has not unlocked its items: the
 /// coordinator dies at the first request after the record flipped to committed.
 async fn committed_not_unlocked(env: &TestEnv, id: &str) -> TxId {
