@@ -55,6 +55,9 @@ pub(crate) struct Observed {
     pub image_ref: Option<String>,
     /// The item without lock attributes (empty for a placeholder).
     pub user: Item,
+    /// `_TxD`: the lock's stamp (lock time in ms plus a random fraction), different for every lock
+    /// taken on the item.
+    pub stamp: Option<String>,
 }
 
 impl Observed {
@@ -74,6 +77,7 @@ impl Observed {
             image: raw.get(IMAGE).and_then(|v| v.as_m().ok()).cloned(),
             image_ref: raw.get(IMAGE_REF).and_then(|v| v.as_s().ok()).cloned(),
             user: strip(raw.clone()),
+            stamp: raw.get(LOCK_DATE).and_then(|v| v.as_n().ok()).cloned(),
         }
     }
 
@@ -103,6 +107,19 @@ pub(crate) struct LockInfo {
     pub current: Option<Item>,
     /// Where the before-image lives when it is in the images table.
     pub image_ref: Option<String>,
+    /// The lock's `_TxD` stamp. Applies are conditional on it, so that a write can only land on
+    /// the lock it was prepared under: another handle of the same transaction may re-lock the
+    /// item after a decision released it (a late lock), and an apply must not land on that.
+    pub stamp: Option<String>,
+}
+
+/// A stamp for a new lock: the time in ms with a random fraction, unique per lock in practice.
+fn new_stamp() -> String {
+    format!(
+        "{}.{:06}",
+        crate::ddb::now_millis(),
+        rand::random_range(0..1_000_000u32)
+    )
 }
 
 impl LockInfo {
@@ -121,6 +138,7 @@ impl LockInfo {
             before,
             current: obs.visible(),
             image_ref: obs.image_ref.clone(),
+            stamp: obs.stamp.clone(),
         }
     }
 }
@@ -189,15 +207,13 @@ async fn lock_write(
 ) -> Result<Option<LockOutcome>> {
     let mut ph = Placeholders::default();
     let hk = ph.name_for_user(&schema.hash.0);
+    let stamp = new_stamp();
     let mut update = format!(
         "SET {o} = {me}, {d} = {now}",
         o = ph.name(OWNER),
         me = ph.value("Me", AttributeValue::S(me.0.clone())),
         d = ph.name(LOCK_DATE),
-        now = ph.value(
-            "Now",
-            AttributeValue::N(crate::ddb::now_millis().to_string())
-        ),
+        now = ph.value("Now", AttributeValue::N(stamp.clone())),
     );
     let cond = if absent {
         update.push_str(&format!(
@@ -230,6 +246,7 @@ async fn lock_write(
                 current: old.clone(),
                 before: old,
                 image_ref: None,
+                stamp: Some(stamp),
             })))
         }
         Ok(Written::ConditionFailed(None)) => Ok(None),
@@ -321,6 +338,13 @@ pub(crate) fn request_writes(
         (None, _) => {}
     }
     let keep_lock = stage == Stage::Apply;
+    if let (true, Some(stamp)) = (keep_lock, &lock.stamp) {
+        cond.push(format!(
+            "{} = {}",
+            ph.name(LOCK_DATE),
+            ph.value("Stamp", AttributeValue::N(stamp.clone()))
+        ));
+    }
     let image_attrs = |ph: &mut Placeholders, into: &mut Vec<(String, String)>| {
         if lock.transient {
             return;
@@ -343,7 +367,7 @@ pub(crate) fn request_writes(
                 item.insert(OWNER.into(), AttributeValue::S(me.0.clone()));
                 item.insert(
                     LOCK_DATE.into(),
-                    AttributeValue::N(crate::ddb::now_millis().to_string()),
+                    AttributeValue::N(lock.stamp.clone().unwrap_or_else(new_stamp)),
                 );
                 item.insert(APPLIED.into(), AttributeValue::S("1".into()));
                 if lock.transient {
@@ -592,6 +616,7 @@ impl LockInfo {
             },
             image_ref: self.image_ref.clone(),
             user: self.current.clone().unwrap_or_default(),
+            stamp: self.stamp.clone(),
         }
     }
 }

@@ -719,7 +719,11 @@ impl Transaction {
                         l.current = obs.visible();
                         return Ok(obs.visible());
                     }
-                    if !is_check && !obs.locked_by(&self.id) {
+                    // Our lock is gone — or it is another lock of this transaction, taken by
+                    // another handle after someone decided and released the item.
+                    let lock_lost = !obs.locked_by(&self.id)
+                        || (!obs.applied && lock.stamp.is_some() && obs.stamp != lock.stamp);
+                    if !is_check && lock_lost {
                         // We lost the lock: someone decided the transaction.
                         let header =
                             record::load_header(c, &self.mgr.inner.tx_table, &self.id).await?;
@@ -1131,7 +1135,9 @@ impl Transaction {
                     let obs = Observed::of(reason.item.as_ref());
                     let expected_applied = e.lock.as_ref().is_some_and(|l| l.applied);
                     let is_phantom = is_check && writes[i].kind_key() != Some(&e.key);
-                    if !is_phantom && !obs.locked_by(&self.id) {
+                    let stamp = e.lock.as_ref().and_then(|l| l.stamp.as_ref());
+                    let relocked = !obs.applied && stamp.is_some() && obs.stamp.as_ref() != stamp;
+                    if !is_phantom && (!obs.locked_by(&self.id) || relocked) {
                         // Our lock is gone: someone decided us, or it was broken. Re-check and retry.
                         let header = record::load_header(
                             &self.mgr.inner.client,
@@ -1540,6 +1546,7 @@ impl Transaction {
                 }
             }
             if writes.is_empty() {
+                keys.clear(); // every item is settled (by us or by someone else)
                 break;
             }
             // Items whose settle write failed are re-read (from the failure) and retried.
@@ -1581,6 +1588,16 @@ impl Transaction {
             if !keys.is_empty() {
                 crate::contention::backoff(&self.mgr.inner.settings, 0).await;
             }
+        }
+        // Never delete an image or finalize while an item may still need settling (the model
+        // check's "finalized means settled"): give up for now; completing again finishes the job.
+        if let Some(k) = keys.first() {
+            let e = &st.items[k];
+            return Err(Error::ItemLocked {
+                table: e.table.clone(),
+                key: e.key.clone(),
+                owner: self.id.clone(),
+            });
         }
         if !image_ids.is_empty() {
             let keys: Vec<Item> = image_ids
