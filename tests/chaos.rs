@@ -10,7 +10,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use dynamodb_transactions::fault::{FaultInjector, FaultMode, Throttler};
+use dynamodb_transactions::fault::{Delayer, FaultInjector, FaultMode, Throttler};
 use dynamodb_transactions::sweeper::SweepOptions;
 use dynamodb_transactions::{Error, TransactionManager};
 use rand::{Rng, SeedableRng};
@@ -205,4 +205,85 @@ async fn transfers_survive_crashes_lost_responses_and_throttling() {
             row.get("_TxS")
         );
     }
+}
+
+/// Runs 40 puts and reads (20 at a time) through a client whose requests go through `delayer`;
+/// every request must succeed and every item must read back as written.
+async fn delayed_workload(env: &TestEnv, delayer: &Delayer, prefix: &str) {
+    let c = client_with_delays(vec![], Some(delayer));
+    let writes = (0..20).map(|i| {
+        let c = c.clone();
+        let table = env.table.clone();
+        async move {
+            c.put_item()
+                .table_name(table)
+                .set_item(Some(item(&[
+                    ("Id", s(&format!("{prefix}{i}"))),
+                    ("v", n(i)),
+                ])))
+                .send()
+                .await
+                .expect("delayed PutItem succeeds");
+        }
+    });
+    futures::future::join_all(writes).await;
+    let reads = (0..20).map(|i| {
+        let c = c.clone();
+        let table = env.table.clone();
+        async move {
+            let got = c
+                .get_item()
+                .table_name(table)
+                .key("Id", s(&format!("{prefix}{i}")))
+                .consistent_read(true)
+                .send()
+                .await
+                .expect("delayed GetItem succeeds");
+            assert_eq!(
+                got.item,
+                Some(item(&[("Id", s(&format!("{prefix}{i}"))), ("v", n(i))]))
+            );
+        }
+    });
+    futures::future::join_all(reads).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delayer_delays_requests_that_still_succeed() {
+    let env = TestEnv::new("delay").await;
+    // Every request delayed, at each of the three points.
+    let all = Delayer::new(1.0, Duration::from_millis(20), 7);
+    delayed_workload(&env, &all, "all").await;
+    assert_eq!(all.injected(), 40, "every request delayed");
+    assert!(all.injected_before_send() > 0 && all.injected_after_response() > 0);
+    assert!(all.injected_before_send() + all.injected_after_response() >= all.injected());
+
+    // A fraction, and none.
+    let some = Delayer::new(0.3, Duration::from_millis(20), 7);
+    delayed_workload(&env, &some, "some").await;
+    assert!(
+        some.injected() > 0 && some.injected() < 40,
+        "{} of 40 delayed",
+        some.injected()
+    );
+    let none = Delayer::new(0.0, Duration::from_millis(20), 7);
+    delayed_workload(&env, &none, "none").await;
+    assert_eq!(none.injected(), 0);
+
+    // The same seed draws the same delays for the same sequence of requests.
+    let again = Delayer::new(0.3, Duration::from_millis(20), 7);
+    delayed_workload(&env, &again, "again").await;
+    assert_eq!(
+        (
+            again.injected(),
+            again.injected_before_send(),
+            again.injected_after_response()
+        ),
+        (
+            some.injected(),
+            some.injected_before_send(),
+            some.injected_after_response()
+        )
+    );
+    assert_eq!(env.scan_all(&env.table).await.len(), 80);
 }
