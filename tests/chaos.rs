@@ -1,7 +1,8 @@
 //! Chaos at small scale: concurrent coordinators transfer money while coordinators crash at random
-//! protocol steps, responses are lost, and responses turn into throttling errors after the server
-//! applied the request. Afterwards the sweeper cleans up, and the invariants are checked: the total
-//! is conserved, no item carries `_Tx*` attributes, no image is left, every record is finalized.
+//! protocol steps, responses are lost, responses turn into throttling errors after the server
+//! applied the request, and random requests are delayed before they are sent or after DynamoDB
+//! answered. Afterwards the sweeper cleans up, and the invariants are checked: the total is
+//! conserved, no item carries `_Tx*` attributes, no image is left, every record is finalized.
 //!
 //! `CHAOS_SEED=<n>` replays a run (`CHAOS_SEED=random` explores); `CHAOS_SCALE=<k>` multiplies the
 //! work (default 1 in CI).
@@ -19,8 +20,43 @@ fn balance(item: &dynamodb_transactions::Item) -> i64 {
     item["bal"].as_n().unwrap().parse().unwrap()
 }
 
+/// What one worker did and met.
+#[derive(Debug, Default)]
+struct Stats {
+    crashes_armed: u64,
+    lost_armed: u64,
+    /// Armed faults that struck (the others were armed past the transaction's last request); each
+    /// leaves its transaction to other coordinators or the sweeper.
+    faults_struck: u64,
+    /// Transfers whose `commit` returned `Ok`.
+    committed: u64,
+    /// Transfers declined for lack of funds (rolled back by the worker).
+    declined: u64,
+    /// Attempts that failed with a retryable or undetermined error and were retried.
+    retried: u64,
+    throttled: u64,
+    delayed: u64,
+    delayed_before_send: u64,
+    delayed_after_response: u64,
+}
+
+impl std::ops::AddAssign for Stats {
+    fn add_assign(&mut self, o: Stats) {
+        self.crashes_armed += o.crashes_armed;
+        self.lost_armed += o.lost_armed;
+        self.faults_struck += o.faults_struck;
+        self.committed += o.committed;
+        self.declined += o.declined;
+        self.retried += o.retried;
+        self.throttled += o.throttled;
+        self.delayed += o.delayed;
+        self.delayed_before_send += o.delayed_before_send;
+        self.delayed_after_response += o.delayed_after_response;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn transfers_survive_crashes_lost_responses_and_throttling() {
+async fn transfers_survive_crashes_lost_responses_throttling_and_delays() {
     // A fixed schedule by default (a seed that has passed), so CI is repeatable; `CHAOS_SEED=random`
     // explores new schedules, `CHAOS_SEED=<n>` replays one.
     let seed: u64 = match std::env::var("CHAOS_SEED").as_deref() {
@@ -33,6 +69,7 @@ async fn transfers_survive_crashes_lost_responses_and_throttling() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(1);
     println!("chaos seed {seed} (replay with CHAOS_SEED={seed}), scale {scale}");
+    let started = std::time::Instant::now();
     let env = TestEnv::new("chaos").await;
     let accounts = 8;
     for i in 0..accounts {
@@ -48,10 +85,16 @@ async fn transfers_survive_crashes_lost_responses_and_throttling() {
     for w in 0..workers {
         let faults = FaultInjector::new();
         let throttle = Throttler::new(0.03, seed ^ (w as u64 + 1));
-        let m = TransactionManager::builder(client_with(vec![
-            shared(faults.clone()),
-            shared(throttle.clone()),
-        ]))
+        // A quarter of the requests wait up to 100 ms before going out and/or after the answer.
+        let delays = Delayer::new(
+            0.25,
+            Duration::from_millis(100),
+            seed.rotate_left(17) ^ (w as u64 + 1),
+        );
+        let m = TransactionManager::builder(client_with_delays(
+            vec![shared(faults.clone()), shared(throttle.clone())],
+            Some(&delays),
+        ))
         .transactions_table(env.manager.transactions_table())
         .images_table(env.manager.images_table())
         .configure(|s| {
@@ -71,7 +114,7 @@ async fn transfers_survive_crashes_lost_responses_and_throttling() {
         let table = env.table.clone();
         handles.push(tokio::spawn(async move {
             let mut rng = rand::rngs::StdRng::seed_from_u64(seed.wrapping_add(w as u64 * 7919));
-            let (mut crashes, mut lost) = (0u64, 0u64);
+            let mut st = Stats::default();
             for _ in 0..per_worker {
                 let from = rng.random_range(0..accounts);
                 let to = (from + rng.random_range(1..accounts)) % accounts;
@@ -80,15 +123,15 @@ async fn transfers_survive_crashes_lost_responses_and_throttling() {
                 match fault {
                     0 => {
                         faults.crash_at(rng.random_range(1..=8), FaultMode::BeforeSend);
-                        crashes += 1;
+                        st.crashes_armed += 1;
                     }
                     1 => {
                         faults.crash_at(rng.random_range(1..=8), FaultMode::AfterSend);
-                        crashes += 1;
+                        st.crashes_armed += 1;
                     }
                     2 | 3 => {
                         faults.fail_once_at(rng.random_range(1..=8), FaultMode::AfterSend);
-                        lost += 1;
+                        st.lost_armed += 1;
                     }
                     _ => faults.disarm(),
                 }
@@ -126,6 +169,7 @@ async fn transfers_survive_crashes_lost_responses_and_throttling() {
                         Ok(true)
                     }
                     .await;
+                    let declined = matches!(r, Ok(false));
                     let outcome = match r {
                         Ok(true) => tx.commit().await,
                         Ok(false) => tx.rollback().await,
@@ -138,27 +182,52 @@ async fn transfers_survive_crashes_lost_responses_and_throttling() {
                         // A crashed coordinator leaves its transaction for others (one transfer lost
                         // or done, decided later); a lost response may have been absorbed.
                         faults.disarm();
+                        st.faults_struck += 1;
                         break;
                     }
                     match outcome {
-                        Ok(()) => break,
-                        Err(e) if e.is_retryable() || e.is_undetermined() => continue,
-                        Err(e) => panic!("worker {w}: unexpected error: {e}"),
+                        Ok(()) if declined => st.declined += 1,
+                        Ok(()) => st.committed += 1,
+                        Err(e) if e.is_retryable() || e.is_undetermined() => {
+                            st.retried += 1;
+                            continue;
+                        }
+                        Err(e) => panic!("worker {w}: unexpected error (seed {seed}): {e}"),
                     }
+                    break;
                 }
             }
-            (crashes, lost, throttle.injected())
+            st.throttled = throttle.injected();
+            st.delayed = delays.injected();
+            st.delayed_before_send = delays.injected_before_send();
+            st.delayed_after_response = delays.injected_after_response();
+            st
         }));
     }
-    let (mut crashes, mut lost, mut throttled) = (0, 0, 0);
+    let mut total = Stats::default();
     for h in handles {
-        let (c, l, t) = h.await.unwrap();
-        crashes += c;
-        lost += l;
-        throttled += t;
+        total += h.await.unwrap();
     }
+    let t = &total;
     println!(
-        "chaos: {crashes} crashes armed, {lost} lost responses armed, {throttled} throttled responses"
+        "chaos: {} transfers committed, {} declined, {} attempts retried; {} crashes and {} lost \
+         responses armed, {} struck (their transfers left to others, outcome unknown); {} throttled \
+         responses; {} requests delayed ({} before sending, {} after the response); {:.1}s",
+        t.committed,
+        t.declined,
+        t.retried,
+        t.crashes_armed,
+        t.lost_armed,
+        t.faults_struck,
+        t.throttled,
+        t.delayed,
+        t.delayed_before_send,
+        t.delayed_after_response,
+        started.elapsed().as_secs_f64()
+    );
+    assert!(
+        t.delayed > 0 && t.throttled > 0 && t.faults_struck > 0,
+        "faults were injected"
     );
 
     // Everyone is gone: the sweeper finishes what they left.
