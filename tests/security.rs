@@ -398,6 +398,7 @@ async fn callers_cannot_forge_clear_or_read_through_a_lock() {
         );
         cases += 4;
     }
+    println!("{cases} requests rejected");
     assert!(cases > 500, "{cases} cases");
 
     // Nothing but key-schema lookups went out, and every lock is as it was.
