@@ -1,9 +1,14 @@
-//! SDK interceptors for counting requests and injecting faults.
+//! SDK interceptors for counting requests and injecting faults, and an HTTP client that delays
+//! requests.
 //!
 //! These are test and benchmark tools: attach them to the `aws_sdk_dynamodb::Config` of the client you
-//! give the [`TransactionManager`](crate::TransactionManager). They never fake DynamoDB: a failure
-//! injected *before send* means the request never reached the server; one injected *after send* means
-//! the server applied it and the caller never heard back (a lost response).
+//! give the [`TransactionManager`](crate::TransactionManager) ([`RequestCounter`], [`FaultInjector`]
+//! and [`Throttler`] with `.interceptor(..)`, [`Delayer`] with `.http_client(..)`). They never fake
+//! DynamoDB: a failure injected *before send* means the request never reached the server; one
+//! injected *after send* means the server applied it and the caller never heard back (a lost
+//! response); a delay only changes when a request reaches the server or its answer reaches the
+//! caller. All of them are synchronous to configure and read; only the [`Delayer`] waits, and it does
+//! so asynchronously inside the request.
 //!
 //! ```no_run
 //! use dynamodb_transactions::fault::{FaultInjector, FaultMode, RequestCounter};
@@ -24,13 +29,19 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use aws_sdk_dynamodb::config::interceptors::{
     BeforeDeserializationInterceptorContextMut, BeforeDeserializationInterceptorContextRef,
     BeforeTransmitInterceptorContextRef,
 };
 use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
-use aws_smithy_runtime_api::client::orchestrator::Metadata;
+use aws_smithy_runtime_api::client::connector_metadata::ConnectorMetadata;
+use aws_smithy_runtime_api::client::http::{
+    HttpClient, HttpConnector, HttpConnectorFuture, HttpConnectorSettings, SharedHttpClient,
+    SharedHttpConnector,
+};
+use aws_smithy_runtime_api::client::orchestrator::{HttpRequest, Metadata};
 use aws_smithy_types::config_bag::{Storable, StoreReplace};
 
 /// Marks, inside one operation's config bag, the request chosen to fail after it is sent (concurrent
@@ -320,5 +331,207 @@ impl Intercept for Throttler {
             resp.headers_mut().remove("x-amz-crc32");
         }
         Ok(())
+    }
+}
+
+/// Where a [`Delayer`] holds a request back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum DelayPhase {
+    BeforeSend,
+    AfterResponse,
+    Both,
+}
+
+#[derive(Debug)]
+struct DelayState {
+    rng: rand::rngs::StdRng,
+    probability: f64,
+    max_delay: Duration,
+    injected: u64,
+    before_send: u64,
+    after_response: u64,
+}
+
+/// Delays a random fraction of requests by a random time, to reorder concurrent requests and widen
+/// race windows.
+///
+/// Unlike the interceptors above, a delayer is an HTTP client: it wraps the client that sends the
+/// bytes (by default the SDK's own hyper/rustls client) and plug it in with
+/// `aws_sdk_dynamodb::config::Builder::http_client`. Each request is delayed with `probability`,
+/// by a duration drawn uniformly from `0..=max_delay`, at one of three points chosen at random:
+///
+/// - **before it is sent**: DynamoDB sees it later, after requests issued after it (reordering);
+/// - **after its response arrived**: DynamoDB has applied it, but the caller learns so later, while
+///   other coordinators act on the new state (a wider race window);
+/// - both.
+///
+/// The delays are asynchronous (`tokio::time::sleep`): no thread is blocked, other requests proceed
+/// meanwhile, and the client must run on a Tokio runtime with the time driver enabled (as the SDK's
+/// `rt-tokio` clients do). Delays count against the SDK's attempt and operation timeouts when those
+/// are configured. Decisions come from a generator seeded with `seed`, drawn in the order requests
+/// are issued, so a run replays exactly when requests are issued in the same order.
+///
+/// Cheap to clone; clones and every client made by [`wrap`](Delayer::wrap) or
+/// [`http_client`](Delayer::http_client) share the generator and the counts.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use dynamodb_transactions::fault::Delayer;
+/// # fn demo(endpoint: &str) {
+/// // 20% of requests, up to 50 ms each, seeded:
+/// let delayer = Delayer::new(0.2, Duration::from_millis(50), 42);
+/// let conf = aws_sdk_dynamodb::Config::builder()
+///     .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
+///     .endpoint_url(endpoint)
+///     .region(aws_sdk_dynamodb::config::Region::new("us-east-1"))
+///     .http_client(delayer.http_client())
+///     .build();
+/// let client = aws_sdk_dynamodb::Client::from_conf(conf);
+/// // ... run a workload with `client` ...
+/// println!("{} requests delayed", delayer.injected());
+/// # let _ = client;
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Delayer {
+    state: Arc<Mutex<DelayState>>,
+}
+
+impl Delayer {
+    /// Delays each request with `probability` (clamped to `0..=1`) by up to `max_delay`, drawing
+    /// from a generator seeded with `seed`.
+    pub fn new(probability: f64, max_delay: Duration, seed: u64) -> Self {
+        use rand::SeedableRng;
+        Delayer {
+            state: Arc::new(Mutex::new(DelayState {
+                rng: rand::rngs::StdRng::seed_from_u64(seed),
+                probability,
+                max_delay,
+                injected: 0,
+                before_send: 0,
+                after_response: 0,
+            })),
+        }
+    }
+
+    /// Changes the probability (0 stops delaying).
+    pub fn set_probability(&self, probability: f64) {
+        self.lock().probability = probability;
+    }
+
+    /// Requests delayed so far (a request delayed both before sending and after its response counts
+    /// once).
+    pub fn injected(&self) -> u64 {
+        self.lock().injected
+    }
+
+    /// Requests delayed before they were sent.
+    pub fn injected_before_send(&self) -> u64 {
+        self.lock().before_send
+    }
+
+    /// Requests whose response was held back after DynamoDB had answered.
+    pub fn injected_after_response(&self) -> u64 {
+        self.lock().after_response
+    }
+
+    /// An HTTP client that sends requests through `inner` with delays injected. Synchronous; the
+    /// delays happen when the client sends requests.
+    pub fn wrap(&self, inner: impl HttpClient + 'static) -> SharedHttpClient {
+        SharedHttpClient::new(DelayingClient {
+            inner: SharedHttpClient::new(inner),
+            delayer: self.clone(),
+        })
+    }
+
+    /// The SDK's default HTTPS client (hyper 1 with rustls and aws-lc), with delays injected: what
+    /// to give `aws_sdk_dynamodb::config::Builder::http_client`. Synchronous.
+    pub fn http_client(&self) -> SharedHttpClient {
+        use aws_smithy_http_client::tls;
+        self.wrap(
+            aws_smithy_http_client::Builder::new()
+                .tls_provider(tls::Provider::Rustls(
+                    tls::rustls_provider::CryptoMode::AwsLc,
+                ))
+                .build_https(),
+        )
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, DelayState> {
+        self.state.lock().expect("delayer poisoned")
+    }
+
+    /// Draws the delay of one request: where, and how long.
+    fn draw(&self) -> Option<(DelayPhase, Duration)> {
+        use rand::Rng;
+        let mut s = self.lock();
+        let p = s.probability.clamp(0.0, 1.0);
+        if p == 0.0 || !s.rng.random_bool(p) {
+            return None;
+        }
+        let phase = match s.rng.random_range(0..3) {
+            0 => DelayPhase::BeforeSend,
+            1 => DelayPhase::AfterResponse,
+            _ => DelayPhase::Both,
+        };
+        let max = s.max_delay;
+        let delay = s.rng.random_range(Duration::ZERO..=max);
+        s.injected += 1;
+        if phase != DelayPhase::AfterResponse {
+            s.before_send += 1;
+        }
+        if phase != DelayPhase::BeforeSend {
+            s.after_response += 1;
+        }
+        Some((phase, delay))
+    }
+}
+
+/// The [`HttpClient`] made by [`Delayer::wrap`].
+#[derive(Debug)]
+struct DelayingClient {
+    inner: SharedHttpClient,
+    delayer: Delayer,
+}
+
+impl HttpClient for DelayingClient {
+    fn http_connector(
+        &self,
+        settings: &HttpConnectorSettings,
+        components: &RuntimeComponents,
+    ) -> SharedHttpConnector {
+        SharedHttpConnector::new(DelayingConnector {
+            inner: self.inner.http_connector(settings, components),
+            delayer: self.delayer.clone(),
+        })
+    }
+
+    fn connector_metadata(&self) -> Option<ConnectorMetadata> {
+        self.inner.connector_metadata()
+    }
+}
+
+#[derive(Debug)]
+struct DelayingConnector {
+    inner: SharedHttpConnector,
+    delayer: Delayer,
+}
+
+impl HttpConnector for DelayingConnector {
+    fn call(&self, request: HttpRequest) -> HttpConnectorFuture {
+        let Some((phase, delay)) = self.delayer.draw() else {
+            return self.inner.call(request);
+        };
+        let inner = self.inner.clone();
+        HttpConnectorFuture::new(async move {
+            if phase != DelayPhase::AfterResponse {
+                tokio::time::sleep(delay).await;
+            }
+            let response = inner.call(request).await;
+            if phase != DelayPhase::BeforeSend {
+                tokio::time::sleep(delay).await;
+            }
+            response
+        })
     }
 }

@@ -66,6 +66,28 @@ const PROTOCOL_ATTEMPTS: usize = 8;
 /// tx.commit().await?;
 /// # Ok(()) }
 /// ```
+///
+/// # After commit or rollback
+/// [`commit`](Transaction::commit), [`rollback`](Transaction::rollback),
+/// [`abandon`](Transaction::abandon) and [`delete`](Transaction::delete) take the transaction by
+/// value, so using it afterwards does not compile:
+///
+/// ```compile_fail,E0382
+/// # async fn demo(manager: dynamodb_transactions::TransactionManager) -> dynamodb_transactions::Result<()> {
+/// use aws_sdk_dynamodb::types::AttributeValue;
+/// let tx = manager.begin();
+/// tx.commit().await?;
+/// tx.put_item() // error[E0382]: borrow of moved value: `tx`
+///     .table_name("Accounts")
+///     .item("Id", AttributeValue::S("carol".into()))
+///     .send()
+///     .await?;
+/// # Ok(()) }
+/// ```
+///
+/// A finished transaction can still be [resumed](TransactionManager::resume) by id (to learn its
+/// outcome or finish its cleanup); the resumed handle refuses new requests before sending anything,
+/// with [`Error::AlreadyCommitted`] or [`Error::RolledBack`].
 #[derive(Debug)]
 pub struct Transaction {
     mgr: TransactionManager,

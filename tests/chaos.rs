@@ -1,7 +1,8 @@
 //! Chaos at small scale: concurrent coordinators transfer money while coordinators crash at random
-//! protocol steps, responses are lost, and responses turn into throttling errors after the server
-//! applied the request. Afterwards the sweeper cleans up, and the invariants are checked: the total
-//! is conserved, no item carries `_Tx*` attributes, no image is left, every record is finalized.
+//! protocol steps, responses are lost, responses turn into throttling errors after the server
+//! applied the request, and random requests are delayed before they are sent or after DynamoDB
+//! answered. Afterwards the sweeper cleans up, and the invariants are checked: the total is
+//! conserved, no item carries `_Tx*` attributes, no image is left, every record is finalized.
 //!
 //! `CHAOS_SEED=<n>` replays a run (`CHAOS_SEED=random` explores); `CHAOS_SCALE=<k>` multiplies the
 //! work (default 1 in CI).
@@ -10,7 +11,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use dynamodb_transactions::fault::{FaultInjector, FaultMode, Throttler};
+use dynamodb_transactions::fault::{Delayer, FaultInjector, FaultMode, Throttler};
 use dynamodb_transactions::sweeper::SweepOptions;
 use dynamodb_transactions::{Error, TransactionManager};
 use rand::{Rng, SeedableRng};
@@ -19,8 +20,43 @@ fn balance(item: &dynamodb_transactions::Item) -> i64 {
     item["bal"].as_n().unwrap().parse().unwrap()
 }
 
+/// What one worker did and met.
+#[derive(Debug, Default)]
+struct Stats {
+    crashes_armed: u64,
+    lost_armed: u64,
+    /// Armed faults that struck (the others were armed past the transaction's last request); each
+    /// leaves its transaction to other coordinators or the sweeper.
+    faults_struck: u64,
+    /// Transfers whose `commit` returned `Ok`.
+    committed: u64,
+    /// Transfers declined for lack of funds (rolled back by the worker).
+    declined: u64,
+    /// Attempts that failed with a retryable or undetermined error and were retried.
+    retried: u64,
+    throttled: u64,
+    delayed: u64,
+    delayed_before_send: u64,
+    delayed_after_response: u64,
+}
+
+impl std::ops::AddAssign for Stats {
+    fn add_assign(&mut self, o: Stats) {
+        self.crashes_armed += o.crashes_armed;
+        self.lost_armed += o.lost_armed;
+        self.faults_struck += o.faults_struck;
+        self.committed += o.committed;
+        self.declined += o.declined;
+        self.retried += o.retried;
+        self.throttled += o.throttled;
+        self.delayed += o.delayed;
+        self.delayed_before_send += o.delayed_before_send;
+        self.delayed_after_response += o.delayed_after_response;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn transfers_survive_crashes_lost_responses_and_throttling() {
+async fn transfers_survive_crashes_lost_responses_throttling_and_delays() {
     // A fixed schedule by default (a seed that has passed), so CI is repeatable; `CHAOS_SEED=random`
     // explores new schedules, `CHAOS_SEED=<n>` replays one.
     let seed: u64 = match std::env::var("CHAOS_SEED").as_deref() {
@@ -33,6 +69,7 @@ async fn transfers_survive_crashes_lost_responses_and_throttling() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(1);
     println!("chaos seed {seed} (replay with CHAOS_SEED={seed}), scale {scale}");
+    let started = std::time::Instant::now();
     let env = TestEnv::new("chaos").await;
     let accounts = 8;
     for i in 0..accounts {
@@ -48,10 +85,16 @@ async fn transfers_survive_crashes_lost_responses_and_throttling() {
     for w in 0..workers {
         let faults = FaultInjector::new();
         let throttle = Throttler::new(0.03, seed ^ (w as u64 + 1));
-        let m = TransactionManager::builder(client_with(vec![
-            shared(faults.clone()),
-            shared(throttle.clone()),
-        ]))
+        // A quarter of the requests wait up to 100 ms before going out and/or after the answer.
+        let delays = Delayer::new(
+            0.25,
+            Duration::from_millis(100),
+            seed.rotate_left(17) ^ (w as u64 + 1),
+        );
+        let m = TransactionManager::builder(client_with_delays(
+            vec![shared(faults.clone()), shared(throttle.clone())],
+            Some(&delays),
+        ))
         .transactions_table(env.manager.transactions_table())
         .images_table(env.manager.images_table())
         .configure(|s| {
@@ -71,7 +114,7 @@ async fn transfers_survive_crashes_lost_responses_and_throttling() {
         let table = env.table.clone();
         handles.push(tokio::spawn(async move {
             let mut rng = rand::rngs::StdRng::seed_from_u64(seed.wrapping_add(w as u64 * 7919));
-            let (mut crashes, mut lost) = (0u64, 0u64);
+            let mut st = Stats::default();
             for _ in 0..per_worker {
                 let from = rng.random_range(0..accounts);
                 let to = (from + rng.random_range(1..accounts)) % accounts;
@@ -80,15 +123,15 @@ async fn transfers_survive_crashes_lost_responses_and_throttling() {
                 match fault {
                     0 => {
                         faults.crash_at(rng.random_range(1..=8), FaultMode::BeforeSend);
-                        crashes += 1;
+                        st.crashes_armed += 1;
                     }
                     1 => {
                         faults.crash_at(rng.random_range(1..=8), FaultMode::AfterSend);
-                        crashes += 1;
+                        st.crashes_armed += 1;
                     }
                     2 | 3 => {
                         faults.fail_once_at(rng.random_range(1..=8), FaultMode::AfterSend);
-                        lost += 1;
+                        st.lost_armed += 1;
                     }
                     _ => faults.disarm(),
                 }
@@ -126,6 +169,7 @@ async fn transfers_survive_crashes_lost_responses_and_throttling() {
                         Ok(true)
                     }
                     .await;
+                    let declined = matches!(r, Ok(false));
                     let outcome = match r {
                         Ok(true) => tx.commit().await,
                         Ok(false) => tx.rollback().await,
@@ -138,27 +182,52 @@ async fn transfers_survive_crashes_lost_responses_and_throttling() {
                         // A crashed coordinator leaves its transaction for others (one transfer lost
                         // or done, decided later); a lost response may have been absorbed.
                         faults.disarm();
+                        st.faults_struck += 1;
                         break;
                     }
                     match outcome {
-                        Ok(()) => break,
-                        Err(e) if e.is_retryable() || e.is_undetermined() => continue,
-                        Err(e) => panic!("worker {w}: unexpected error: {e}"),
+                        Ok(()) if declined => st.declined += 1,
+                        Ok(()) => st.committed += 1,
+                        Err(e) if e.is_retryable() || e.is_undetermined() => {
+                            st.retried += 1;
+                            continue;
+                        }
+                        Err(e) => panic!("worker {w}: unexpected error (seed {seed}): {e}"),
                     }
+                    break;
                 }
             }
-            (crashes, lost, throttle.injected())
+            st.throttled = throttle.injected();
+            st.delayed = delays.injected();
+            st.delayed_before_send = delays.injected_before_send();
+            st.delayed_after_response = delays.injected_after_response();
+            st
         }));
     }
-    let (mut crashes, mut lost, mut throttled) = (0, 0, 0);
+    let mut total = Stats::default();
     for h in handles {
-        let (c, l, t) = h.await.unwrap();
-        crashes += c;
-        lost += l;
-        throttled += t;
+        total += h.await.unwrap();
     }
+    let t = &total;
     println!(
-        "chaos: {crashes} crashes armed, {lost} lost responses armed, {throttled} throttled responses"
+        "chaos: {} transfers committed, {} declined, {} attempts retried; {} crashes and {} lost \
+         responses armed, {} struck (their transfers left to others, outcome unknown); {} throttled \
+         responses; {} requests delayed ({} before sending, {} after the response); {:.1}s",
+        t.committed,
+        t.declined,
+        t.retried,
+        t.crashes_armed,
+        t.lost_armed,
+        t.faults_struck,
+        t.throttled,
+        t.delayed,
+        t.delayed_before_send,
+        t.delayed_after_response,
+        started.elapsed().as_secs_f64()
+    );
+    assert!(
+        t.delayed > 0 && t.throttled > 0 && t.faults_struck > 0,
+        "faults were injected"
     );
 
     // Everyone is gone: the sweeper finishes what they left.
@@ -205,4 +274,85 @@ async fn transfers_survive_crashes_lost_responses_and_throttling() {
             row.get("_TxS")
         );
     }
+}
+
+/// Runs 40 puts and reads (20 at a time) through a client whose requests go through `delayer`;
+/// every request must succeed and every item must read back as written.
+async fn delayed_workload(env: &TestEnv, delayer: &Delayer, prefix: &str) {
+    let c = client_with_delays(vec![], Some(delayer));
+    let writes = (0..20).map(|i| {
+        let c = c.clone();
+        let table = env.table.clone();
+        async move {
+            c.put_item()
+                .table_name(table)
+                .set_item(Some(item(&[
+                    ("Id", s(&format!("{prefix}{i}"))),
+                    ("v", n(i)),
+                ])))
+                .send()
+                .await
+                .expect("delayed PutItem succeeds");
+        }
+    });
+    futures::future::join_all(writes).await;
+    let reads = (0..20).map(|i| {
+        let c = c.clone();
+        let table = env.table.clone();
+        async move {
+            let got = c
+                .get_item()
+                .table_name(table)
+                .key("Id", s(&format!("{prefix}{i}")))
+                .consistent_read(true)
+                .send()
+                .await
+                .expect("delayed GetItem succeeds");
+            assert_eq!(
+                got.item,
+                Some(item(&[("Id", s(&format!("{prefix}{i}"))), ("v", n(i))]))
+            );
+        }
+    });
+    futures::future::join_all(reads).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delayer_delays_requests_that_still_succeed() {
+    let env = TestEnv::new("delay").await;
+    // Every request delayed, at each of the three points.
+    let all = Delayer::new(1.0, Duration::from_millis(20), 7);
+    delayed_workload(&env, &all, "all").await;
+    assert_eq!(all.injected(), 40, "every request delayed");
+    assert!(all.injected_before_send() > 0 && all.injected_after_response() > 0);
+    assert!(all.injected_before_send() + all.injected_after_response() >= all.injected());
+
+    // A fraction, and none.
+    let some = Delayer::new(0.3, Duration::from_millis(20), 7);
+    delayed_workload(&env, &some, "some").await;
+    assert!(
+        some.injected() > 0 && some.injected() < 40,
+        "{} of 40 delayed",
+        some.injected()
+    );
+    let none = Delayer::new(0.0, Duration::from_millis(20), 7);
+    delayed_workload(&env, &none, "none").await;
+    assert_eq!(none.injected(), 0);
+
+    // The same seed draws the same delays for the same sequence of requests.
+    let again = Delayer::new(0.3, Duration::from_millis(20), 7);
+    delayed_workload(&env, &again, "again").await;
+    assert_eq!(
+        (
+            again.injected(),
+            again.injected_before_send(),
+            again.injected_after_response()
+        ),
+        (
+            some.injected(),
+            some.injected_before_send(),
+            some.injected_after_response()
+        )
+    );
+    assert_eq!(env.scan_all(&env.table).await.len(), 80);
 }

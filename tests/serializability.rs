@@ -3,13 +3,15 @@
 //! Concurrent coordinators run transactions that read one or two keys (with read locks) and append a
 //! globally unique value to one or two other keys, while coordinators crash at random protocol steps,
 //! responses are lost and throttling is injected. Every attempt records what it read and what it
-//! appended. After the sweeper has cleaned up, the final lists give each key's version order, and the
+//! appended; random requests are also delayed before they are sent or after DynamoDB answered,
+//! which reorders concurrent requests and widens race windows. After the sweeper has cleaned up, the final lists give each key's version order, and the
 //! checker builds the dependency graph of the committed transactions (write-write, write-read and
 //! read-write edges) and fails on any cycle, on a read that is not a prefix of the final list (a read
 //! of an aborted, never-written or reordered value), on a value of an aborted transaction in any
 //! list, and on a transaction of unknown outcome that is only partly visible.
 //!
-//! `SER_SEED=<n>` replays a run's fault schedule and choices (thread timing still varies).
+//! `SER_SEED=<n>` replays a run's fault schedule and choices (thread timing still varies);
+//! `SER_SCALE=<k>` multiplies the transactions per coordinator (default 1 in CI).
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -17,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use common::*;
-use dynamodb_transactions::fault::{FaultInjector, FaultMode, Throttler};
+use dynamodb_transactions::fault::{Delayer, FaultInjector, FaultMode, Throttler};
 use dynamodb_transactions::sweeper::SweepOptions;
 use dynamodb_transactions::{Error, Item, TransactionManager};
 use rand::seq::SliceRandom;
@@ -67,7 +69,11 @@ async fn list_append_histories_are_serializable_under_chaos() {
         Ok(s) => s.parse().expect("SER_SEED is a number or `random`"),
         Err(_) => 12189938399142948097,
     };
-    println!("serializability seed {seed} (replay with SER_SEED={seed})");
+    let scale: usize = std::env::var("SER_SCALE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1);
+    println!("serializability seed {seed} (replay with SER_SEED={seed}), scale {scale}");
     let started = Instant::now();
     let env = TestEnv::new("ser").await;
     for i in 0..KEYS {
@@ -79,15 +85,20 @@ async fn list_append_histories_are_serializable_under_chaos() {
     }
 
     let workers = 4;
-    let per_worker = 15;
+    let per_worker = 15 * scale;
     let mut handles = Vec::new();
     for w in 0..workers {
         let faults = FaultInjector::new();
         let throttle = Throttler::new(0.03, seed ^ (w as u64 + 1));
-        let m = TransactionManager::builder(client_with(vec![
-            shared(faults.clone()),
-            shared(throttle.clone()),
-        ]))
+        let delays = Delayer::new(
+            0.25,
+            Duration::from_millis(100),
+            seed.rotate_left(17) ^ (w as u64 + 1),
+        );
+        let m = TransactionManager::builder(client_with_delays(
+            vec![shared(faults.clone()), shared(throttle.clone())],
+            Some(&delays),
+        ))
         .transactions_table(env.manager.transactions_table())
         .images_table(env.manager.images_table())
         .configure(|s| {
@@ -106,6 +117,8 @@ async fn list_append_histories_are_serializable_under_chaos() {
         handles.push(tokio::spawn(async move {
             let mut rng = rand::rngs::StdRng::seed_from_u64(seed.wrapping_add(w as u64 * 7919));
             let mut history = Vec::new();
+            // Crashes armed, lost responses armed, faults that struck.
+            let mut armed = (0u64, 0u64, 0u64);
             for t in 0..per_worker {
                 let mut keys: Vec<usize> = (0..KEYS).collect();
                 keys.shuffle(&mut rng);
@@ -115,6 +128,11 @@ async fn list_append_histories_are_serializable_under_chaos() {
                 let write_keys: Vec<String> =
                     keys[nr..nr + nw].iter().map(|&k| key_name(k)).collect();
                 let fault = rng.random_range(0..15);
+                match fault {
+                    0 | 1 => armed.0 += 1,
+                    2 => armed.1 += 1,
+                    _ => {}
+                }
                 match fault {
                     0 => faults.crash_at(rng.random_range(1..=8), FaultMode::BeforeSend),
                     1 => faults.crash_at(rng.random_range(1..=8), FaultMode::AfterSend),
@@ -184,18 +202,26 @@ async fn list_append_histories_are_serializable_under_chaos() {
                 };
                 att.outcome = outcome;
                 att.detail = detail;
+                if faults.struck() {
+                    armed.2 += 1;
+                }
                 faults.disarm();
                 history.push(att);
             }
-            (history, throttle.injected())
+            (history, armed, throttle.injected(), delays.injected())
         }));
     }
     let mut history: Vec<Attempt> = Vec::new();
-    let mut throttled = 0;
+    let (mut throttled, mut delayed) = (0, 0);
+    let (mut crashes, mut lost, mut struck) = (0, 0, 0);
     for h in handles {
-        let (hist, t) = h.await.unwrap();
+        let (hist, (c, l, st), t, d) = h.await.unwrap();
         history.extend(hist);
+        crashes += c;
+        lost += l;
+        struck += st;
         throttled += t;
+        delayed += d;
     }
 
     let report = env
@@ -227,7 +253,8 @@ async fn list_append_histories_are_serializable_under_chaos() {
     let errors = check(&history, &finals);
     let summary = summarize(&history, &finals);
     println!(
-        "serializability: {} ({throttled} throttled responses injected), {:.1}s",
+        "serializability: {}; {crashes} crashes and {lost} lost responses armed, {struck} struck, \
+         {throttled} throttled responses, {delayed} requests delayed; {:.1}s",
         summary,
         started.elapsed().as_secs_f64()
     );

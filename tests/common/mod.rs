@@ -16,7 +16,7 @@ use aws_sdk_dynamodb::types::{
     AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
     ScalarAttributeType,
 };
-use dynamodb_transactions::fault::{FaultInjector, RequestCounter};
+use dynamodb_transactions::fault::{Delayer, FaultInjector, RequestCounter};
 use dynamodb_transactions::{Item, TransactionManager};
 
 static ENDPOINT: OnceLock<String> = OnceLock::new();
@@ -58,6 +58,15 @@ pub fn endpoint() -> &'static str {
 
 /// A client for the test endpoint, with extra interceptors.
 pub fn client_with(interceptors: Vec<SharedInterceptor>) -> Client {
+    client_with_delays(interceptors, None)
+}
+
+/// A client for the test endpoint, with extra interceptors, sending its requests through `delayer`
+/// (random delays before sending and after the response) when given.
+pub fn client_with_delays(
+    interceptors: Vec<SharedInterceptor>,
+    delayer: Option<&Delayer>,
+) -> Client {
     let mut b = aws_sdk_dynamodb::Config::builder()
         .behavior_version(BehaviorVersion::latest())
         .endpoint_url(endpoint())
@@ -80,6 +89,9 @@ pub fn client_with(interceptors: Vec<SharedInterceptor>) -> Client {
     };
     for i in interceptors {
         b = b.interceptor(i);
+    }
+    if let Some(d) = delayer {
+        b = b.http_client(d.http_client());
     }
     Client::from_conf(b.build())
 }
