@@ -684,7 +684,8 @@ impl Transaction {
                 .as_mut()
                 .expect("locked")
                 .current = current.clone();
-            return Ok(current);
+            let req = e.request(&st.requests).clone();
+            return self.values_of_applied(&req, rv.as_ref(), &obs, &lock).await;
         }
         // Only apply while the transaction is pending (a decided one must not change items).
         let header = record::load_header(c, &self.mgr.inner.tx_table, &self.id).await?;
@@ -730,6 +731,7 @@ impl Transaction {
                 Ok(Written::ConditionFailed(found)) => {
                     let obs = Observed::of(found.as_ref());
                     if !is_check && obs.locked_by(&self.id) && obs.applied {
+                        // Our own earlier attempt landed (its response was lost or throttled).
                         let l = st
                             .items
                             .get_mut(r)
@@ -739,7 +741,7 @@ impl Transaction {
                             .expect("locked");
                         l.applied = true;
                         l.current = obs.visible();
-                        return Ok(obs.visible());
+                        return self.values_of_applied(&req, rv.as_ref(), &obs, &lock).await;
                     }
                     // Our lock is gone — or it is another lock of this transaction, taken by
                     // another handle after someone decided and released the item.
@@ -783,6 +785,51 @@ impl Transaction {
             }
         }
         Err(Error::invariant("apply produced no write"))
+    }
+
+    /// What `ReturnValues` shows of a write found already applied (a retry after a lost or
+    /// throttled response, or another handle's apply): DynamoDB's answer, computed from the item now
+    /// and its before-image.
+    async fn values_of_applied(
+        &self,
+        req: &Request,
+        rv: Option<&ReturnValue>,
+        obs: &Observed,
+        lock: &LockInfo,
+    ) -> Result<Option<Item>> {
+        let now = obs.visible();
+        let before = || async {
+            if obs.transient {
+                Ok(None)
+            } else if let Some(img) = &obs.image {
+                Ok(Some(img.clone()))
+            } else if let Some(id) = &obs.image_ref {
+                item_lock::load_table_image(&self.mgr.inner.client, &self.mgr.inner.image_table, id)
+                    .await
+            } else {
+                Ok(lock.before.clone())
+            }
+        };
+        let updated = |item: Option<Item>| -> Result<Option<Item>> {
+            let Some(update) = &req.update else {
+                return Ok(None);
+            };
+            // DynamoDB returns each updated top-level attribute whole (all of `m` for `m.a`).
+            let targets = expr::UpdateExpr::parse(update)?.targets(req.names.as_ref())?;
+            Ok(item
+                .map(|i| {
+                    i.into_iter()
+                        .filter(|(k, _)| targets.contains(k))
+                        .collect::<Item>()
+                })
+                .filter(|i| !i.is_empty()))
+        };
+        match rv {
+            Some(ReturnValue::UpdatedNew) => updated(now),
+            Some(ReturnValue::UpdatedOld) => updated(before().await?),
+            Some(ReturnValue::AllOld) => before().await,
+            _ => Ok(now),
+        }
     }
 
     /// Chooses where the before-image goes, saving it in the images table when it is large.

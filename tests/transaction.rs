@@ -814,3 +814,149 @@ async fn a_committed_delete_not_yet_executed_reads_as_absent() {
     m2.complete_transaction(&id).await.unwrap();
     assert!(env.raw_get(&env.table, &key("d")).await.is_none());
 }
+
+/// Throttles the response of the first request whose body contains `needle`, after DynamoDB applied
+/// it: the SDK retries, and the retry meets the first attempt's effect.
+#[derive(Debug, Clone)]
+struct ThrottleFirstMatch {
+    needle: String,
+    fired: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+#[derive(Debug, Clone)]
+struct Struck;
+
+impl aws_smithy_types::config_bag::Storable for Struck {
+    type Storer = aws_smithy_types::config_bag::StoreReplace<Self>;
+}
+
+impl aws_sdk_dynamodb::config::Intercept for ThrottleFirstMatch {
+    fn name(&self) -> &'static str {
+        "ThrottleFirstMatch"
+    }
+
+    fn read_before_transmit(
+        &self,
+        ctx: &aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef<'_>,
+        _: &aws_sdk_dynamodb::config::RuntimeComponents,
+        cfg: &mut aws_sdk_dynamodb::config::ConfigBag,
+    ) -> Result<(), aws_sdk_dynamodb::error::BoxError> {
+        let body = ctx.request().body().bytes().unwrap_or_default();
+        if String::from_utf8_lossy(body).contains(&self.needle)
+            && !self.fired.swap(true, std::sync::atomic::Ordering::SeqCst)
+        {
+            cfg.interceptor_state().store_put(Struck);
+        }
+        Ok(())
+    }
+
+    fn modify_before_deserialization(
+        &self,
+        ctx: &mut aws_sdk_dynamodb::config::interceptors::BeforeDeserializationInterceptorContextMut<
+            '_,
+        >,
+        _: &aws_sdk_dynamodb::config::RuntimeComponents,
+        cfg: &mut aws_sdk_dynamodb::config::ConfigBag,
+    ) -> Result<(), aws_sdk_dynamodb::error::BoxError> {
+        if cfg.load::<Struck>().is_some() {
+            cfg.interceptor_state().unset::<Struck>();
+            let resp = ctx.response_mut();
+            *resp.status_mut() = 400u16.try_into().expect("status");
+            *resp.body_mut() = aws_smithy_types::body::SdkBody::from(
+                r#"{"__type":"com.amazonaws.dynamodb.v20120810#ThrottlingException","message":"injected"}"#,
+            );
+            resp.headers_mut().remove("x-amz-crc32");
+        }
+        Ok(())
+    }
+}
+
+/// An update asking for return values whose apply lands but whose response is throttled: the
+/// SDK's retry finds the write applied, and the library must still answer what DynamoDB would have
+/// (compared with DynamoDB's own answer to the same plain UpdateItem on a twin item).
+#[tokio::test]
+async fn return_values_survive_a_retried_apply() {
+    let env = TestEnv::new("rv-retry").await;
+    let before = |id: &str| {
+        item(&[
+            ("Id", s(id)),
+            ("v", n(1)),
+            ("w", s("gone")),
+            ("keep", s("k")),
+            (
+                "m",
+                AttributeValue::M(
+                    [("a".to_string(), n(1)), ("b".to_string(), n(2))]
+                        .into_iter()
+                        .collect(),
+                ),
+            ),
+        ])
+    };
+    let update = "SET v = :v, m.a = :a REMOVE w";
+    for rv in [
+        ReturnValue::UpdatedOld,
+        ReturnValue::UpdatedNew,
+        ReturnValue::AllNew,
+    ] {
+        let (ours, twin) = (
+            format!("tx-{}", rv.as_str()),
+            format!("twin-{}", rv.as_str()),
+        );
+        env.raw_put(&env.table, before(&ours)).await;
+        env.raw_put(&env.table, before(&twin)).await;
+        let expected = env
+            .client
+            .update_item()
+            .table_name(&env.table)
+            .key("Id", s(&twin))
+            .update_expression(update)
+            .expression_attribute_values(":v", n(2))
+            .expression_attribute_values(":a", n(10))
+            .return_values(rv.clone())
+            .send()
+            .await
+            .unwrap()
+            .attributes;
+        let fired = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let m = dynamodb_transactions::TransactionManager::builder(client_with(vec![shared(
+            ThrottleFirstMatch {
+                needle: format!("\"ReturnValues\":\"{}\"", rv.as_str()),
+                fired: fired.clone(),
+            },
+        )]))
+        .transactions_table(env.manager.transactions_table())
+        .images_table(env.manager.images_table())
+        .configure(|s| s.rollback_on_drop = false)
+        .build();
+        let tx = m.begin();
+        let got = tx
+            .update_item()
+            .table_name(&env.table)
+            .key("Id", s(&ours))
+            .update_expression(update)
+            .expression_attribute_values(":v", n(2))
+            .expression_attribute_values(":a", n(10))
+            .return_values(rv.clone())
+            .send()
+            .await
+            .unwrap();
+        assert!(
+            fired.load(std::sync::atomic::Ordering::SeqCst),
+            "{rv:?}: not throttled"
+        );
+        let mut want = expected.unwrap_or_default();
+        if rv == ReturnValue::AllNew {
+            want.insert("Id".into(), s(&ours));
+        }
+        assert_eq!(got.attributes.unwrap_or_default(), want, "{rv:?}");
+        tx.commit().await.unwrap();
+        let mut stored = env.raw_get(&env.table, &key(&ours)).await.unwrap();
+        stored.insert("Id".into(), s(&twin));
+        assert_eq!(
+            Some(stored),
+            env.raw_get(&env.table, &key(&twin)).await,
+            "{rv:?}"
+        );
+    }
+}
