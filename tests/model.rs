@@ -1360,7 +1360,7 @@ impl Model for ProtocolModel {
             ),
             Property::sometimes("a lost response", |m: &ProtocolModel, s: &State| {
                 m.cfg.lost_responses == 0
-                    || (s.lost_left < m.cfg.lost_responses && s.commits.iter().any(|&n| n == 1))
+                    || (s.lost_left < m.cfg.lost_responses && s.commits.contains(&1))
             }),
         ]
     }
