@@ -1602,7 +1602,7 @@ fn three_transactions_two_items() {
 }
 
 #[test]
-#[ignore = "larger run (1.6M states): cargo test --test model -- --ignored"]
+#[ignore = "larger run (1.6M states): cargo test --release --test model -- --ignored"]
 fn three_transactions_two_items_with_a_crash() {
     let mut cfg = three_by_two();
     cfg.name = "3 tx x 2 items, read lock, one crash";
@@ -1611,13 +1611,13 @@ fn three_transactions_two_items_with_a_crash() {
 }
 
 #[test]
-#[ignore = "larger run (19M states): cargo test --test model -- --ignored"]
+#[ignore = "larger run (20M states, ~8 min in release): cargo test --release --test model -- --ignored"]
 fn three_transactions_three_items() {
     assert_model_holds(three_by_three());
 }
 
 #[test]
-#[ignore = "larger run: cargo test --test model -- --ignored"]
+#[ignore = "larger run (0.6M states): cargo test --release --test model -- --ignored"]
 fn two_transactions_two_items_two_crashes_two_lost_responses() {
     let mut cfg = two_by_two();
     cfg.name = "2 tx x 2 items, two crashes, two lost responses";
