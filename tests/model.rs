@@ -1383,95 +1383,97 @@ fn entry(item: usize, op: Op) -> Entry {
     }
 }
 
-/// Two transactions over an existing and an absent item: one commits in one request, the other in
-/// phases (with a delete and an insert); one crash, one lost response.
-fn two_by_two() -> Config {
+fn plan(commit: CommitPath, entries: Vec<Entry>) -> Plan {
+    Plan {
+        entries,
+        commit,
+        fast: false,
+    }
+}
+
+/// A configuration with one crash and one lost response, records deleted once finalized.
+fn config(name: &'static str, items: Vec<Option<u8>>, big: Vec<bool>, txs: Vec<Plan>) -> Config {
     Config {
-        name: "2 tx x 2 items, one-request + phased",
-        items: vec![Some(1), None],
-        big: vec![false, false],
-        txs: vec![
-            Plan {
-                entries: vec![entry(0, Op::Update), entry(1, Op::Put(5))],
-                commit: CommitPath::OneRequest,
-                fast: false,
-            },
-            Plan {
-                entries: vec![entry(1, Op::Delete), entry(0, Op::Update)],
-                commit: CommitPath::Phased,
-                fast: false,
-            },
-        ],
+        name,
+        items,
+        big,
+        txs,
         crashes: 1,
         lost_responses: 1,
         second_handles: vec![],
         delete_records: true,
         bug: None,
     }
+}
+
+/// Two transactions over an existing and an absent item: one commits in one request, the other in
+/// phases (with a delete and an insert); one crash, one lost response.
+fn two_by_two() -> Config {
+    config(
+        "2 tx x 2 items, one-request + phased",
+        vec![Some(1), None],
+        vec![false, false],
+        vec![
+            plan(
+                CommitPath::OneRequest,
+                vec![entry(0, Op::Update), entry(1, Op::Put(5))],
+            ),
+            plan(
+                CommitPath::Phased,
+                vec![entry(1, Op::Delete), entry(0, Op::Update)],
+            ),
+        ],
+    )
 }
 
 /// An interactive transaction (an update applied at once, on a large item whose image goes to the
 /// images table, then an insert) against a write-only fast-path transaction.
 fn interactive_and_fast() -> Config {
-    Config {
-        name: "interactive + images table vs fast path",
-        items: vec![Some(1), None],
-        big: vec![true, false],
-        txs: vec![
+    let interactive = Entry {
+        item: 0,
+        op: Op::Update,
+        now: true,
+    };
+    config(
+        "interactive + images table vs fast path",
+        vec![Some(1), None],
+        vec![true, false],
+        vec![
+            plan(CommitPath::Phased, vec![interactive, entry(1, Op::Put(5))]),
             Plan {
-                entries: vec![
-                    Entry {
-                        item: 0,
-                        op: Op::Update,
-                        now: true,
-                    },
-                    entry(1, Op::Put(5)),
-                ],
-                commit: CommitPath::Phased,
-                fast: false,
-            },
-            Plan {
-                entries: vec![entry(0, Op::Put(7)), entry(1, Op::Update)],
-                commit: CommitPath::OneRequest,
                 fast: true,
+                ..plan(
+                    CommitPath::OneRequest,
+                    vec![entry(0, Op::Put(7)), entry(1, Op::Update)],
+                )
             },
         ],
-        crashes: 1,
-        lost_responses: 1,
-        second_handles: vec![],
-        delete_records: true,
-        bug: None,
-    }
+    )
 }
 
-/// Three transactions over three items, with a read lock of an absent item.
+/// Three transactions over three items, with a read lock of an absent item; one crash.
 fn three_by_three() -> Config {
     Config {
-        name: "3 tx x 3 items, read locks",
-        items: vec![Some(1), Some(2), None],
-        big: vec![false, true, false],
-        txs: vec![
-            Plan {
-                entries: vec![entry(2, Op::Get), entry(0, Op::Update)],
-                commit: CommitPath::OneRequest,
-                fast: false,
-            },
-            Plan {
-                entries: vec![entry(1, Op::Update), entry(2, Op::Put(5))],
-                commit: CommitPath::Phased,
-                fast: false,
-            },
-            Plan {
-                entries: vec![entry(0, Op::Delete), entry(1, Op::Put(9))],
-                commit: CommitPath::Phased,
-                fast: false,
-            },
-        ],
-        crashes: 1,
         lost_responses: 0,
-        second_handles: vec![],
-        delete_records: true,
-        bug: None,
+        ..config(
+            "3 tx x 3 items, read locks",
+            vec![Some(1), Some(2), None],
+            vec![false, true, false],
+            vec![
+                plan(
+                    CommitPath::OneRequest,
+                    vec![entry(2, Op::Get), entry(0, Op::Update)],
+                ),
+                plan(
+                    CommitPath::Phased,
+                    vec![entry(1, Op::Update), entry(2, Op::Put(5))],
+                ),
+                plan(
+                    CommitPath::Phased,
+                    vec![entry(0, Op::Delete), entry(1, Op::Put(9))],
+                ),
+            ],
+        )
     }
 }
 
@@ -1481,24 +1483,20 @@ fn three_by_three() -> Config {
 fn concurrent_handles() -> Config {
     let interactive = interactive_and_fast().txs.remove(0);
     Config {
-        name: "a second handle resuming a live transaction",
-        items: vec![Some(1), None],
-        big: vec![true, false],
-        txs: vec![
-            interactive,
-            Plan {
-                entries: vec![entry(1, Op::Update)],
-                commit: CommitPath::OneRequest,
-                fast: false,
-            },
-        ],
         crashes: 0,
-        lost_responses: 1,
         second_handles: vec![0],
         // Records are deleted long after their coordinators stopped (`delete_after`, TTL): a
         // handle still retrying the record's creation could otherwise create it anew.
         delete_records: false,
-        bug: None,
+        ..config(
+            "a second handle resuming a live transaction",
+            vec![Some(1), None],
+            vec![true, false],
+            vec![
+                interactive,
+                plan(CommitPath::OneRequest, vec![entry(1, Op::Update)]),
+            ],
+        )
     }
 }
 
@@ -1507,34 +1505,27 @@ fn second_handles_of_live_transactions() {
     assert_model_holds(concurrent_handles());
 }
 
-/// Three transactions over two items: a read lock, an insert, a delete; one crash.
+/// Three transactions over two items: a read lock, an insert, a delete (no crash in CI).
 fn three_by_two() -> Config {
     Config {
-        name: "3 tx x 2 items, read lock",
-        items: vec![Some(1), None],
-        big: vec![false, false],
-        txs: vec![
-            Plan {
-                entries: vec![entry(1, Op::Get), entry(0, Op::Update)],
-                commit: CommitPath::OneRequest,
-                fast: false,
-            },
-            Plan {
-                entries: vec![entry(0, Op::Update), entry(1, Op::Put(5))],
-                commit: CommitPath::Phased,
-                fast: false,
-            },
-            Plan {
-                entries: vec![entry(1, Op::Delete)],
-                commit: CommitPath::Phased,
-                fast: false,
-            },
-        ],
         crashes: 0,
         lost_responses: 0,
-        second_handles: vec![],
-        delete_records: true,
-        bug: None,
+        ..config(
+            "3 tx x 2 items, read lock",
+            vec![Some(1), None],
+            vec![false, false],
+            vec![
+                plan(
+                    CommitPath::OneRequest,
+                    vec![entry(1, Op::Get), entry(0, Op::Update)],
+                ),
+                plan(
+                    CommitPath::Phased,
+                    vec![entry(0, Op::Update), entry(1, Op::Put(5))],
+                ),
+                plan(CommitPath::Phased, vec![entry(1, Op::Delete)]),
+            ],
+        )
     }
 }
 
