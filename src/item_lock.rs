@@ -85,6 +85,13 @@ impl Observed {
         self.owner.as_deref() == Some(id.as_str())
     }
 
+    /// The item still carries `lock`, the lock `me` took: locked by `me` and applied already, or
+    /// under the same stamp. Another stamp is a lock of `me` re-taken late by another handle after
+    /// a decision released ours.
+    pub fn holds(&self, me: &TxId, lock: &LockInfo) -> bool {
+        self.locked_by(me) && (self.applied || lock.stamp.is_none() || self.stamp == lock.stamp)
+    }
+
     /// The item as committed state shows it, ignoring any lock: `None` when it does not exist
     /// (absent, or a placeholder that holds a lock on an absent item — also once a delete of it is
     /// marked: a marked delete changes nothing, so the placeholder still holds no item).

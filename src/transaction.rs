@@ -745,9 +745,7 @@ impl Transaction {
                     }
                     // Our lock is gone — or it is another lock of this transaction, taken by
                     // another handle after someone decided and released the item.
-                    let lock_lost = !obs.locked_by(&self.id)
-                        || (!obs.applied && lock.stamp.is_some() && obs.stamp != lock.stamp);
-                    if !is_check && lock_lost {
+                    if !is_check && !obs.holds(&self.id, &lock) {
                         // We lost the lock: someone decided the transaction.
                         let header =
                             record::load_header(c, &self.mgr.inner.tx_table, &self.id).await?;
@@ -1204,9 +1202,11 @@ impl Transaction {
                     let obs = Observed::of(reason.item.as_ref());
                     let expected_applied = e.lock.as_ref().is_some_and(|l| l.applied);
                     let is_phantom = is_check && writes[i].kind_key() != Some(&e.key);
-                    let stamp = e.lock.as_ref().and_then(|l| l.stamp.as_ref());
-                    let relocked = !obs.applied && stamp.is_some() && obs.stamp.as_ref() != stamp;
-                    if !is_phantom && (!obs.locked_by(&self.id) || relocked) {
+                    let ours = match &e.lock {
+                        Some(l) => obs.holds(&self.id, l),
+                        None => obs.locked_by(&self.id),
+                    };
+                    if !is_phantom && !ours {
                         // Our lock is gone: someone decided us, or it was broken. Re-check and retry.
                         let header = record::load_header(
                             &self.mgr.inner.client,

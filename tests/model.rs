@@ -1256,9 +1256,8 @@ impl Model for ProtocolModel {
                 s.records[tx as usize] = None;
                 true
             }
-            Action::ReleaseOrphan { tx, item } => {
+            Action::ReleaseOrphan { item, .. } => {
                 Self::release(&mut s.items[item as usize]);
-                let _ = tx;
                 true
             }
         };
