@@ -11,9 +11,9 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use dynamodb_transactions::fault::{Delayer, FaultInjector, FaultMode, Throttler};
+use dynamodb_transactions::Error;
+use dynamodb_transactions::fault::{Delayer, FaultMode};
 use dynamodb_transactions::sweeper::SweepOptions;
-use dynamodb_transactions::{Error, TransactionManager};
 use rand::{Rng, SeedableRng};
 
 fn balance(item: &dynamodb_transactions::Item) -> i64 {
@@ -59,15 +59,7 @@ impl std::ops::AddAssign for Stats {
 async fn transfers_survive_crashes_lost_responses_throttling_and_delays() {
     // A fixed schedule by default (a seed that has passed), so CI is repeatable; `CHAOS_SEED=random`
     // explores new schedules, `CHAOS_SEED=<n>` replays one.
-    let seed: u64 = match std::env::var("CHAOS_SEED").as_deref() {
-        Ok("random") => rand::random(),
-        Ok(s) => s.parse().expect("CHAOS_SEED is a number or `random`"),
-        Err(_) => 10842988599556174014,
-    };
-    let scale: usize = std::env::var("CHAOS_SCALE")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1);
+    let (seed, scale) = seed_and_scale("CHAOS_SEED", 10842988599556174014, "CHAOS_SCALE");
     println!("chaos seed {seed} (replay with CHAOS_SEED={seed}), scale {scale}");
     let started = std::time::Instant::now();
     let env = TestEnv::new("chaos").await;
@@ -83,34 +75,12 @@ async fn transfers_survive_crashes_lost_responses_throttling_and_delays() {
     let per_worker = 12 * scale;
     let mut handles = Vec::new();
     for w in 0..workers {
-        let faults = FaultInjector::new();
-        let throttle = Throttler::new(0.03, seed ^ (w as u64 + 1));
-        // A quarter of the requests wait up to 100 ms before going out and/or after the answer.
-        let delays = Delayer::new(
-            0.25,
-            Duration::from_millis(100),
-            seed.rotate_left(17) ^ (w as u64 + 1),
-        );
-        let m = TransactionManager::builder(client_with_delays(
-            vec![shared(faults.clone()), shared(throttle.clone())],
-            Some(&delays),
-        ))
-        .transactions_table(env.manager.transactions_table())
-        .images_table(env.manager.images_table())
-        .configure(|s| {
-            s.rollback_on_drop = false;
-            // Half the workers commit in phases, so both commit paths meet the faults.
-            if w % 2 == 1 {
-                s.one_shot_max_items = 0;
-            }
-            s.lock_wait = Duration::from_secs(3);
-            // Crashed coordinators hold locks until contenders find them dead.
-            s.contention = dynamodb_transactions::ContentionPolicy::Ordered {
-                dead_after: Duration::from_secs(2),
-                ticket_at_begin: false,
-            };
-        })
-        .build();
+        let ChaosWorker {
+            manager: m,
+            faults,
+            throttle,
+            delays,
+        } = ChaosWorker::new(&env, seed, w);
         let table = env.table.clone();
         handles.push(tokio::spawn(async move {
             let mut rng = rand::rngs::StdRng::seed_from_u64(seed.wrapping_add(w as u64 * 7919));

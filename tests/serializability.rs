@@ -19,9 +19,9 @@ use std::time::{Duration, Instant};
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use common::*;
-use dynamodb_transactions::fault::{Delayer, FaultInjector, FaultMode, Throttler};
+use dynamodb_transactions::fault::FaultMode;
 use dynamodb_transactions::sweeper::SweepOptions;
-use dynamodb_transactions::{Error, Item, TransactionManager};
+use dynamodb_transactions::{Error, Item};
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 
@@ -64,15 +64,7 @@ fn key_name(i: usize) -> String {
 async fn list_append_histories_are_serializable_under_chaos() {
     // A fixed schedule by default (a seed that has passed), so CI is repeatable; `SER_SEED=random`
     // explores new schedules, `SER_SEED=<n>` replays one.
-    let seed: u64 = match std::env::var("SER_SEED").as_deref() {
-        Ok("random") => rand::random(),
-        Ok(s) => s.parse().expect("SER_SEED is a number or `random`"),
-        Err(_) => 12189938399142948097,
-    };
-    let scale: usize = std::env::var("SER_SCALE")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1);
+    let (seed, scale) = seed_and_scale("SER_SEED", 12189938399142948097, "SER_SCALE");
     println!("serializability seed {seed} (replay with SER_SEED={seed}), scale {scale}");
     let started = Instant::now();
     let env = TestEnv::new("ser").await;
@@ -88,31 +80,12 @@ async fn list_append_histories_are_serializable_under_chaos() {
     let per_worker = 15 * scale;
     let mut handles = Vec::new();
     for w in 0..workers {
-        let faults = FaultInjector::new();
-        let throttle = Throttler::new(0.03, seed ^ (w as u64 + 1));
-        let delays = Delayer::new(
-            0.25,
-            Duration::from_millis(100),
-            seed.rotate_left(17) ^ (w as u64 + 1),
-        );
-        let m = TransactionManager::builder(client_with_delays(
-            vec![shared(faults.clone()), shared(throttle.clone())],
-            Some(&delays),
-        ))
-        .transactions_table(env.manager.transactions_table())
-        .images_table(env.manager.images_table())
-        .configure(|s| {
-            s.rollback_on_drop = false;
-            if w % 2 == 1 {
-                s.one_shot_max_items = 0;
-            }
-            s.lock_wait = Duration::from_secs(3);
-            s.contention = dynamodb_transactions::ContentionPolicy::Ordered {
-                dead_after: Duration::from_secs(2),
-                ticket_at_begin: false,
-            };
-        })
-        .build();
+        let ChaosWorker {
+            manager: m,
+            faults,
+            throttle,
+            delays,
+        } = ChaosWorker::new(&env, seed, w);
         let table = env.table.clone();
         handles.push(tokio::spawn(async move {
             let mut rng = rand::rngs::StdRng::seed_from_u64(seed.wrapping_add(w as u64 * 7919));

@@ -16,7 +16,7 @@ use aws_sdk_dynamodb::types::{
     AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
     ScalarAttributeType,
 };
-use dynamodb_transactions::fault::{Delayer, FaultInjector, RequestCounter};
+use dynamodb_transactions::fault::{Delayer, FaultInjector, RequestCounter, Throttler};
 use dynamodb_transactions::{Item, TransactionManager};
 
 static ENDPOINT: OnceLock<String> = OnceLock::new();
@@ -346,4 +346,71 @@ pub fn key(id: &str) -> Item {
 /// True if any attribute name starts with `_Tx`.
 pub fn has_tx_attrs(item: &Item) -> bool {
     item.keys().any(|k| k.starts_with("_Tx"))
+}
+
+/// The seed and scale of a randomized test: `<seed_var>=random` explores, `<seed_var>=<n>` replays,
+/// unset gives `default` (a schedule that passed, so CI is repeatable); `<scale_var>=<k>` multiplies
+/// the work (default 1).
+pub fn seed_and_scale(seed_var: &str, default: u64, scale_var: &str) -> (u64, usize) {
+    let seed = match std::env::var(seed_var).as_deref() {
+        Ok("random") => rand::random(),
+        Ok(s) => s
+            .parse()
+            .unwrap_or_else(|_| panic!("{seed_var} is a number or `random`")),
+        Err(_) => default,
+    };
+    let scale = std::env::var(scale_var)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1);
+    (seed, scale)
+}
+
+/// One coordinator of a chaos workload, with its own faults: a fault injector for crashes and lost
+/// responses, 3 % of responses throttled after the server applied them, and a quarter of the
+/// requests delayed up to 100 ms before going out and/or after the answer, all seeded from the run's
+/// seed and the worker's number.
+pub struct ChaosWorker {
+    pub manager: TransactionManager,
+    pub faults: FaultInjector,
+    pub throttle: Throttler,
+    pub delays: Delayer,
+}
+
+impl ChaosWorker {
+    /// Worker `w` on `env`'s tables. Odd workers commit in phases, so both commit paths meet the
+    /// faults; crashed coordinators hold their locks until contenders find them dead (2 s).
+    pub fn new(env: &TestEnv, seed: u64, w: usize) -> ChaosWorker {
+        let faults = FaultInjector::new();
+        let throttle = Throttler::new(0.03, seed ^ (w as u64 + 1));
+        let delays = Delayer::new(
+            0.25,
+            std::time::Duration::from_millis(100),
+            seed.rotate_left(17) ^ (w as u64 + 1),
+        );
+        let manager = TransactionManager::builder(client_with_delays(
+            vec![shared(faults.clone()), shared(throttle.clone())],
+            Some(&delays),
+        ))
+        .transactions_table(env.manager.transactions_table())
+        .images_table(env.manager.images_table())
+        .configure(|s| {
+            s.rollback_on_drop = false;
+            if w % 2 == 1 {
+                s.one_shot_max_items = 0;
+            }
+            s.lock_wait = std::time::Duration::from_secs(3);
+            s.contention = dynamodb_transactions::ContentionPolicy::Ordered {
+                dead_after: std::time::Duration::from_secs(2),
+                ticket_at_begin: false,
+            };
+        })
+        .build();
+        ChaosWorker {
+            manager,
+            faults,
+            throttle,
+            delays,
+        }
+    }
 }
