@@ -7,6 +7,7 @@
 //! changes and commits with one conditional write on the record's version; any coordinator can resume,
 //! finish or roll back any transaction. See `docs/PROTOCOL.md` for the protocol.
 #![warn(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 // Errors carry the table, key and current item a caller needs to act; like the AWS SDK's own
 // examples, we accept a large `Err` variant rather than hide those fields behind boxes.
 #![allow(clippy::result_large_err)]
@@ -15,6 +16,8 @@ mod contention;
 mod ddb;
 mod error;
 mod expr;
+#[cfg(feature = "fault-injection")]
+#[cfg_attr(docsrs, doc(cfg(feature = "fault-injection")))]
 pub mod fault;
 mod isolation;
 mod item_lock;
