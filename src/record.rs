@@ -238,7 +238,10 @@ pub(crate) async fn load(client: &Client, table: &str, id: &TxId) -> Result<Opti
         .filter(|(n, _)| *n >= 1 && *n <= header.chunks)
         .collect();
     chunks.sort_by_key(|(n, _)| *n);
-    if chunks.len() != header.chunks as usize {
+    // A finalized record whose chunk rows are (partly) gone is being deleted, or its delete was
+    // interrupted (older versions deleted chunks before the header): a finalized transaction
+    // settles nothing, so the requests left are enough.
+    if chunks.len() != header.chunks as usize && !header.finalized {
         return Err(Error::invariant(format!(
             "TX record {id} counts {} chunk rows but has {}",
             header.chunks,
@@ -599,8 +602,39 @@ pub(crate) async fn decide(
     }
 }
 
-/// Marks a decided record finalized (every lock released). Idempotent. `ttl_secs` adds a TTL
-/// attribute so DynamoDB deletes the record later.
+/// Rolls back a pending record only as it was judged idle: at `version` and still carrying the
+/// last-update time `updated_ms` that was judged old (the sweeper's decision). Any append or
+/// heartbeat since then makes it fail: the transaction is alive after all.
+pub(crate) async fn roll_back_idle(
+    client: &Client,
+    table: &str,
+    id: &TxId,
+    version: u64,
+    updated_ms: u64,
+) -> Result<Flipped> {
+    let mut w = decide_write(table, id, version, TxState::RolledBack, false);
+    let idle = format!(
+        " AND {} = {}",
+        w.ph.name(UPDATED),
+        w.ph.value("Idle", n(updated_ms))
+    );
+    if let Some(c) = w.condition.as_mut() {
+        c.push_str(&idle);
+    }
+    match w.send(client, None).await? {
+        Written::Ok(_) => Ok(Flipped::Ok),
+        Written::ConditionFailed(found) => Ok(Flipped::Failed(
+            found.as_ref().map(Header::parse).transpose()?,
+        )),
+    }
+}
+
+/// Marks a decided record finalized (every lock released). Idempotent, and a repeat changes
+/// nothing: the write is conditional on the record not being finalized yet, so it never moves the
+/// finalize time (`_TxD`) or the TTL (`_TxE`) of a record finalized earlier (a condition failure
+/// showing the record finalized in `state` is success). `ttl_secs` adds a TTL attribute so DynamoDB
+/// deletes the record later; a finalized record that has none yet (the one-request commit finalizes
+/// in its decisive write) gets it.
 pub(crate) async fn finalize(
     client: &Client,
     table: &str,
@@ -609,7 +643,16 @@ pub(crate) async fn finalize(
     ttl_secs: Option<u64>,
 ) -> Result<()> {
     let mut ph = Placeholders::default();
-    let cond = format!("{} = {}", ph.name(STATE), ph.value("St", s(state.code())));
+    let mut cond = format!(
+        "{} = {} AND (attribute_not_exists({})",
+        ph.name(STATE),
+        ph.value("St", s(state.code())),
+        ph.name(FINALIZED)
+    );
+    if ttl_secs.is_some() {
+        cond.push_str(&format!(" OR attribute_not_exists({})", ph.name(EXPIRES)));
+    }
+    cond.push(')');
     let mut update = format!(
         "SET {f} = {one}, {d} = {now}",
         f = ph.name(FINALIZED),
@@ -628,10 +671,15 @@ pub(crate) async fn finalize(
     let w = header_update(table, id, update, cond, ph);
     match w.send(client, None).await? {
         Written::Ok(_) => Ok(()),
-        // Gone (deleted after someone else finalized it) or already final: fine. Any other state is a bug.
+        // Gone (deleted after someone else finalized it): fine.
         Written::ConditionFailed(None) => Ok(()),
         Written::ConditionFailed(Some(found)) => {
             let h = Header::parse(&found)?;
+            if h.state == state && h.finalized {
+                // Finalized already (by us, in an attempt whose answer was lost, or by another
+                // coordinator): done, and its times stay as they are.
+                return Ok(());
+            }
             Err(Error::invariant(format!(
                 "finalizing {id} as {state} but the record is {}",
                 h.state
@@ -640,17 +688,21 @@ pub(crate) async fn finalize(
     }
 }
 
-/// Deletes a finalized record (chunk rows first, then the header, conditional on being finalized).
-/// Returns false if the record is not finalized.
+/// Deletes a finalized record: the header first (conditional on being finalized), then its chunk
+/// rows. Returns false if the record is not finalized.
+///
+/// Header first, so that an interrupted delete never leaves a header without its chunks (which
+/// nobody could load): it leaves chunk rows without a header, which nothing reads, and which a
+/// repeated delete or the sweeper removes. When the header is already gone, any rows left in the
+/// record's partition are deleted.
 pub(crate) async fn delete(client: &Client, table: &str, id: &TxId) -> Result<bool> {
     let Some(h) = load_header(client, table, id).await? else {
+        delete_leftover_rows(client, table, id).await?;
         return Ok(true);
     };
     if !h.finalized {
         return Ok(false);
     }
-    let chunk_keys: Vec<Item> = (1..=h.chunks).map(|c| row_key(id, c)).collect();
-    ddb::batch_delete(client, table, chunk_keys).await?;
     let mut ph = Placeholders::default();
     let cond = format!("attribute_exists({})", ph.name(FINALIZED));
     let w = Write {
@@ -662,9 +714,47 @@ pub(crate) async fn delete(client: &Client, table: &str, id: &TxId) -> Result<bo
         ph,
     };
     match w.send(client, None).await? {
-        Written::Ok(_) | Written::ConditionFailed(None) => Ok(true),
-        Written::ConditionFailed(Some(_)) => Ok(false),
+        Written::Ok(_) | Written::ConditionFailed(None) => {}
+        Written::ConditionFailed(Some(_)) => return Ok(false),
     }
+    let chunk_keys: Vec<Item> = (1..=h.chunks).map(|c| row_key(id, c)).collect();
+    ddb::batch_delete(client, table, chunk_keys).await?;
+    Ok(true)
+}
+
+/// Deletes the rows left in the partition of a record whose header is gone (chunk rows of an
+/// interrupted delete, or of a header deleted by TTL).
+async fn delete_leftover_rows(client: &Client, table: &str, id: &TxId) -> Result<()> {
+    let mut keys: Vec<Item> = Vec::new();
+    let mut start = None;
+    loop {
+        let page = client
+            .query()
+            .table_name(table)
+            .key_condition_expression("#id = :id")
+            .projection_expression("#id, #n")
+            .expression_attribute_names("#id", TX_ID)
+            .expression_attribute_names("#n", TX_ROW)
+            .expression_attribute_values(":id", s(id.0.clone()))
+            .consistent_read(true)
+            .set_exclusive_start_key(start)
+            .send()
+            .await
+            .map_err(|e| Error::sdk("Query", e))?;
+        keys.extend(page.items.unwrap_or_default());
+        start = page.last_evaluated_key;
+        if start.is_none() {
+            break;
+        }
+    }
+    // Never a header: one written meanwhile would be a new record (ids are never reused).
+    keys.retain(|k| {
+        k.get(TX_ROW)
+            .and_then(|v| v.as_n().ok())
+            .and_then(|n| n.parse::<u64>().ok())
+            .is_some_and(|n| n != 0)
+    });
+    ddb::batch_delete(client, table, keys).await
 }
 
 /// Takes the next ticket from the counter (one atomic `ADD`).

@@ -11,13 +11,18 @@
 //! | committed or rolled back, not finalized, idle longer than [`SweepOptions::complete_after`] | completes it: unlocks or restores every item, finalizes |
 //! | finalized, idle longer than [`SweepOptions::delete_after`] (when set) | deletes the record |
 //! | finalized, otherwise | leaves it (to DynamoDB TTL, see [`Settings::record_ttl`](crate::Settings::record_ttl)) |
-//! | a request row (`_TxN > 0`) whose header is gone (deleted by TTL) | deletes it |
+//! | a request row (`_TxN > 0`) whose header is gone (deleted by TTL, or a delete interrupted after the header) | deletes it |
 //!
 //! Then, for the user tables named in [`SweepOptions::tables_to_scan`], it releases locks held by
 //! transactions whose record is gone (when the item's write was never applied; applied ones are
 //! reported for an operator) and completes finalized transactions that still hold a lock. Last, it
 //! deletes images-table before-images whose transaction is finalized or gone (except those that a
 //! reported applied lock points to). It never deletes a record that is not finalized.
+//!
+//! A pending record is rolled back only as it was judged idle: the decision is conditional on the
+//! version and the last-update time read when judging, so a coordinator that appended or sent a
+//! heartbeat meanwhile keeps its transaction (the sweeper leaves it alone and never decides a
+//! version it did not judge).
 //!
 //! Idleness is the record's last-update time (`_TxD`, written by the coordinator's wall clock)
 //! compared with this machine's wall clock: choose `rollback_after` well above the longest
@@ -875,7 +880,7 @@ impl Pass<'_> {
     }
 
     /// A chunk row: deleted when its header is gone (a record deleted by TTL leaves its chunk rows,
-    /// which carry no TTL; an interrupted delete removes chunks first, so it never leaves any).
+    /// which carry no TTL; an interrupted delete removes the header first and may leave them).
     async fn chunk_row(&self, item: &Item) {
         let Some(id) = item.get(TX_ID).and_then(|v| v.as_s().ok()) else {
             return;
@@ -901,7 +906,10 @@ impl Pass<'_> {
     }
 
     /// Rolls back a pending transaction after checking, on a consistent read of the whole record,
-    /// that it is still pending and idle; the rollback is decided on that very version.
+    /// that it is still pending and idle. The rollback is decided only on what was judged idle:
+    /// conditional on that version and that last-update time, so an append or a heartbeat since
+    /// (a live coordinator) makes it leave the transaction alone; it never retries on a newer
+    /// version it did not judge.
     async fn roll_back_idle(&self, id: &TxId) -> Result<()> {
         let Some(rec) = record::load(self.client(), self.tx_table(), id).await? else {
             debug!(tx = %id, "sweep: record vanished before rollback");
@@ -919,11 +927,17 @@ impl Pass<'_> {
             self.note(|r| r.pending_left += 1);
             return Ok(());
         }
+        let judged = h.updated_ms;
         let tx = Transaction::from_record(self.mgr.clone(), id.clone(), rec);
-        match tx.rollback().await {
-            Ok(()) => {
+        match tx.rollback_if_idle(judged).await {
+            Ok(true) => {
                 debug!(tx = %id, "sweep: rolled back an idle pending transaction");
                 self.note(|r| r.rolled_back.push(id.clone()));
+                Ok(())
+            }
+            Ok(false) => {
+                debug!(tx = %id, "sweep: pending transaction moved on before the decision, left alone");
+                self.note(|r| r.pending_left += 1);
                 Ok(())
             }
             Err(Error::AlreadyCommitted { .. }) => {

@@ -30,6 +30,9 @@ use crate::request::{self, Op, Request};
 const EMBED_IMAGE_MAX: usize = 64 * 1024;
 /// Bounded retries of protocol loops (record conflicts, lost locks, lost conditions).
 const PROTOCOL_ATTEMPTS: usize = 8;
+/// Bounded retries of completing a committed transaction before `commit` reports it committed but
+/// not finished.
+const SETTLE_ATTEMPTS: usize = 4;
 
 /// One transaction. Create with [`TransactionManager::begin`] or [`TransactionManager::resume`].
 ///
@@ -878,6 +881,10 @@ impl Transaction {
     /// - [`Error::Undetermined`]: the decisive write failed ambiguously and its effect could not be read
     ///   back; resume the transaction later to learn the outcome.
     /// - [`Error::ItemLocked`]: contention resolution gave up; the transaction is still pending.
+    /// - [`Error::AlreadyCommitted`]: the transaction **is committed**, but releasing its locks and
+    ///   finalizing its record kept failing after a few retries (readers see through the locks;
+    ///   the next coordinator that meets them, or the sweeper, finishes). Do not run the work again.
+    ///   `Ok` always means finished: every lock released and the record finalized.
     ///
     /// # Cancel safety
     /// Not cancel safe in the sense that the outcome is then unknown to the caller: dropping the future
@@ -900,7 +907,7 @@ impl Transaction {
         }
         match st.outcome {
             Some(TxState::Committed) => {
-                self.finish_committed(&mut st).await;
+                self.finish_committed(&mut st).await?;
                 return Ok(());
             }
             Some(TxState::RolledBack) => {
@@ -1161,7 +1168,7 @@ impl Transaction {
             .transpose()?;
         match header.as_ref().map(|h| h.state) {
             Some(TxState::Committed) => {
-                self.finish_committed(st).await;
+                self.finish_committed(st).await?;
                 Ok(CommitStep::Done)
             }
             _ => {
@@ -1171,11 +1178,39 @@ impl Transaction {
         }
     }
 
-    /// Someone committed this transaction: complete it, best effort (it is committed regardless).
-    async fn finish_committed(&self, st: &mut State) {
-        if let Err(e) = self.finish_decided(st, TxState::Committed).await {
-            warn!(tx = %self.id, error = %e, "committed, but releasing the locks failed; they are released later");
+    /// Someone committed this transaction: complete it (unlock every item, finalize the record).
+    /// Errors only when completion keeps failing; see [`Transaction::settle_committed`].
+    async fn finish_committed(&self, st: &mut State) -> Result<()> {
+        self.settle_committed(st, false).await
+    }
+
+    /// Completes a committed transaction, retrying a bounded number of times (a lost answer, a
+    /// throttled request or a conflict must not leave locks or an unfinalized record behind an
+    /// `Ok`): each retry reads the record and the items again, so writes that landed without an
+    /// answer are recognised. `trust_memory` as for [`Transaction::complete`], first attempt only.
+    /// When every attempt fails, the transaction is committed but not finished:
+    /// [`Error::AlreadyCommitted`] (its locks are seen through by readers and released by the
+    /// next coordinator that meets them, or by the sweeper).
+    async fn settle_committed(&self, st: &mut State, trust_memory: bool) -> Result<()> {
+        st.outcome = Some(TxState::Committed);
+        for attempt in 0..SETTLE_ATTEMPTS {
+            let r = if attempt == 0 && trust_memory {
+                self.complete(st, TxState::Committed, true).await
+            } else {
+                self.finish_decided(st, TxState::Committed).await
+            };
+            match r {
+                Ok(()) => return Ok(()),
+                Err(e) => {
+                    warn!(tx = %self.id, attempt, error = %e, "committed, but completing failed; retrying");
+                    crate::contention::backoff(&self.mgr.inner.settings, attempt.min(3) as u32)
+                        .await;
+                }
+            }
         }
+        Err(Error::AlreadyCommitted {
+            tx_id: self.id.clone(),
+        })
     }
 
     /// Some item actions of a batch failed: learn what the items look like and decide.
@@ -1276,7 +1311,7 @@ impl Transaction {
             };
         match header.as_ref().map(|h| h.state) {
             Some(TxState::Committed) => {
-                self.finish_committed(st).await;
+                self.finish_committed(st).await?;
                 Ok(CommitStep::Done)
             }
             Some(TxState::Pending) => Ok(CommitStep::Again),
@@ -1423,11 +1458,10 @@ impl Transaction {
         }
         st.outcome = Some(TxState::Committed);
         debug!(tx = %self.id, items = st.items.len(), "committed; unlocking");
-        // 3-4. Unlock and finalize. The transaction is committed whatever happens here: a failure
-        // only leaves locks that readers see through and others release.
-        if let Err(e) = self.complete(st, TxState::Committed, true).await {
-            warn!(tx = %self.id, error = %e, "committed, but releasing the locks failed; they are released later");
-        }
+        // 3-4. Unlock and finalize. The transaction is committed whatever happens here; a failure
+        // is retried (bounded), and only when that keeps failing does commit say "committed, not
+        // finished" (locks left are seen through by readers and released by others).
+        self.settle_committed(st, true).await?;
         Ok(CommitStep::Done)
     }
 
@@ -1450,6 +1484,54 @@ impl Transaction {
                 });
             }
             self.rollback_locked(&mut st).await
+        }
+        .await;
+        self.finished.store(true, Ordering::SeqCst);
+        r
+    }
+
+    /// The sweeper's rollback of a transaction it judged idle: decided only if the record is still
+    /// at the version and last-update time it judged (`judged_updated_ms`), then completed. `false`
+    /// when the transaction moved on since (an append or heartbeat: it is alive) and was left
+    /// alone. [`Error::AlreadyCommitted`] if it committed meanwhile (its completion is driven).
+    pub(crate) async fn rollback_if_idle(self, judged_updated_ms: u64) -> Result<bool> {
+        let r = async {
+            let mut st = self.state.lock().await;
+            let Some(meta) = st.meta else {
+                return Ok(false);
+            };
+            let c = &self.mgr.inner.client;
+            let flipped = record::roll_back_idle(
+                c,
+                &self.mgr.inner.tx_table,
+                &self.id,
+                meta.version,
+                judged_updated_ms,
+            )
+            .await?;
+            match flipped {
+                Flipped::Ok => {
+                    st.outcome = Some(TxState::RolledBack);
+                    self.complete(&mut st, TxState::RolledBack, false).await?;
+                    Ok(true)
+                }
+                Flipped::Failed(None) => Err(Error::UnknownOutcome {
+                    tx_id: self.id.clone(),
+                }),
+                Flipped::Failed(Some(h)) => match h.state {
+                    TxState::Pending => Ok(false),
+                    TxState::RolledBack => {
+                        self.finish_decided(&mut st, TxState::RolledBack).await?;
+                        Ok(true)
+                    }
+                    TxState::Committed => {
+                        self.finish_decided(&mut st, TxState::Committed).await?;
+                        Err(Error::AlreadyCommitted {
+                            tx_id: self.id.clone(),
+                        })
+                    }
+                },
+            }
         }
         .await;
         self.finished.store(true, Ordering::SeqCst);
@@ -1582,6 +1664,8 @@ impl Transaction {
             }
             let mut writes = Vec::new();
             let mut owners = Vec::new();
+            // Items seen to change under us this round: settled next round, from what was read.
+            let mut moved: Vec<ItemRef> = Vec::new();
             for k in &keys {
                 let e = &st.items[k];
                 let obs = &known[k];
@@ -1597,7 +1681,26 @@ impl Transaction {
                     obs.applied && obs.locked_by(&self.id),
                 ) {
                     (Some(id), false, true) => {
-                        item_lock::load_table_image(c, &self.mgr.inner.image_table, id).await?
+                        let img =
+                            item_lock::load_table_image(c, &self.mgr.inner.image_table, id).await?;
+                        if img.is_none() {
+                            // Another completer may have restored the item and deleted its image
+                            // since we read it: finishing what someone else finished is success.
+                            // Only if the item still carries this very lock is the image missing.
+                            let raw =
+                                ddb::batch_get(c, &[(e.table.clone(), e.key.clone())]).await?;
+                            let now = Observed::of(raw.first().map(|(_, i)| i));
+                            let same_lock = now.locked_by(&self.id)
+                                && now.applied
+                                && now.image_ref == obs.image_ref
+                                && now.stamp == obs.stamp;
+                            if !same_lock {
+                                known.insert(k.clone(), now);
+                                moved.push(k.clone());
+                                continue;
+                            }
+                        }
+                        img
                     }
                     _ => None,
                 };
@@ -1614,12 +1717,16 @@ impl Transaction {
                     owners.push(Some(k.clone()));
                 }
             }
-            if writes.is_empty() {
+            if writes.is_empty() && moved.is_empty() {
                 keys.clear(); // every item is settled (by us or by someone else)
                 break;
             }
             // Items whose settle write failed are re-read (from the failure) and retried.
-            let mut retry: Vec<ItemRef> = Vec::new();
+            let mut retry: Vec<ItemRef> = moved;
+            if writes.is_empty() {
+                keys = retry;
+                continue;
+            }
             if writes.len() == 1 {
                 let k = owners[0].clone().expect("owner");
                 match writes[0].send(c, None).await? {

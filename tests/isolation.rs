@@ -264,7 +264,7 @@ async fn committed_not_unlocked(env: &TestEnv, id: &str) -> TxId {
         env.faults.disarm();
         let state = env.manager.transaction_state(&tx_id).await.unwrap();
         let raw = env.raw_get(&env.table, &key(id)).await.unwrap();
-        // (commit reports success once the record is committed, even if unlocking failed.)
+        // (commit reports AlreadyCommitted once the record is committed but unlocking failed.)
         let _ = res;
         if matches!(state, Some((TxState::Committed, _))) && raw.contains_key("_TxA") {
             return tx_id;

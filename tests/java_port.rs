@@ -873,10 +873,10 @@ async fn get_item_committed_updated_and_applied() {
         .send()
         .await
         .unwrap();
-    // Record (1), lock (2), apply (3), flip (4), unlock (5). Committed, so commit reports success.
-    crashing(&fx, 5, BeforeSend, "UpdateItem", t1.commit())
-        .await
-        .unwrap();
+    // Record (1), lock (2), apply (3), flip (4), unlock (5). Committed but not finished: commit
+    // says so (never Ok while locks are left).
+    let r = crashing(&fx, 5, BeforeSend, "UpdateItem", t1.commit()).await;
+    assert!(matches!(r, Err(Error::AlreadyCommitted { .. })), "{r:?}");
     assert_state(&fx, &id, TxState::Committed, false).await;
     assert_locked(&fx, &fx.table, &k0, Some(&item1), &id, false, true).await;
     let got = read(&fx.manager, &fx.table, "item0", IsolationLevel::Committed).await;
@@ -962,10 +962,10 @@ async fn get_item_committed_concurrent_commit() {
         .send()
         .await
         .unwrap();
-    // Record (1), lock (2), image PutItem (3), apply (4), flip (5), unlock (6).
-    crashing(&fx, 6, BeforeSend, "UpdateItem", t1.commit())
-        .await
-        .unwrap();
+    // Record (1), lock (2), image PutItem (3), apply (4), flip (5), unlock (6). Committed but not
+    // finished: commit says so.
+    let r = crashing(&fx, 6, BeforeSend, "UpdateItem", t1.commit()).await;
+    assert!(matches!(r, Err(Error::AlreadyCommitted { .. })), "{r:?}");
     assert_state(&fx, &id, TxState::Committed, false).await;
     let raw = assert_locked(&fx, &fx.table, &k0, Some(&big1), &id, false, true).await;
     assert!(raw.contains_key("_TxI"), "{:?}", raw.keys());
@@ -1493,9 +1493,9 @@ async fn drive_commit(phased: bool, placeholder: bool) {
     .await;
     if phased {
         // The read recorded both requests. Lock item1 (1), apply (2), flip (3), unlock both (4).
-        crashing(&fx, 4, BeforeSend, "TransactWriteItems", t2.commit())
-            .await
-            .unwrap();
+        // Committed but not finished: commit says so.
+        let r = crashing(&fx, 4, BeforeSend, "TransactWriteItems", t2.commit()).await;
+        assert!(matches!(r, Err(Error::AlreadyCommitted { .. })), "{r:?}");
         assert_state(&fx, &id, TxState::Committed, false).await;
         assert_locked(&fx, &fx.table, &k1, Some(&new), &id, false, true).await;
         assert_image(&fx, &fx.table, &k1, &original).await;

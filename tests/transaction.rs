@@ -788,7 +788,15 @@ async fn a_committed_delete_not_yet_executed_reads_as_absent() {
     // record, lock, apply (marks the delete), flip; the coordinator dies before the unlock.
     env.faults
         .crash_at(5, dynamodb_transactions::fault::FaultMode::BeforeSend);
-    tx.commit().await.unwrap(); // committed: cleanup failures do not change that
+    // Committed, but the crash stops the cleanup: commit says "committed, not finished".
+    let r = tx.commit().await;
+    assert!(
+        matches!(
+            r,
+            Err(dynamodb_transactions::Error::AlreadyCommitted { .. })
+        ),
+        "{r:?}"
+    );
     env.faults.disarm();
     assert_eq!(
         env.manager.transaction_state(&id).await.unwrap(),
