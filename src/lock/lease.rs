@@ -18,9 +18,15 @@
 //!   frees it. No heartbeats.
 //!
 //! A renewal whose response is lost is retried with the same target value; since the condition is
-//! "the holder is still this acquisition", an applied earlier attempt makes the retry succeed too.
-//! Renewal never stops silently: it retries until the local lease runs out and then reports the
-//! lock lost through the guard.
+//! "the holder is still this acquisition and the counter is not past the target", an applied
+//! earlier attempt makes the retry succeed too, and a request of an old renewal that arrives late
+//! cannot set the counter back. Renewal never stops silently: it retries until the local lease runs
+//! out and then reports the lock lost through the guard.
+//!
+//! The local lease always counts from the earliest send that may have written what waiters judge
+//! (a waiter may see a write from the moment it lands): after a lost acquire response, from the
+//! send of the attempt whose write is found on the record, not from the retry that found it; for a
+//! renewal, from its first attempt. See "When a lease starts" in `docs/LOCKS.md`.
 //!
 //! # The simple mutex (try-lock, extend, unlock)
 //!
@@ -914,7 +920,10 @@ impl LeaseGuard {
     }
 
     /// Time left on the local lease before the lock counts as lost unless renewed
-    /// (`Duration::MAX` for fail-closed locks).
+    /// (`Duration::MAX` for fail-closed locks). The lease counts from the first send of the write
+    /// that made this guard the holder (or of its last confirmed renewal), so right after an
+    /// acquire whose response was lost it can be well short of the full lease (at least half of it
+    /// when granted).
     pub fn lease_remaining(&self) -> Duration {
         self.heartbeat.remaining().unwrap_or(Duration::MAX)
     }

@@ -1065,7 +1065,9 @@ impl QueueGuard {
         self.heartbeat.is_lost()
     }
 
-    /// Time left on the local lease before the lock counts as lost unless renewed.
+    /// Time left on the local lease before the lock counts as lost unless renewed. The lease counts
+    /// from the first send of a ticket request that may have written this guard's row (or of its
+    /// last confirmed renewal): after lost responses it can be short of the full lease.
     pub fn lease_remaining(&self) -> Duration {
         self.heartbeat.remaining().unwrap_or(Duration::MAX)
     }
