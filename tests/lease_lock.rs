@@ -611,3 +611,30 @@ async fn late_heartbeat_does_not_set_the_counter_back() {
     );
     taken.release().await.unwrap();
 }
+
+/// After a lost acquire response noticed only when most of the lease has passed, the acquirer does
+/// not hand out the little that is left: it takes its own write over as a new owner (a new fencing
+/// token and a fresh lease).
+#[tokio::test]
+async fn long_lost_acquire_response_is_renewed_by_takeover() {
+    let (client, table, _guard) = lock_table("ll-lostlong").await;
+    let late = LateDelivery::new();
+    let lease = Duration::from_millis(1500);
+    let lock = builder(client_through(&late), &table)
+        .lease_duration(lease)
+        .manual_heartbeat()
+        .build()
+        .unwrap();
+    late.lose_response("UpdateItem", 1, Duration::from_millis(900));
+    let g = lock.acquire("lo", Wait::NoWait).await.expect("acquired");
+    assert_eq!(late.struck(), 1);
+    assert!(
+        g.lease_remaining() > lease / 2,
+        "a fresh lease, not the rest of the first one"
+    );
+    assert_eq!(g.fencing_token(), 2, "the own landed write was taken over");
+    let rec = record(&client, &table, "lo").await;
+    assert_eq!(owner(&rec), Some(g.holder_id()));
+    assert_eq!(num(&rec, "fence"), 2);
+    g.release().await.unwrap();
+}
