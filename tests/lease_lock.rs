@@ -7,7 +7,7 @@ use std::time::Duration;
 use aws_sdk_dynamodb::Client;
 use common::*;
 use dynamodb_transactions::Item;
-use dynamodb_transactions::fault::{FaultInjector, FaultMode};
+use dynamodb_transactions::fault::{FaultInjector, FaultMode, LateDelivery};
 use dynamodb_transactions::lock::lease::{LeaseLock, LeaseLockBuilder};
 use dynamodb_transactions::lock::{Expiry, LockError, OffsetClock, Wait, create_lock_table};
 
@@ -472,4 +472,169 @@ async fn simple_mutex_try_lock_extend_unlock() {
     assert!(t.fencing_token() > g.fencing_token());
     assert!(matches!(g.heartbeat().await, Err(LockError::Lost { .. })));
     t.release().await.unwrap();
+}
+
+/// A client for the test endpoint whose requests go through `late`.
+fn client_through(late: &LateDelivery) -> Client {
+    let conf = client()
+        .config()
+        .to_builder()
+        .http_client(late.http_client())
+        .build();
+    Client::from_conf(conf)
+}
+
+/// Regression: a lost answer to the acquiring write, noticed late (a timeout). The retry finds the
+/// holder's own earlier write on the record; the lease must run from the first send, which may
+/// be when the record was written (and when a waiter started watching it), not from the retry.
+#[tokio::test]
+async fn lost_acquire_response_counts_the_lease_from_the_first_send() {
+    let (client, table, _guard) = lock_table("ll-lostlease").await;
+    let late = LateDelivery::new();
+    let lease = Duration::from_millis(1500);
+    let lock = builder(client_through(&late), &table)
+        .lease_duration(lease)
+        .manual_heartbeat()
+        .build()
+        .unwrap();
+    // The acquiring write lands; its caller hears of the failure 400 ms later and retries.
+    late.lose_response("UpdateItem", 1, Duration::from_millis(400));
+    // A waiter watches the record from the moment the first write landed, and takes the lock over
+    // as soon as it may (Observed expiry, small margin).
+    let waiter = {
+        let (client, table) = (client.clone(), table.clone());
+        tokio::spawn(async move {
+            let other = builder(client.clone(), &table)
+                .clock_skew_margin(Duration::from_millis(100))
+                .build()
+                .unwrap();
+            loop {
+                let rec = client
+                    .get_item()
+                    .table_name(&table)
+                    .key("pk", s("ll"))
+                    .key("sk", s("#lease"))
+                    .consistent_read(true)
+                    .send()
+                    .await
+                    .unwrap();
+                if rec.item.is_some_and(|i| owner(&i).is_some()) {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            loop {
+                if let Some(g) = other.try_acquire("ll").await.unwrap() {
+                    return g;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+    };
+    let g = lock
+        .acquire("ll", Wait::NoWait)
+        .await
+        .expect("our own landed write is recognised");
+    let remaining = g.lease_remaining();
+    let now = tokio::time::Instant::now();
+    assert_eq!(late.struck(), 1);
+    let first_send = late.first_struck_at().expect("the fault struck");
+    // The guard's local lease ends no later than a lease after the first send (20 ms of slack for
+    // the instants read around it).
+    let expires = now + remaining;
+    assert!(
+        expires <= first_send + lease + Duration::from_millis(20),
+        "the holder counts its lease from the retry: it expires {:?} after the first send (lease {lease:?})",
+        expires - first_send
+    );
+    let taken = waiter.await.unwrap();
+    assert!(
+        g.is_lost(),
+        "two holders: the waiter took the lock over while the holder still believes it holds it"
+    );
+    assert!(taken.fencing_token() > g.fencing_token());
+    taken.release().await.unwrap();
+}
+
+/// Regression (found by tests/model_lease.rs): a heartbeat that failed ambiguously, was retried
+/// and confirmed, and reaches DynamoDB only later (after a newer heartbeat) must not set the
+/// heartbeat counter back. Otherwise a waiter that saw the old value earlier, and not the newer
+/// one, judges the holder by its old observation and takes over while the holder, counting from
+/// its newer heartbeat, still believes it holds the lock.
+#[tokio::test]
+async fn late_heartbeat_does_not_set_the_counter_back() {
+    let (client, table, _guard) = lock_table("ll-latehb").await;
+    let late = LateDelivery::new();
+    let lease = Duration::from_millis(1500);
+    let lock = builder(client_through(&late), &table)
+        .lease_duration(lease)
+        .manual_heartbeat()
+        .build()
+        .unwrap();
+    let other = builder(client.clone(), &table)
+        .clock_skew_margin(Duration::from_millis(100))
+        .build()
+        .unwrap();
+    let g = lock.acquire("hb", Wait::NoWait).await.unwrap();
+    // The first heartbeat request is stuck in the network; its retry renews (hb = 1).
+    late.hold("UpdateItem", 1, 1, "GetItem");
+    g.heartbeat().await.expect("renewed by the retry");
+    assert_eq!(late.struck(), 1);
+    assert_eq!(num(&record(&client, &table, "hb").await, "hb"), 1);
+    // The waiter sees hb = 1 now, and nothing in between until after the stuck request lands.
+    assert!(other.try_acquire("hb").await.unwrap().is_none());
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    g.heartbeat().await.expect("renewed (hb = 2)");
+    // Any answered GetItem through the faulty network delivers the stuck heartbeat (hb = 1).
+    client_through(&late)
+        .get_item()
+        .table_name(&table)
+        .key("pk", s("hb"))
+        .key("sk", s("#lease"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        num(&record(&client, &table, "hb").await, "hb"),
+        2,
+        "a late heartbeat set the counter back"
+    );
+    let taken = loop {
+        if let Some(t) = other.try_acquire("hb").await.unwrap() {
+            break t;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    assert!(
+        g.is_lost(),
+        "two holders: the waiter took the lock over while the holder still believes it holds it"
+    );
+    taken.release().await.unwrap();
+}
+
+/// After a lost acquire response noticed only when most of the lease has passed, the acquirer does
+/// not hand out the little that is left: it takes its own write over as a new owner (a new fencing
+/// token and a fresh lease).
+#[tokio::test]
+async fn long_lost_acquire_response_is_renewed_by_takeover() {
+    let (client, table, _guard) = lock_table("ll-lostlong").await;
+    let late = LateDelivery::new();
+    let lease = Duration::from_millis(1500);
+    let lock = builder(client_through(&late), &table)
+        .lease_duration(lease)
+        .manual_heartbeat()
+        .build()
+        .unwrap();
+    late.lose_response("UpdateItem", 1, Duration::from_millis(900));
+    let g = lock.acquire("lo", Wait::NoWait).await.expect("acquired");
+    assert_eq!(late.struck(), 1);
+    assert!(
+        g.lease_remaining() > lease / 2,
+        "a fresh lease, not the rest of the first one"
+    );
+    assert_eq!(g.fencing_token(), 2, "the own landed write was taken over");
+    let rec = record(&client, &table, "lo").await;
+    assert_eq!(owner(&rec), Some(g.holder_id()));
+    assert_eq!(num(&rec, "fence"), 2);
+    g.release().await.unwrap();
 }

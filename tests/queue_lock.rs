@@ -8,7 +8,7 @@ use std::time::Duration;
 use aws_sdk_dynamodb::Client;
 use common::*;
 use dynamodb_transactions::Item;
-use dynamodb_transactions::fault::{FaultInjector, FaultMode};
+use dynamodb_transactions::fault::{FaultInjector, FaultMode, LateDelivery};
 use dynamodb_transactions::lock::queue::{QueueLock, QueueLockBuilder};
 use dynamodb_transactions::lock::{
     Expiry, LockError, OffsetClock, TicketCounter, Wait, create_lock_table,
@@ -620,4 +620,91 @@ async fn waiter_whose_row_was_deleted_never_proceeds() {
     let err = waiter.await.unwrap().unwrap_err();
     assert!(err.is_lost(), "{err:?}");
     assert!(rows(&client, &table, "gn").await.is_empty());
+}
+
+/// A client for the test endpoint whose requests go through `late`.
+fn client_through(late: &LateDelivery) -> Client {
+    let conf = client()
+        .config()
+        .to_builder()
+        .http_client(late.http_client())
+        .build();
+    Client::from_conf(conf)
+}
+
+/// Regression: the ticket request fails ambiguously (it and its replays are stuck in the network);
+/// they arrive only after the acquirer read the counter again, so its fresh request for the same
+/// ticket finds the row already written by the first one and adopts it. The row's lease must run
+/// from the first send of that ticket's requests (when a waiter may first have seen the row, and
+/// from when its stored expiry counts), not from the adopting request.
+#[tokio::test]
+async fn adopted_row_counts_its_lease_from_the_first_send() {
+    let (client, table, _guard) = lock_table("ql-adoptlease").await;
+    let late = LateDelivery::new();
+    let lease = Duration::from_millis(3000);
+    let lock = builder(client_through(&late), &table)
+        .lease_duration(lease)
+        .heartbeat_interval(Duration::from_millis(1500))
+        .expiry(Expiry::WallClock)
+        .build()
+        .unwrap();
+    // The ticket request and its three replays (same token) fail for the caller but are kept;
+    // they land right after the next counter read is answered.
+    late.hold("TransactWriteItems", 1, 4, "GetItem");
+    let g = lock
+        .acquire("ad", Wait::For(Duration::from_secs(10)))
+        .await
+        .expect("the row written by the first request is adopted");
+    let remaining = g.lease_remaining();
+    let now = tokio::time::Instant::now();
+    assert!(late.struck() >= 1);
+    let first_send = late.first_struck_at().expect("the fault struck");
+    let r = rows(&client, &table, "ad").await;
+    assert_eq!(r.len(), 1, "one row: the landed write was adopted");
+    assert_eq!(text(&r[0], "owner"), g.owner());
+    assert_eq!(g.ticket(), 1);
+    let expires = now + remaining;
+    assert!(
+        expires <= first_send + lease + Duration::from_millis(20),
+        "the holder counts its lease from the adopting request: it expires {:?} after the first send (lease {lease:?})",
+        expires - first_send
+    );
+    g.release().await.unwrap();
+}
+
+/// Regression (found by tests/model_lease.rs): a heartbeat that failed ambiguously, was retried
+/// and confirmed, and reaches DynamoDB only after a newer heartbeat must not set the row's
+/// heartbeat counter (and stored expiry) back: a waiter that saw the old value earlier would judge
+/// the row by that old observation while its holder counts from the newer heartbeat.
+#[tokio::test]
+async fn late_heartbeat_does_not_set_the_row_back() {
+    let (client, table, _guard) = lock_table("ql-latehb").await;
+    let late = LateDelivery::new();
+    let lock = builder(client_through(&late), &table)
+        .lease_duration(Duration::from_secs(20))
+        .heartbeat_interval(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let g = lock.acquire("hb", Wait::NoWait).await.unwrap();
+    late.hold("UpdateItem", 1, 1, "GetItem");
+    g.heartbeat().await.expect("renewed by the retry");
+    assert_eq!(late.struck(), 1);
+    let first = rows(&client, &table, "hb").await;
+    assert_eq!(num(&first[0], "hb"), 1);
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    g.heartbeat().await.expect("renewed (hb = 2)");
+    let renewed = rows(&client, &table, "hb").await;
+    // Any answered GetItem through the faulty network delivers the stuck heartbeat.
+    client_through(&late)
+        .get_item()
+        .table_name(&table)
+        .key("pk", s("hb"))
+        .key("sk", s("#ctr"))
+        .send()
+        .await
+        .unwrap();
+    let after = rows(&client, &table, "hb").await;
+    assert_eq!(num(&after[0], "hb"), 2, "a late heartbeat set the row back");
+    assert_eq!(num(&after[0], "exp_ms"), num(&renewed[0], "exp_ms"));
+    g.release().await.unwrap();
 }

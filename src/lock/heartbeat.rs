@@ -127,7 +127,8 @@ impl fmt::Debug for Heartbeat {
 
 impl Heartbeat {
     /// Starts renewing. `sent_at` is when the write that created the row (with heartbeat value
-    /// `hb`) was first sent.
+    /// `hb`) was first sent: the earliest send that may have written it, since a waiter may have
+    /// seen the row from then on. The local lease runs from there.
     pub(crate) fn start(
         name: &str,
         beat: BeatFn,
@@ -146,11 +147,16 @@ impl Heartbeat {
             lost_tx,
         });
         let task = match (lease, interval) {
-            (Some(_), Some(every)) => {
+            (Some(lease), Some(every)) => {
                 let core = core.clone();
+                // The first renewal comes sooner when less than a lease is left (the row was
+                // written by an earlier send that may have landed long ago).
+                let left = (sent_at + lease).saturating_duration_since(Instant::now());
+                let mut pause = every.min(left / 2);
                 Some(tokio::spawn(async move {
                     loop {
-                        tokio::time::sleep(every).await;
+                        tokio::time::sleep(pause).await;
+                        pause = every;
                         if core.beat_once().await.is_err() {
                             return;
                         }

@@ -18,9 +18,15 @@
 //!   frees it. No heartbeats.
 //!
 //! A renewal whose response is lost is retried with the same target value; since the condition is
-//! "the holder is still this acquisition", an applied earlier attempt makes the retry succeed too.
-//! Renewal never stops silently: it retries until the local lease runs out and then reports the
-//! lock lost through the guard.
+//! "the holder is still this acquisition and the counter is not past the target", an applied
+//! earlier attempt makes the retry succeed too, and a request of an old renewal that arrives late
+//! cannot set the counter back. Renewal never stops silently: it retries until the local lease runs
+//! out and then reports the lock lost through the guard.
+//!
+//! The local lease always counts from the earliest send that may have written what waiters judge
+//! (a waiter may see a write from the moment it lands): after a lost acquire response, from the
+//! send of the attempt whose write is found on the record, not from the retry that found it; for a
+//! renewal, from its first attempt. See "When a lease starts" in `docs/LOCKS.md`.
 //!
 //! # The simple mutex (try-lock, extend, unlock)
 //!
@@ -344,13 +350,16 @@ impl LeaseLock {
         let inner = &self.inner;
         let start = Instant::now();
         let deadline = wait.deadline(start);
-        let owner = uuid::Uuid::new_v4().to_string();
+        let mut owner = uuid::Uuid::new_v4().to_string();
+        // Owner ids of ambiguous exclusive attempts, each with its send instant: one of them may
+        // be on the record. The next attempt after an ambiguous one uses a fresh id, so a record
+        // found carrying one of these ids names the very attempt that wrote it.
+        let mut mine: Vec<(String, Instant)> = Vec::new();
         let mut takeover: Option<(String, u64)> = None;
         // Reader ids of ambiguous shared attempts: their entries may exist.
         let mut strays: Vec<String> = Vec::new();
         let mut rid = owner.clone();
         let mut failures = 0u32;
-        let mut maybe_landed = false;
         loop {
             if shared && !inner.records.lock().expect("poisoned").contains(name) {
                 self.ensure_record(name).await?;
@@ -424,10 +433,39 @@ impl LeaseLock {
                             inner.records.lock().expect("poisoned").remove(name);
                             continue;
                         };
-                        if !shared && get_s(&item, OWNER) == Some(owner.as_str()) {
-                            // An earlier attempt of ours landed; nobody else can have acquired since.
-                            tracing::debug!(lock = name, "an ambiguous acquire had landed");
-                            return Ok(self.granted(name, owner, rid, shared, &item, sent_at));
+                        // This very attempt may have landed too (an SDK retry of it failing on
+                        // its own first try).
+                        let landed = get_s(&item, OWNER)
+                            .and_then(|o| {
+                                if o == owner {
+                                    Some((owner.clone(), sent_at))
+                                } else {
+                                    mine.iter().find(|(id, _)| id == o).cloned()
+                                }
+                            })
+                            .filter(|_| !shared);
+                        if let Some((id, first_sent)) = landed {
+                            // An earlier, ambiguous attempt of ours landed. A waiter may have seen
+                            // the record from the moment it landed, so the lease runs from that
+                            // attempt's send, not from this retry.
+                            let left = (first_sent + inner.lease)
+                                .saturating_duration_since(Instant::now());
+                            if inner.fail_closed || left >= inner.lease / 2 {
+                                tracing::debug!(lock = name, "an ambiguous acquire had landed");
+                                self.remove_strays(name, &strays);
+                                return Ok(self.granted(name, id, rid, shared, &item, first_sent));
+                            }
+                            // Too little of that lease is left to hand out: take our own write
+                            // over like a dead holder's (conditional on what we saw), as a new
+                            // owner id (a waiter's observation of the old one must not carry
+                            // over), which starts a fresh lease.
+                            tracing::debug!(
+                                lock = name,
+                                "an ambiguous acquire had landed long ago; renewing it by takeover"
+                            );
+                            takeover = Some((id, get_u64(&item, HB).unwrap_or(0)));
+                            owner = uuid::Uuid::new_v4().to_string();
+                            continue;
                         }
                         if shared && !item.contains_key(READERS) {
                             inner.records.lock().expect("poisoned").remove(name);
@@ -491,17 +529,16 @@ impl LeaseLock {
                                 uuid::Uuid::new_v4().to_string(),
                             ));
                         }
-                        maybe_landed |= ambiguous && !shared;
+                        if ambiguous && !shared {
+                            let id =
+                                std::mem::replace(&mut owner, uuid::Uuid::new_v4().to_string());
+                            mine.push((id, sent_at));
+                        }
                         let late = !ambiguous && deadline.is_some_and(|d| Instant::now() >= d);
                         if !e.is_retryable() || late || failures >= 8 {
                             self.remove_strays(name, &strays);
-                            if maybe_landed {
-                                spawn_release(
-                                    inner.clone(),
-                                    name.to_string(),
-                                    owner.clone(),
-                                    false,
-                                );
+                            for (id, _) in &mine {
+                                spawn_release(inner.clone(), name.to_string(), id.clone(), false);
                             }
                             return Err(e.into());
                         }
@@ -714,11 +751,19 @@ fn lease_beat(inner: Arc<Inner>, name: String, holder: String, shared: bool) -> 
                 .table_name(&inner.table)
                 .set_key(Some(key(&name, LEASE_SK)))
                 .return_values_on_condition_check_failure(ALL_OLD);
+            // Conditional on the counter not being past the target: a request of an earlier
+            // renewal that reaches DynamoDB late (after it was retried and confirmed, and a newer
+            // renewal landed) must not set the counter back, or a waiter that saw the old value
+            // before would judge the holder by that old observation.
             let req = if shared {
                 req.update_expression("SET #readers.#rid = :entry")
-                    .condition_expression("attribute_exists(#readers.#rid)")
+                    .condition_expression(
+                        "attribute_exists(#readers.#rid) AND #readers.#rid.#hb <= :hb",
+                    )
                     .expression_attribute_names("#readers", READERS)
                     .expression_attribute_names("#rid", &holder)
+                    .expression_attribute_names("#hb", HB)
+                    .expression_attribute_values(":hb", n(target))
                     .expression_attribute_values(
                         ":entry",
                         AttributeValue::M(Item::from([
@@ -730,7 +775,7 @@ fn lease_beat(inner: Arc<Inner>, name: String, holder: String, shared: bool) -> 
                     )
             } else {
                 req.update_expression("SET #hb = :hb, #exp = :exp")
-                    .condition_expression("#owner = :me")
+                    .condition_expression("#owner = :me AND #hb <= :hb")
                     .expression_attribute_names("#hb", HB)
                     .expression_attribute_names("#exp", EXP_MS)
                     .expression_attribute_names("#owner", OWNER)
@@ -875,7 +920,10 @@ impl LeaseGuard {
     }
 
     /// Time left on the local lease before the lock counts as lost unless renewed
-    /// (`Duration::MAX` for fail-closed locks).
+    /// (`Duration::MAX` for fail-closed locks). The lease counts from the first send of the write
+    /// that made this guard the holder (or of its last confirmed renewal), so right after an
+    /// acquire whose response was lost it can be well short of the full lease (at least half of it
+    /// when granted).
     pub fn lease_remaining(&self) -> Duration {
         self.heartbeat.remaining().unwrap_or(Duration::MAX)
     }

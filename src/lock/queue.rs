@@ -383,8 +383,10 @@ impl QueueLock {
         let inner = &self.inner;
         let counter_sk = self.counter_sk();
         let mut known = inner.counters.lock().expect("poisoned").get(name).copied();
-        // Tickets whose request failed ambiguously: their row may exist (or appear later).
-        let mut ambiguous: HashSet<u64> = HashSet::new();
+        // Tickets whose request failed ambiguously: their row may exist (or appear later). Each
+        // with the first send of any request for it: the row may have been written (and seen by
+        // a waiter) from then on.
+        let mut ambiguous: HashMap<u64, Instant> = HashMap::new();
         let mut attempt = 0u32;
         loop {
             if deadline.is_some_and(|d| Instant::now() >= d) && attempt > 0 {
@@ -462,7 +464,7 @@ impl QueueLock {
                             ticket,
                             "ticket request failed ambiguously; replaying it"
                         );
-                        ambiguous.insert(ticket);
+                        ambiguous.entry(ticket).or_insert(sent_at);
                         replays += 1;
                         tokio::time::sleep(backoff(replays)).await;
                     }
@@ -472,8 +474,10 @@ impl QueueLock {
             attempt += 1;
             match result {
                 Ok(_) => {
-                    ambiguous.remove(&ticket);
-                    return Ok(self.entered(name, owner, ticket, sk, sent_at, &ambiguous));
+                    // Written by this request (an earlier one for this ticket would have moved the
+                    // counter); counting from an earlier send is merely conservative.
+                    let from = ambiguous.remove(&ticket).unwrap_or(sent_at).min(sent_at);
+                    return Ok(self.entered(name, owner, ticket, sk, from, &ambiguous));
                 }
                 Err(e) => {
                     if let Some(TransactWriteItemsError::TransactionCanceledException(c)) =
@@ -489,13 +493,13 @@ impl QueueLock {
                                 .item()
                                 .and_then(|i| get_u64(i, COUNT))
                                 .unwrap_or(0);
-                            if ambiguous.contains(&ticket)
+                            if ambiguous.contains_key(&ticket)
                                 && self.row_owned(name, &sk, owner).await?
                             {
-                                ambiguous.remove(&ticket);
-                                return Ok(
-                                    self.entered(name, owner, ticket, sk, sent_at, &ambiguous)
-                                );
+                                // An earlier request for this ticket wrote the row: its lease runs
+                                // from the first send for this ticket, not from this request.
+                                let from = ambiguous.remove(&ticket).unwrap_or(sent_at);
+                                return Ok(self.entered(name, owner, ticket, sk, from, &ambiguous));
                             }
                             known = Some(now_at);
                             tracing::trace!(
@@ -510,10 +514,9 @@ impl QueueLock {
                         if code(1) == "ConditionalCheckFailed" {
                             let row = reasons.get(1).and_then(|r| r.item());
                             if row.and_then(|r| get_s(r, OWNER)) == Some(owner) {
-                                ambiguous.remove(&ticket);
-                                return Ok(
-                                    self.entered(name, owner, ticket, sk, sent_at, &ambiguous)
-                                );
+                                let from =
+                                    ambiguous.remove(&ticket).unwrap_or(sent_at).min(sent_at);
+                                return Ok(self.entered(name, owner, ticket, sk, from, &ambiguous));
                             }
                             return Err(Error::invariant(format!(
                                 "queue row {sk} of lock {name} exists but the counter is below it: was the counter item deleted?"
@@ -547,7 +550,7 @@ impl QueueLock {
         ticket: u64,
         sk: String,
         sent_at: Instant,
-        ambiguous: &HashSet<u64>,
+        ambiguous: &HashMap<u64, Instant>,
     ) -> Enqueued {
         self.inner
             .counters
@@ -581,8 +584,14 @@ impl QueueLock {
     }
 
     /// Deletes, in the background, rows of ours that ambiguous requests may have written.
-    fn cleanup_strays(&self, name: &str, owner: &str, tickets: &HashSet<u64>, keep: Option<u64>) {
-        for &t in tickets.iter().filter(|t| Some(**t) != keep) {
+    fn cleanup_strays(
+        &self,
+        name: &str,
+        owner: &str,
+        tickets: &HashMap<u64, Instant>,
+        keep: Option<u64>,
+    ) {
+        for &t in tickets.keys().filter(|t| Some(**t) != keep) {
             spawn_delete(
                 self.inner.clone(),
                 name.to_string(),
@@ -887,7 +896,8 @@ fn row_beat(inner: Arc<Inner>, name: String, sk: String, owner: String) -> BeatF
                 .table_name(&inner.table)
                 .set_key(Some(key(&name, &sk)))
                 .update_expression("SET #hb = :hb, #exp = :exp, #ttl = :ttl")
-                .condition_expression("#owner = :owner")
+                // Never back: a late request of an earlier renewal must not undo a newer one.
+                .condition_expression("#owner = :owner AND #hb <= :hb")
                 .expression_attribute_names("#hb", HB)
                 .expression_attribute_names("#exp", EXP_MS)
                 .expression_attribute_names("#ttl", TTL)
@@ -1055,7 +1065,9 @@ impl QueueGuard {
         self.heartbeat.is_lost()
     }
 
-    /// Time left on the local lease before the lock counts as lost unless renewed.
+    /// Time left on the local lease before the lock counts as lost unless renewed. The lease counts
+    /// from the first send of a ticket request that may have written this guard's row (or of its
+    /// last confirmed renewal): after lost responses it can be short of the full lease.
     pub fn lease_remaining(&self) -> Duration {
         self.heartbeat.remaining().unwrap_or(Duration::MAX)
     }
