@@ -383,7 +383,11 @@ async fn crossing_with_the_older_transaction_wins(
         Some((TxState::Committed, true))
     );
     assert_eq!(
-        env.manager.transaction_state(&young_id).await.unwrap().map(|s| s.0),
+        env.manager
+            .transaction_state(&young_id)
+            .await
+            .unwrap()
+            .map(|s| s.0),
         Some(TxState::RolledBack)
     );
     for k in ["a", "b"] {
@@ -416,7 +420,11 @@ async fn a_resumed_transaction_keeps_the_ticket_in_its_record() {
     let t = m.resume(&t_id).await.unwrap();
     let before = ticket_of(&env, &t_id).await;
     crossing_with_the_older_transaction_wins(&env, t, u).await;
-    assert_eq!(ticket_of(&env, &t_id).await, before, "the record's ticket never changes");
+    assert_eq!(
+        ticket_of(&env, &t_id).await,
+        before,
+        "the record's ticket never changes"
+    );
 }
 
 #[tokio::test]
@@ -439,7 +447,11 @@ async fn a_second_handle_adopts_the_ticket_another_handle_recorded() {
     let x_id = x.id().clone();
     x.abandon();
     assert_eq!(
-        env.manager.transaction_state(&x_id).await.unwrap().map(|s| s.0),
+        env.manager
+            .transaction_state(&x_id)
+            .await
+            .unwrap()
+            .map(|s| s.0),
         Some(TxState::RolledBack)
     );
     // U, younger than T, locks "b".
@@ -451,7 +463,11 @@ async fn a_second_handle_adopts_the_ticket_another_handle_recorded() {
     t.abandon();
     let t_id = t2.id().clone();
     crossing_with_the_older_transaction_wins(&env, t2, u).await;
-    assert_eq!(ticket_of(&env, &t_id).await, before, "the record's ticket never changes");
+    assert_eq!(
+        ticket_of(&env, &t_id).await,
+        before,
+        "the record's ticket never changes"
+    );
     assert_eq!(
         env.raw_get(&env.table, &key("z")).await.unwrap(),
         item(&[("Id", s("z")), ("v", n(0))])
