@@ -115,10 +115,16 @@ impl Contender<'_> {
                 .await?
                 {
                     Some(Some(t)) => Ok(t),
-                    Some(None) => Err(Error::invariant(format!(
-                        "the record of {} has no ticket after writing one",
-                        self.id
-                    ))),
+                    // Not returned (DynamoDB returns the attributes an update names): read it.
+                    Some(None) => record::load_header(&inner.client, &inner.tx_table, self.id)
+                        .await?
+                        .and_then(|h| h.ticket)
+                        .ok_or_else(|| {
+                            Error::invariant(format!(
+                                "the record of {} has no ticket after writing one",
+                                self.id
+                            ))
+                        }),
                     None => Err(Error::RolledBack {
                         tx_id: self.id.clone(),
                     }),

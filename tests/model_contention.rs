@@ -648,13 +648,13 @@ fn three_transactions_two_items() {
 }
 
 #[test]
-#[ignore = "larger run: cargo test --release --test model_contention -- --ignored"]
+#[ignore = "larger run (0.56M states, ~20 s in debug): cargo test --test model_contention -- --ignored"]
 fn three_transactions_two_items_full() {
     assert_model_holds(three_by_two());
 }
 
 #[test]
-#[ignore = "larger run: cargo test --release --test model_contention -- --ignored"]
+#[ignore = "larger run (5.7M states, ~3 min in debug): cargo test --test model_contention -- --ignored"]
 fn three_transactions_three_items() {
     assert_model_holds(three_by_three());
 }
