@@ -24,16 +24,20 @@ pub enum ContentionPolicy {
     RollBackOthers,
     /// Tickets order contending transactions (wound-wait). A transaction takes a ticket from an
     /// atomic counter the first time it meets contention, and keeps it when
-    /// [`TransactionManager::run`] retries it, so it only ever gets older. Meeting a lock of a
-    /// pending transaction:
+    /// [`TransactionManager::run`] retries it, so it only ever gets older. The ticket lives in the
+    /// transaction's record, written once and never changed, and every handle of the transaction
+    /// contends with that ticket: a handle made by [`TransactionManager::resume`] starts with it,
+    /// and a handle whose record already got a ticket from another handle adopts that one.
+    /// Meeting a lock of a pending transaction:
     /// - if the holder is older (smaller ticket), wait for it (back off and retry the lock);
     /// - if it is younger or has no ticket, roll it back;
     /// - whatever its ticket, roll it back if its record has not been touched for `dead_after`
     ///   (its coordinator is presumed dead; waiting coordinators touch their record as they wait).
     ///
-    /// Waits only go from younger to older transactions, so no cycle of waits can form: deadlock is
-    /// impossible. The oldest transaction is never rolled back by a live one, so every transaction
-    /// eventually commits.
+    /// Waits only go from younger to older transactions (as their records say, which is why a
+    /// handle never contends with another ticket than its record's), so no cycle of waits can
+    /// form: deadlock is impossible. The oldest transaction is never rolled back by a live one, so
+    /// every transaction eventually commits.
     Ordered {
         /// How long a pending transaction's record may stay untouched before others treat its
         /// coordinator as dead.
@@ -74,30 +78,56 @@ pub(crate) enum Resolution {
 /// The transaction meeting the lock: its id and (lazily) its ticket.
 pub(crate) struct Contender<'a> {
     pub id: &'a TxId,
-    /// The ticket, shared by every attempt of one unit of work.
+    /// The ticket this unit of work proposes for its record, shared by every attempt of one unit
+    /// of work (a record that already has a ticket keeps its own).
     pub ticket: &'a Arc<OnceCell<u64>>,
-    /// Whether the ticket was written to this attempt's record.
-    pub recorded: &'a OnceCell<()>,
+    /// The ticket in this transaction's record, once this handle knows it: the only ticket it
+    /// contends with.
+    pub recorded: &'a OnceCell<u64>,
 }
 
 impl Contender<'_> {
-    /// This transaction's ticket, taking one (and recording it) at first contention.
+    /// This transaction's ticket: the one in its record, recording one at first contention.
+    ///
+    /// Others judge a transaction by the ticket in its record, so a handle must contend with
+    /// exactly that ticket (a handle using another one could wait for a transaction that waits for
+    /// it). A record's ticket is written once (`if_not_exists`) and never changes; if another
+    /// handle of this transaction recorded one first, that one is adopted.
     pub async fn ticket(&self, mgr: &TransactionManager) -> Result<u64> {
+        if let Some(&t) = self.recorded.get() {
+            return Ok(t);
+        }
         let inner = &mgr.inner;
-        let t = *self
+        let proposed = *self
             .ticket
             .get_or_try_init(|| record::take_ticket(&inner.client, &inner.tx_table))
             .await?;
-        self.recorded
+        let t = *self
+            .recorded
             .get_or_try_init(|| async {
-                if record::set_ticket(&inner.client, &inner.tx_table, self.id, Some(t), None)
-                    .await?
+                match record::set_ticket(
+                    &inner.client,
+                    &inner.tx_table,
+                    self.id,
+                    Some(proposed),
+                    None,
+                )
+                .await?
                 {
-                    Ok(())
-                } else {
-                    Err(Error::RolledBack {
+                    Some(Some(t)) => Ok(t),
+                    // Not returned (DynamoDB returns the attributes an update names): read it.
+                    Some(None) => record::load_header(&inner.client, &inner.tx_table, self.id)
+                        .await?
+                        .and_then(|h| h.ticket)
+                        .ok_or_else(|| {
+                            Error::invariant(format!(
+                                "the record of {} has no ticket after writing one",
+                                self.id
+                            ))
+                        }),
+                    None => Err(Error::RolledBack {
                         tx_id: self.id.clone(),
-                    })
+                    }),
                 }
             })
             .await?;

@@ -778,15 +778,17 @@ pub(crate) async fn take_ticket(client: &Client, table: &str) -> Result<u64> {
         .ok_or_else(|| Error::invariant("the ticket counter returned no value"))
 }
 
-/// Writes `ticket` into a pending record (keeping an earlier one) and refreshes its last-update
-/// time. `false` if the record is no longer pending.
+/// Writes `ticket` into a pending record (keeping an earlier one: a record's ticket never changes)
+/// and refreshes its last-update time. `None` if the record is no longer pending; else the ticket
+/// the record holds after the write (when `ticket` was given), which is the one the transaction
+/// must contend with: another handle of the same transaction may have recorded its own first.
 pub(crate) async fn set_ticket(
     client: &Client,
     table: &str,
     id: &TxId,
     ticket: Option<u64>,
     waiting_on: Option<u64>,
-) -> Result<bool> {
+) -> Result<Option<Option<u64>>> {
     let mut ph = Placeholders::default();
     let cond = pending(&mut ph);
     let mut update = format!(
@@ -809,7 +811,17 @@ pub(crate) async fn set_ticket(
         ));
     }
     let w = header_update(table, id, update, cond, ph);
-    Ok(matches!(w.send(client, None).await?, Written::Ok(_)))
+    let updated_new = Some(aws_sdk_dynamodb::types::ReturnValue::UpdatedNew);
+    match w.send(client, updated_new).await? {
+        Written::Ok(attrs) => Ok(Some(
+            attrs
+                .as_ref()
+                .and_then(|a| a.get(TICKET))
+                .and_then(|v| v.as_n().ok())
+                .and_then(|v| v.parse().ok()),
+        )),
+        Written::ConditionFailed(_) => Ok(None),
+    }
 }
 
 /// Clears the "waiting on" marker of a pending record (the wait is over).

@@ -97,10 +97,12 @@ pub struct Transaction {
     id: TxId,
     state: tokio::sync::Mutex<State>,
     finished: AtomicBool,
-    /// The contention ticket, shared by every attempt of one unit of work.
+    /// The contention ticket this unit of work proposes for its record, shared by every attempt of
+    /// one unit of work.
     ticket: Arc<OnceCell<u64>>,
-    /// Set once the ticket is in this transaction's record.
-    ticket_recorded: OnceCell<()>,
+    /// The ticket in this transaction's record, once this handle knows it: the only ticket it
+    /// contends with (see `contention::Contender::ticket`).
+    ticket_recorded: OnceCell<u64>,
 }
 
 #[derive(Debug, Default)]
@@ -209,7 +211,13 @@ impl Transaction {
         id: TxId,
         rec: record::Record,
     ) -> Transaction {
-        let tx = Transaction::new(mgr, id);
+        // A resumed handle is the transaction others see in the record: it contends with the
+        // record's ticket (a fresh one would make it younger in its own eyes only).
+        let ticket = Arc::new(OnceCell::new_with(rec.header.ticket));
+        let tx = Transaction::with_ticket(mgr, id, ticket);
+        if let Some(t) = rec.header.ticket {
+            let _ = tx.ticket_recorded.set(t);
+        }
         {
             let mut st = tx.state.try_lock().expect("new transaction is not shared");
             st.meta = Some(rec.header.meta());
@@ -402,8 +410,8 @@ impl Transaction {
                     }
                     let ticket = self.ticket.get().copied();
                     let out = record::create(c, table, &self.id, pending, ticket).await?;
-                    if ticket.is_some() && matches!(out, Appended::Ok(_)) {
-                        let _ = self.ticket_recorded.set(());
+                    if let (Some(t), Appended::Ok(_)) = (ticket, &out) {
+                        let _ = self.ticket_recorded.set(t);
                     }
                     out
                 }
@@ -634,9 +642,10 @@ impl Transaction {
                     }
                     // Show that this coordinator is alive (and blocked) while it waits.
                     if last_touch.elapsed() >= heartbeat || marked_waiting_on != Some(on) {
-                        let t = self.ticket.get().copied();
-                        if !record::set_ticket(c, &self.mgr.inner.tx_table, &self.id, t, Some(on))
+                        let t = self.ticket_recorded.get().copied();
+                        if record::set_ticket(c, &self.mgr.inner.tx_table, &self.id, t, Some(on))
                             .await?
+                            .is_none()
                         {
                             return Err(Error::RolledBack {
                                 tx_id: self.id.clone(),

@@ -1,0 +1,682 @@
+//! An exhaustive model check of the ordered contention policy (ticket-ordered wound-wait,
+//! `ContentionPolicy::Ordered`) with crashed and resumed coordinators, with the `stateright` model
+//! checker. tests/model.rs checks the protocol's safety and leaves *when* a pending holder is rolled
+//! back to "the world"; this model checks the wait/wound choices themselves.
+//!
+//! The model follows `contention::resolve` and `Transaction::lock_one`, one DynamoDB request (or one
+//! decision on what a request returned) per step:
+//!
+//! - 2–3 transactions, each locking its items in a fixed order and then committing; every item
+//!   lock names its holder, and a decision (commit, rollback) releases the holder's locks;
+//! - a ticket counter (`~ticket-counter`, one atomic `ADD`: `TakeTicket`), tickets in records
+//!   (`_TxK`, written once with `if_not_exists`: `RecordTicket`) and in handles (the ticket a handle
+//!   contends with, and the ticket it proposes for its record, shared by `run` retries);
+//! - meeting a pending holder: wait if the holder's recorded ticket is older, or if the holder
+//!   records (`_TxW`) that it waits for a transaction older than us (the wait is recorded in our
+//!   `_TxW`); otherwise wound it: roll it back (a separate step, so the holder may change between
+//!   the read and the rollback);
+//! - coordinators that crash between any two steps, and resumption of a pending transaction by a
+//!   new handle built from its record (`TransactionManager::resume`), also while the first handle
+//!   still runs (two live handles of one transaction);
+//! - optionally `dead_after` takeover: a holder whose every coordinator has crashed may be rolled
+//!   back by a contender whatever its ticket (time is not modelled: "dead" means no live handle,
+//!   i.e. `dead_after` is assumed longer than any pause of a live coordinator).
+//!
+//! Invariants:
+//! - **waits point at older transactions**: a live handle that decided to wait for ticket `on`
+//!   belongs to a transaction whose record holds a younger ticket than `on`: the precondition of
+//!   the no-deadlock argument in docs/PROTOCOL.md (others judge a transaction by its record);
+//! - **no deadlock**: no set of pending transactions whose every live handle is blocked on an
+//!   item of another member and would, polling again, keep waiting. Polls are replayed until the
+//!   recorded `_TxW` values settle, so a transient cycle built from a stale `_TxW` (which the next
+//!   poll breaks) is not a deadlock, but any cycle that survives its members' polls is;
+//! - **the oldest is never wounded**: a pending transaction never rolls back, by the ticket rule,
+//!   the pending transaction with the oldest recorded ticket, if that ticket was in the victim's
+//!   record when the wounder read it. (The model found that the condition is needed: a
+//!   transaction meeting contention for the first time takes its ticket from the counter and then
+//!   records it; a contender that reads its record in between sees no ticket and may roll it back
+//!   although its ticket is the oldest. A one-time loss: a `run` retry records the kept ticket
+//!   when it creates its record. Likewise a wounder rolled back after deciding still carries the
+//!   wound out, as `resolve` does not re-read its own record; that is not counted as "by a
+//!   pending one".)
+//!
+//! `sometimes` properties show that waits, wounds, resumption under contention and commits of
+//! every transaction are reached, and `buggy_contention_is_caught` puts back the bug found by the
+//! outside review (a resumed handle ignores its record's ticket and contends with a fresh, younger
+//! one) and a variant (a handle keeps its own ticket when its record already had another) and
+//! expects a counterexample for each.
+//!
+//! Abstractions: a lock attempt, and the `_TxW` clear that follows a successful one, are one step;
+//! a handle learns that its transaction was decided at its next step (the protocol model covers the
+//! late locks such a handle may take); `wound_grace`, `lock_wait` timeouts and backoff only delay
+//! steps (every interleaving is explored anyway); `run` retries are not modelled.
+
+use stateright::{Checker, Expectation, HasDiscoveries, Model, Property};
+
+type Tx = u8;
+type Slot = usize;
+type Ticket = u8;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Status {
+    Pending,
+    Committed,
+    RolledBack,
+}
+
+/// A transaction's record: its state, `_TxK` and `_TxW`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct Record {
+    status: Status,
+    ticket: Option<Ticket>,
+    waiting_on: Option<Ticket>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Phase {
+    /// Locking its next item (or committing after the last one).
+    Run,
+    /// Decided to wait for (a transaction with) ticket `on`, and recorded that in `_TxW`.
+    Waiting { on: Ticket },
+    /// Decided to roll back `victim` (`dead`: as a `dead_after` takeover), whose record had ticket
+    /// `seen` when read.
+    Wounding {
+        victim: Tx,
+        dead: bool,
+        seen: Option<Ticket>,
+    },
+    /// Finished: committed, or learned that its transaction was decided.
+    Done,
+}
+
+/// A coordinator: one `Transaction` handle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct Handle {
+    tx: Tx,
+    live: bool,
+    resumed: bool,
+    /// Index of the next item to lock in the transaction's plan.
+    pc: u8,
+    phase: Phase,
+    /// The ticket this handle proposes for its record (taken from the counter).
+    proposed: Option<Ticket>,
+    /// The ticket this handle contends with.
+    mine: Option<Ticket>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct State {
+    records: Vec<Record>,
+    /// Holder of each item's lock.
+    locks: Vec<Option<Tx>>,
+    handles: Vec<Handle>,
+    /// The next ticket the counter hands out.
+    counter: Ticket,
+    crashes_left: u8,
+    resumes_left: u8,
+    // Ghost variables for the properties.
+    oldest_wounded: bool,
+}
+
+/// Deliberate bugs, to show the checker catches them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Bug {
+    /// The bug the outside review found: `from_record` ignores the record's ticket, and at its
+    /// first contention the resumed handle takes a fresh ticket and contends with it, although
+    /// the record (`if_not_exists`) keeps the old one.
+    ResumeTakesFreshTicket,
+    /// A handle contends with the ticket it took even when its record already had another one
+    /// (recorded first by another handle of the same transaction).
+    KeepsOwnTicket,
+}
+
+#[derive(Clone, Debug)]
+struct Config {
+    name: &'static str,
+    items: usize,
+    /// Items each transaction locks, in order.
+    plans: Vec<Vec<usize>>,
+    crashes: u8,
+    resumes: u8,
+    /// Whether a transaction may be resumed while one of its handles is still live.
+    second_handles: bool,
+    dead_takeover: bool,
+    bug: Option<Bug>,
+}
+
+struct ContentionModel {
+    cfg: Config,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Action {
+    /// The handle's next request (lock, ticket, wait, wound or commit).
+    Step(Slot),
+    /// A contender treats the holder, whose coordinators have all crashed, as dead.
+    TakeOver(Slot),
+    Crash(Slot),
+    Resume(Tx),
+}
+
+/// What a contender with ticket `mine` does about a pending holder (`contention::resolve`):
+/// `Some(on)` waits (for ticket `on`), `None` wounds.
+fn decide(mine: Ticket, theirs: Option<Ticket>, their_wait: Option<Ticket>) -> Option<Ticket> {
+    if let Some(t) = theirs.filter(|&t| t < mine) {
+        return Some(t);
+    }
+    their_wait.filter(|&on| on < mine)
+}
+
+impl ContentionModel {
+    fn plan(&self, tx: Tx) -> &[usize] {
+        &self.cfg.plans[tx as usize]
+    }
+
+    fn pending(s: &State, tx: Tx) -> bool {
+        s.records[tx as usize].status == Status::Pending
+    }
+
+    fn has_live_handle(s: &State, tx: Tx) -> bool {
+        s.handles
+            .iter()
+            .any(|h| h.live && h.tx == tx && h.phase != Phase::Done)
+    }
+
+    /// The pending transaction holding the item handle `k` needs next, if any.
+    fn blocker(&self, s: &State, k: Slot) -> Option<Tx> {
+        let h = &s.handles[k];
+        let item = *self.plan(h.tx).get(h.pc as usize)?;
+        s.locks[item].filter(|&o| o != h.tx && Self::pending(s, o))
+    }
+
+    fn decide_now(s: &mut State, tx: Tx, to: Status) {
+        s.records[tx as usize].status = to;
+        for l in s.locks.iter_mut() {
+            if *l == Some(tx) {
+                *l = None;
+            }
+        }
+    }
+
+    fn step(&self, s: &mut State, k: Slot) {
+        let h = s.handles[k];
+        let tx = h.tx;
+        if let Phase::Wounding { victim, dead, seen } = h.phase {
+            // `rollback_transaction(owner)`: decides the victim if it is still pending (also when
+            // the wounder itself was rolled back since it decided: nothing checks in between).
+            if Self::pending(s, victim) {
+                if !dead && seen.is_some() && Self::pending(s, tx) {
+                    let v = s.records[victim as usize].ticket;
+                    let oldest = v.is_some_and(|v| {
+                        s.records
+                            .iter()
+                            .all(|r| r.status != Status::Pending || r.ticket.is_none_or(|t| t >= v))
+                    });
+                    s.oldest_wounded |= oldest;
+                }
+                Self::decide_now(s, victim, Status::RolledBack);
+            }
+            s.handles[k].phase = Phase::Run;
+            return;
+        }
+        if !Self::pending(s, tx) {
+            // It learns the outcome (the record) at its next request.
+            s.handles[k].phase = Phase::Done;
+            return;
+        }
+        let plan = self.plan(tx);
+        let Some(&item) = plan.get(h.pc as usize) else {
+            // Commit: one write conditional on the record being pending.
+            Self::decide_now(s, tx, Status::Committed);
+            s.handles[k].phase = Phase::Done;
+            return;
+        };
+        let holder = match s.locks[item] {
+            None => None,
+            Some(o) if o == tx => None,
+            // Locks of decided transactions are released with the decision.
+            Some(o) => Some(o),
+        };
+        let Some(o) = holder else {
+            s.locks[item] = Some(tx);
+            s.records[tx as usize].waiting_on = None;
+            let h = &mut s.handles[k];
+            h.pc += 1;
+            h.phase = Phase::Run;
+            return;
+        };
+        // Contention: the contender's ticket first (`Contender::ticket`).
+        let Some(mine) = h.mine else {
+            match h.proposed {
+                None => {
+                    // `take_ticket`: one atomic ADD on the counter.
+                    s.handles[k].proposed = Some(s.counter);
+                    s.counter += 1;
+                }
+                Some(p) => {
+                    // `set_ticket`: `_TxK = if_not_exists(_TxK, p)`, returning the record's ticket.
+                    let r = &mut s.records[tx as usize];
+                    let recorded = *r.ticket.get_or_insert(p);
+                    s.handles[k].mine = Some(match self.cfg.bug {
+                        Some(Bug::ResumeTakesFreshTicket | Bug::KeepsOwnTicket) => p,
+                        None => recorded,
+                    });
+                }
+            }
+            return;
+        };
+        // `resolve`: read the holder's record and decide.
+        let theirs = s.records[o as usize];
+        match decide(mine, theirs.ticket, theirs.waiting_on) {
+            Some(on) => {
+                // Recorded in `_TxW` (with a heartbeat) before backing off.
+                s.records[tx as usize].waiting_on = Some(on);
+                s.handles[k].phase = Phase::Waiting { on };
+            }
+            None => {
+                s.handles[k].phase = Phase::Wounding {
+                    victim: o,
+                    dead: false,
+                    seen: theirs.ticket,
+                };
+            }
+        }
+    }
+
+    /// Whether the handle can take a step.
+    fn active(h: &Handle) -> bool {
+        h.live && h.phase != Phase::Done
+    }
+
+    /// The transactions that are deadlocked: every live handle of each is blocked by another
+    /// member and keeps waiting for it, once every blocked handle has polled again (and recorded its
+    /// wait) until the recorded waits settle.
+    fn deadlocked(&self, s: &State) -> Vec<Tx> {
+        let n = s.records.len();
+        // The wait each blocked handle would record if it polled now, given `waits`.
+        let poll = |waits: &[Option<Ticket>]| -> Vec<Option<(Tx, Ticket)>> {
+            s.handles
+                .iter()
+                .enumerate()
+                .map(|(k, h)| {
+                    if !Self::active(h) || !Self::pending(s, h.tx) {
+                        return None;
+                    }
+                    if matches!(h.phase, Phase::Wounding { .. }) {
+                        return None;
+                    }
+                    let o = self.blocker(s, k)?;
+                    let on = decide(h.mine?, s.records[o as usize].ticket, waits[o as usize])?;
+                    Some((o, on))
+                })
+                .collect()
+        };
+        let mut waits: Vec<Option<Ticket>> = s.records.iter().map(|r| r.waiting_on).collect();
+        let mut polled = poll(&waits);
+        for _ in 0..=2 * s.handles.len() {
+            let mut next = waits.clone();
+            for (h, p) in s.handles.iter().zip(&polled) {
+                if let Some((_, on)) = p {
+                    next[h.tx as usize] = Some(*on);
+                }
+            }
+            if next == waits {
+                break;
+            }
+            waits = next;
+            polled = poll(&waits);
+        }
+        // Greatest set of transactions whose every live handle waits for a member.
+        let mut members: Vec<bool> = (0..n as Tx)
+            .map(|t| {
+                Self::pending(s, t)
+                    && Self::has_live_handle(s, t)
+                    && s.handles
+                        .iter()
+                        .zip(&polled)
+                        .filter(|(h, _)| h.tx == t && Self::active(h))
+                        .all(|(_, p)| p.is_some())
+            })
+            .collect();
+        loop {
+            let mut changed = false;
+            for t in 0..n {
+                if !members[t] {
+                    continue;
+                }
+                let ok = s
+                    .handles
+                    .iter()
+                    .zip(&polled)
+                    .filter(|(h, _)| h.tx as usize == t && Self::active(h))
+                    .all(|(_, p)| p.is_some_and(|(o, _)| members[o as usize]));
+                if !ok {
+                    members[t] = false;
+                    changed = true;
+                }
+            }
+            if !changed {
+                break;
+            }
+        }
+        (0..n as Tx).filter(|&t| members[t as usize]).collect()
+    }
+}
+
+impl Model for ContentionModel {
+    type State = State;
+    type Action = Action;
+
+    fn init_states(&self) -> Vec<State> {
+        let n = self.cfg.plans.len();
+        vec![State {
+            records: vec![
+                Record {
+                    status: Status::Pending,
+                    ticket: None,
+                    waiting_on: None,
+                };
+                n
+            ],
+            locks: vec![None; self.cfg.items],
+            handles: (0..n as Tx)
+                .map(|tx| Handle {
+                    tx,
+                    live: true,
+                    resumed: false,
+                    pc: 0,
+                    phase: Phase::Run,
+                    proposed: None,
+                    mine: None,
+                })
+                .collect(),
+            counter: 1,
+            crashes_left: self.cfg.crashes,
+            resumes_left: self.cfg.resumes,
+            oldest_wounded: false,
+        }]
+    }
+
+    fn actions(&self, s: &State, out: &mut Vec<Action>) {
+        for (k, h) in s.handles.iter().enumerate() {
+            if !Self::active(h) {
+                continue;
+            }
+            out.push(Action::Step(k));
+            if s.crashes_left > 0 {
+                out.push(Action::Crash(k));
+            }
+            if self.cfg.dead_takeover
+                && !matches!(h.phase, Phase::Wounding { .. })
+                && Self::pending(s, h.tx)
+                && self
+                    .blocker(s, k)
+                    .is_some_and(|o| !Self::has_live_handle(s, o))
+            {
+                out.push(Action::TakeOver(k));
+            }
+        }
+        if s.resumes_left > 0 {
+            for tx in 0..s.records.len() as Tx {
+                if Self::pending(s, tx)
+                    && (self.cfg.second_handles || !Self::has_live_handle(s, tx))
+                {
+                    out.push(Action::Resume(tx));
+                }
+            }
+        }
+    }
+
+    fn next_state(&self, last: &State, action: Action) -> Option<State> {
+        let mut s = last.clone();
+        match action {
+            Action::Step(k) => self.step(&mut s, k),
+            Action::TakeOver(k) => {
+                let victim = self.blocker(&s, k)?;
+                s.handles[k].phase = Phase::Wounding {
+                    victim,
+                    dead: true,
+                    seen: None,
+                };
+            }
+            Action::Crash(k) => {
+                s.handles[k].live = false;
+                s.crashes_left -= 1;
+            }
+            Action::Resume(tx) => {
+                // `Transaction::from_record`: the record's ticket is the handle's ticket.
+                let t = match self.cfg.bug {
+                    Some(Bug::ResumeTakesFreshTicket) => None,
+                    _ => s.records[tx as usize].ticket,
+                };
+                s.handles.push(Handle {
+                    tx,
+                    live: true,
+                    resumed: true,
+                    pc: 0,
+                    phase: Phase::Run,
+                    proposed: t,
+                    mine: t,
+                });
+                s.resumes_left -= 1;
+            }
+        }
+        Some(s)
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        vec![
+            Property::always(
+                "waits point at older transactions",
+                |_: &ContentionModel, s: &State| {
+                    s.handles.iter().all(|h| match h.phase {
+                        Phase::Waiting { on }
+                            if ContentionModel::active(h) && ContentionModel::pending(s, h.tx) =>
+                        {
+                            s.records[h.tx as usize].ticket.is_some_and(|r| on < r)
+                        }
+                        _ => true,
+                    })
+                },
+            ),
+            Property::always("no deadlock", |m: &ContentionModel, s: &State| {
+                m.deadlocked(s).is_empty()
+            }),
+            Property::always(
+                "the oldest pending transaction is never wounded",
+                |_: &ContentionModel, s: &State| !s.oldest_wounded,
+            ),
+            Property::sometimes("a transaction waits", |_: &ContentionModel, s: &State| {
+                s.handles
+                    .iter()
+                    .any(|h| matches!(h.phase, Phase::Waiting { .. }))
+            }),
+            Property::sometimes(
+                "a transaction wounds another",
+                |_: &ContentionModel, s: &State| {
+                    s.records.iter().any(|r| r.status == Status::RolledBack)
+                },
+            ),
+            Property::sometimes(
+                "a resumed handle meets contention",
+                |_: &ContentionModel, s: &State| {
+                    s.handles.iter().any(|h| {
+                        h.resumed
+                            && matches!(h.phase, Phase::Waiting { .. } | Phase::Wounding { .. })
+                    })
+                },
+            ),
+            Property::sometimes(
+                "every transaction commits",
+                |_: &ContentionModel, s: &State| {
+                    s.records.iter().all(|r| r.status == Status::Committed)
+                },
+            ),
+        ]
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// Configurations
+
+fn config(name: &'static str, items: usize, plans: Vec<Vec<usize>>) -> Config {
+    Config {
+        name,
+        items,
+        plans,
+        crashes: 1,
+        resumes: 1,
+        second_handles: false,
+        dead_takeover: true,
+        bug: None,
+    }
+}
+
+/// Two transactions locking two items in opposite orders; one crash, one resumption.
+fn crossing() -> Config {
+    config(
+        "2 tx x 2 items, crossing, crash + resume",
+        2,
+        vec![vec![0, 1], vec![1, 0]],
+    )
+}
+
+/// As `crossing`, but a transaction may be resumed while its first handle still runs (and no
+/// coordinator crashes).
+fn second_handles() -> Config {
+    let mut cfg = config(
+        "2 tx x 2 items, crossing, a second live handle",
+        2,
+        vec![vec![0, 1], vec![1, 0]],
+    );
+    cfg.crashes = 0;
+    cfg.second_handles = true;
+    cfg
+}
+
+/// Three transactions over two items, the third locking one item; one crash, one resumption.
+fn three_by_two_small() -> Config {
+    config(
+        "3 tx x 2 items (one single-item), crash + resume",
+        2,
+        vec![vec![0, 1], vec![1, 0], vec![0]],
+    )
+}
+
+/// Three transactions over two items; one crash, one resumption.
+fn three_by_two() -> Config {
+    config(
+        "3 tx x 2 items, crash + resume",
+        2,
+        vec![vec![0, 1], vec![1, 0], vec![0, 1]],
+    )
+}
+
+/// Three transactions over three items in a ring of lock orders.
+fn three_by_three() -> Config {
+    let mut cfg = config(
+        "3 tx x 3 items, ring, two crashes + resumes",
+        3,
+        vec![vec![0, 1], vec![1, 2], vec![2, 0]],
+    );
+    cfg.crashes = 2;
+    cfg.resumes = 2;
+    cfg
+}
+
+fn check(cfg: Config) -> impl Checker<ContentionModel> {
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let bug = cfg.bug.is_some();
+    let builder = ContentionModel { cfg }.checker().threads(threads);
+    let builder = if bug {
+        builder.finish_when(HasDiscoveries::AnyFailures)
+    } else {
+        builder
+    };
+    builder.spawn_bfs().join()
+}
+
+fn assert_model_holds(cfg: Config) {
+    let name = cfg.name;
+    let started = std::time::Instant::now();
+    let checker = check(cfg);
+    println!(
+        "{name}: {} states ({} unique), max depth {}, {:.1?}",
+        checker.state_count(),
+        checker.unique_state_count(),
+        checker.max_depth(),
+        started.elapsed()
+    );
+    for p in checker.model().properties() {
+        let found = checker.discovery(p.name);
+        match p.expectation {
+            Expectation::Always | Expectation::Eventually => {
+                if let Some(path) = found {
+                    let last = path.last_state().clone();
+                    let steps: Vec<String> = path
+                        .into_actions()
+                        .iter()
+                        .map(|a| format!("{a:?}"))
+                        .collect();
+                    panic!(
+                        "{name}: `{}` violated after\n  {}\nin state {last:#?}",
+                        p.name,
+                        steps.join("\n  ")
+                    );
+                }
+            }
+            Expectation::Sometimes => {
+                assert!(found.is_some(), "{name}: `{}` never happens", p.name);
+            }
+        }
+    }
+}
+
+#[test]
+fn crossing_transactions_with_a_resumed_coordinator() {
+    assert_model_holds(crossing());
+}
+
+#[test]
+fn a_second_live_handle_of_a_transaction() {
+    assert_model_holds(second_handles());
+}
+
+#[test]
+fn three_transactions_two_items() {
+    assert_model_holds(three_by_two_small());
+}
+
+#[test]
+#[ignore = "larger run (0.56M states, ~20 s in debug): cargo test --test model_contention -- --ignored"]
+fn three_transactions_two_items_full() {
+    assert_model_holds(three_by_two());
+}
+
+#[test]
+#[ignore = "larger run (5.7M states, ~3 min in debug): cargo test --test model_contention -- --ignored"]
+fn three_transactions_three_items() {
+    assert_model_holds(three_by_three());
+}
+
+#[test]
+fn buggy_contention_is_caught() {
+    let cases = [
+        (Bug::ResumeTakesFreshTicket, crossing()),
+        (Bug::KeepsOwnTicket, second_handles()),
+    ];
+    for (bug, mut cfg) in cases {
+        cfg.bug = Some(bug);
+        let checker = check(cfg);
+        let violated: Vec<&str> = checker
+            .model()
+            .properties()
+            .into_iter()
+            .filter(|p| p.expectation == Expectation::Always)
+            .filter(|p| checker.discovery(p.name).is_some())
+            .map(|p| p.name)
+            .collect();
+        println!("{bug:?}: caught by {violated:?}");
+        assert!(!violated.is_empty(), "{bug:?} was not caught");
+    }
+}
