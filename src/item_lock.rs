@@ -120,13 +120,18 @@ pub(crate) struct LockInfo {
     pub stamp: Option<String>,
 }
 
+/// Test seam, set only through [`crate::fault::zero_ended_lock_stamps`]: every new stamp's random
+/// fraction ends in 0 (about one stamp in ten does in production).
+pub(crate) static ZERO_ENDED_STAMPS: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
 /// A stamp for a new lock: the time in ms with a random fraction, unique per lock in practice.
 fn new_stamp() -> String {
-    format!(
-        "{}.{:06}",
-        crate::ddb::now_millis(),
-        rand::random_range(0..1_000_000u32)
-    )
+    let mut fraction = rand::random_range(0..1_000_000u32);
+    if ZERO_ENDED_STAMPS.load(std::sync::atomic::Ordering::Relaxed) {
+        fraction -= fraction % 10;
+    }
+    format!("{}.{:06}", crate::ddb::now_millis(), fraction)
 }
 
 impl LockInfo {
