@@ -76,11 +76,14 @@ impl KeySchema {
     pub fn phantom_key(&self) -> Item {
         let id = uuid::Uuid::new_v4();
         let value = |ty: &ScalarAttributeType| match ty {
-            ScalarAttributeType::N => AttributeValue::N(format!(
-                "-{}.{}",
-                id.as_u128() % 1_000_000_007,
-                id.as_u128() % 999_983
-            )),
+            ScalarAttributeType::N => {
+                let n = format!(
+                    "-{}.{}",
+                    id.as_u128() % 1_000_000_007,
+                    id.as_u128() % 999_983
+                );
+                AttributeValue::N(canonical_number(&n).unwrap_or(n))
+            }
             ScalarAttributeType::B => AttributeValue::B(aws_sdk_dynamodb::primitives::Blob::new(
                 [b"\0_TxPhantom_".as_slice(), id.as_bytes()].concat(),
             )),
@@ -281,6 +284,14 @@ pub(crate) fn canonical_number(n: &str) -> Option<String> {
     })
 }
 
+/// True when `a` and `b` are the same number, however spelled (both must be numbers).
+pub(crate) fn same_number(a: &str, b: &str) -> bool {
+    match (decompose(a), decompose(b)) {
+        (Some(x), Some(y)) => x == y,
+        _ => false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -351,8 +362,21 @@ mod tests {
         ] {
             let once = c(n).unwrap();
             assert_eq!(c(&once).as_deref(), Some(once.as_str()));
-            assert_eq!(normalize_number(n), normalize_number(&once));
+            assert!(same_number(n, &once));
         }
+    }
+
+    #[test]
+    fn numbers_compare_by_value() {
+        assert!(same_number("1.50", "1.5"));
+        assert!(same_number("007", "7"));
+        assert!(same_number("-0", "0.000"));
+        assert!(same_number("1.0E+2", "100"));
+        assert!(same_number("1700000000000.120000", "1700000000000.12"));
+        assert!(!same_number("1.5", "1.05"));
+        assert!(!same_number("10", "1"));
+        assert!(!same_number("-1", "1"));
+        assert!(!same_number("x", "x"));
     }
 
     #[test]
