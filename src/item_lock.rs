@@ -126,7 +126,7 @@ pub(crate) struct LockInfo {
     pub stamp: Option<String>,
 }
 
-/// Test seam, set only through [`crate::fault::zero_ended_lock_stamps`]: every new stamp's random
+/// Test seam, set only through `fault::zero_ended_lock_stamps`: every new stamp's random
 /// fraction ends in 0 (about one stamp in ten does in production).
 pub(crate) static ZERO_ENDED_STAMPS: std::sync::atomic::AtomicBool =
     std::sync::atomic::AtomicBool::new(false);
