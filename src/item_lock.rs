@@ -89,7 +89,13 @@ impl Observed {
     /// under the same stamp. Another stamp is a lock of `me` re-taken late by another handle after
     /// a decision released ours.
     pub fn holds(&self, me: &TxId, lock: &LockInfo) -> bool {
-        self.locked_by(me) && (self.applied || lock.stamp.is_none() || self.stamp == lock.stamp)
+        // Stamps are numbers: DynamoDB answers with its canonical text, not the text written.
+        let same_stamp = match (&self.stamp, &lock.stamp) {
+            (_, None) => true,
+            (Some(found), Some(ours)) => crate::keys::same_number(found, ours),
+            (None, Some(_)) => false,
+        };
+        self.locked_by(me) && (self.applied || same_stamp)
     }
 
     /// The item as committed state shows it, ignoring any lock: `None` when it does not exist
@@ -120,13 +126,20 @@ pub(crate) struct LockInfo {
     pub stamp: Option<String>,
 }
 
+/// Test seam, set only through `fault::zero_ended_lock_stamps`: every new stamp's random
+/// fraction ends in 0 (about one stamp in ten does in production).
+pub(crate) static ZERO_ENDED_STAMPS: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
 /// A stamp for a new lock: the time in ms with a random fraction, unique per lock in practice.
+/// Written in DynamoDB's canonical form (no trailing zeros), the text DynamoDB answers with.
 fn new_stamp() -> String {
-    format!(
-        "{}.{:06}",
-        crate::ddb::now_millis(),
-        rand::random_range(0..1_000_000u32)
-    )
+    let mut fraction = rand::random_range(0..1_000_000u32);
+    if ZERO_ENDED_STAMPS.load(std::sync::atomic::Ordering::Relaxed) {
+        fraction -= fraction % 10;
+    }
+    let stamp = format!("{}.{:06}", crate::ddb::now_millis(), fraction);
+    crate::keys::canonical_number(&stamp).unwrap_or(stamp)
 }
 
 impl LockInfo {
@@ -654,5 +667,60 @@ pub(crate) fn unlocked_write(req: &Request) -> Write {
         kind,
         condition: Some(cond),
         ph,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn locked(stamp: &str, applied: bool) -> Observed {
+        let mut raw = Item::new();
+        raw.insert(OWNER.into(), AttributeValue::S("me".into()));
+        raw.insert(LOCK_DATE.into(), AttributeValue::N(stamp.into()));
+        if applied {
+            raw.insert(APPLIED.into(), AttributeValue::S("1".into()));
+        }
+        Observed::of(Some(&raw))
+    }
+
+    fn ours(stamp: Option<&str>) -> LockInfo {
+        LockInfo {
+            transient: false,
+            applied: false,
+            before: None,
+            current: None,
+            image_ref: None,
+            stamp: stamp.map(String::from),
+        }
+    }
+
+    #[test]
+    fn a_lock_is_recognised_by_its_stamp_as_a_number() {
+        let me = TxId("me".into());
+        // DynamoDB answers `…450` written as `…45`, and `…000000` as the integer.
+        let lock = ours(Some("1700000000000.123450"));
+        assert!(locked("1700000000000.12345", false).holds(&me, &lock));
+        assert!(locked("1700000000000.123450", false).holds(&me, &lock));
+        assert!(locked("1700000000000", false).holds(&me, &ours(Some("1700000000000.000000"))));
+        // Another stamp is another lock, unless ours is applied already.
+        assert!(!locked("1700000000000.12346", false).holds(&me, &lock));
+        assert!(locked("1700000000000.12346", true).holds(&me, &lock));
+        assert!(locked("1", false).holds(&me, &ours(None)));
+        assert!(!locked("1700000000000.12345", false).holds(&TxId("other".into()), &lock));
+    }
+
+    #[test]
+    fn new_stamps_are_canonical() {
+        ZERO_ENDED_STAMPS.store(true, std::sync::atomic::Ordering::Relaxed);
+        for _ in 0..100 {
+            let s = new_stamp();
+            assert_eq!(
+                crate::keys::canonical_number(&s).as_deref(),
+                Some(s.as_str())
+            );
+            assert!(!s.ends_with('0') || !s.contains('.'), "{s}");
+        }
+        ZERO_ENDED_STAMPS.store(false, std::sync::atomic::Ordering::Relaxed);
     }
 }

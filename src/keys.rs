@@ -76,11 +76,14 @@ impl KeySchema {
     pub fn phantom_key(&self) -> Item {
         let id = uuid::Uuid::new_v4();
         let value = |ty: &ScalarAttributeType| match ty {
-            ScalarAttributeType::N => AttributeValue::N(format!(
-                "-{}.{}",
-                id.as_u128() % 1_000_000_007,
-                id.as_u128() % 999_983
-            )),
+            ScalarAttributeType::N => {
+                let n = format!(
+                    "-{}.{}",
+                    id.as_u128() % 1_000_000_007,
+                    id.as_u128() % 999_983
+                );
+                AttributeValue::N(canonical_number(&n).unwrap_or(n))
+            }
             ScalarAttributeType::B => AttributeValue::B(aws_sdk_dynamodb::primitives::Blob::new(
                 [b"\0_TxPhantom_".as_slice(), id.as_bytes()].concat(),
             )),
@@ -211,9 +214,14 @@ fn canonical(v: &AttributeValue, out: &mut String) {
     }
 }
 
-/// Canonical form of a DynamoDB number (`"1.50"`, `"15e-1"` and `"+1.5"` all give `"15e-1"`), or
-/// `None` if `n` is not a number.
-pub(crate) fn normalize_number(n: &str) -> Option<String> {
+// Numbers. DynamoDB keeps every number in one canonical form and answers with that form, whatever
+// spelling was written (`1.50` comes back as `1.5`, `007` as `7`, `1.5E2` as `150`); DynamoDB Local
+// does so only for some writes. So the library never compares a number it wrote with one DynamoDB
+// returned as text: it compares them as numbers, and writes the numbers it makes in canonical form.
+
+/// A DynamoDB number taken apart: sign, significant digits (no leading or trailing zeros, empty for
+/// zero) and exponent, so that the value is `digits × 10^exp`. `None` if `n` is not a number.
+fn decompose(n: &str) -> Option<(bool, String, i64)> {
     let n = n.trim();
     let (neg, rest) = match n.as_bytes().first()? {
         b'-' => (true, &n[1..]),
@@ -234,15 +242,54 @@ pub(crate) fn normalize_number(n: &str) -> Option<String> {
     if !int.bytes().chain(frac.bytes()).all(|b| b.is_ascii_digit()) {
         return None;
     }
-    let digits: String = format!("{int}{frac}");
-    let mut exp = exp - frac.len() as i64;
+    let digits = format!("{int}{frac}");
+    let mut exp = exp.checked_sub(frac.len() as i64)?;
     let digits = digits.trim_start_matches('0');
+    if digits.is_empty() {
+        return Some((false, String::new(), 0));
+    }
+    let trimmed = digits.trim_end_matches('0');
+    exp = exp.checked_add((digits.len() - trimmed.len()) as i64)?;
+    Some((neg, trimmed.to_string(), exp))
+}
+
+/// Canonical form of a DynamoDB number for comparisons (`"1.50"`, `"15e-1"` and `"+1.5"` all give
+/// `"15e-1"`), or `None` if `n` is not a number.
+pub(crate) fn normalize_number(n: &str) -> Option<String> {
+    let (neg, digits, exp) = decompose(n)?;
     if digits.is_empty() {
         return Some("0".into());
     }
-    let trimmed = digits.trim_end_matches('0');
-    exp += (digits.len() - trimmed.len()) as i64;
-    Some(format!("{}{}e{}", if neg { "-" } else { "" }, trimmed, exp))
+    Some(format!("{}{digits}e{exp}", if neg { "-" } else { "" }))
+}
+
+/// The text DynamoDB answers with for the number `n` (leading and trailing zeros trimmed, no
+/// exponent, no `+`, `-0` is `0`: `"1.50"` → `"1.5"`, `"1.0E+2"` → `"100"`), or `None` if `n` is not
+/// a number. Range and precision (38 digits) are not checked: DynamoDB rejects such numbers when
+/// they are written.
+pub(crate) fn canonical_number(n: &str) -> Option<String> {
+    let (neg, digits, exp) = decompose(n)?;
+    if digits.is_empty() {
+        return Some("0".into());
+    }
+    let sign = if neg { "-" } else { "" };
+    let point = digits.len() as i64 + exp; // digits before the decimal point
+    Some(if exp >= 0 {
+        format!("{sign}{digits}{}", "0".repeat(exp as usize))
+    } else if point > 0 {
+        let (int, frac) = digits.split_at(point as usize);
+        format!("{sign}{int}.{frac}")
+    } else {
+        format!("{sign}0.{}{digits}", "0".repeat((-point) as usize))
+    })
+}
+
+/// True when `a` and `b` are the same number, however spelled (both must be numbers).
+pub(crate) fn same_number(a: &str, b: &str) -> bool {
+    match (decompose(a), decompose(b)) {
+        (Some(x), Some(y)) => x == y,
+        _ => false,
+    }
 }
 
 #[cfg(test)]
@@ -261,6 +308,75 @@ mod tests {
         assert_eq!(normalize_number("abc"), None);
         assert_eq!(normalize_number("."), None);
         assert_eq!(normalize_number("1e"), None);
+    }
+
+    #[test]
+    fn canonical_numbers_are_what_dynamodb_answers() {
+        let c = |n: &str| canonical_number(n);
+        assert_eq!(c("1.50").as_deref(), Some("1.5"));
+        assert_eq!(c("0.0").as_deref(), Some("0"));
+        assert_eq!(c("-0").as_deref(), Some("0"));
+        assert_eq!(c("-0.000").as_deref(), Some("0"));
+        assert_eq!(c("1e2").as_deref(), Some("100"));
+        assert_eq!(c("100").as_deref(), Some("100"));
+        assert_eq!(c("0001").as_deref(), Some("1"));
+        assert_eq!(c("1.0E+2").as_deref(), Some("100"));
+        assert_eq!(c("1.5E2").as_deref(), Some("150"));
+        assert_eq!(c("+7").as_deref(), Some("7"));
+        assert_eq!(c("-1.0e-5").as_deref(), Some("-0.00001"));
+        assert_eq!(c(".5").as_deref(), Some("0.5"));
+        assert_eq!(c("5.").as_deref(), Some("5"));
+        assert_eq!(c("0.000123").as_deref(), Some("0.000123"));
+        assert_eq!(
+            c("1700000000000.120000").as_deref(),
+            Some("1700000000000.12")
+        );
+        assert_eq!(c("1700000000000.000000").as_deref(), Some("1700000000000"));
+        assert_eq!(c("1E-3").as_deref(), Some("0.001"));
+        // 38 significant digits survive, only the zeros around them go.
+        assert_eq!(
+            c("001234567890123456789012345678901234567.80").as_deref(),
+            Some("1234567890123456789012345678901234567.8")
+        );
+        assert_eq!(
+            c("12345678901234567890123456789012345678").as_deref(),
+            Some("12345678901234567890123456789012345678")
+        );
+        assert_eq!(
+            c("9.9999999999999999999999999999999999999E+125").as_deref(),
+            Some(format!("99999999999999999999999999999999999999{}", "0".repeat(88)).as_str())
+        );
+        for bad in ["", "-", ".", "1e", "abc", "1.2.3", "1e+", "--1", "0x10"] {
+            assert_eq!(c(bad), None, "{bad:?}");
+        }
+        // Canonical text is a fixed point, and equal numbers have one text.
+        for n in [
+            "1.50",
+            "0.0",
+            "-0",
+            "1e2",
+            "100",
+            "0001",
+            "1.0E+2",
+            "-12.340e-7",
+        ] {
+            let once = c(n).unwrap();
+            assert_eq!(c(&once).as_deref(), Some(once.as_str()));
+            assert!(same_number(n, &once));
+        }
+    }
+
+    #[test]
+    fn numbers_compare_by_value() {
+        assert!(same_number("1.50", "1.5"));
+        assert!(same_number("007", "7"));
+        assert!(same_number("-0", "0.000"));
+        assert!(same_number("1.0E+2", "100"));
+        assert!(same_number("1700000000000.120000", "1700000000000.12"));
+        assert!(!same_number("1.5", "1.05"));
+        assert!(!same_number("10", "1"));
+        assert!(!same_number("-1", "1"));
+        assert!(!same_number("x", "x"));
     }
 
     #[test]

@@ -39,6 +39,7 @@ use serde::de::DeserializeOwned;
 
 use crate::error::{Item, Result};
 use crate::isolation::{IsolationLevel, Page};
+use crate::keys::ItemRef;
 use crate::manager::TransactionManager;
 use crate::transaction::Transaction;
 
@@ -143,7 +144,12 @@ impl Transaction {
         };
         change(&mut value);
         let item = to_item(&value)?;
-        if key.iter().any(|(k, v)| item.get(k) != Some(v)) {
+        // Compared as DynamoDB compares keys: `1.50` is the `1.5` the item was read back with.
+        let new_key: Item = key
+            .keys()
+            .filter_map(|k| item.get(k).map(|v| (k.clone(), v.clone())))
+            .collect();
+        if ItemRef::new(table, &new_key) != ItemRef::new(table, &key) {
             return Err(crate::Error::invalid(format!(
                 "update of an item of table {table} must not change its key"
             )));

@@ -16,7 +16,9 @@ use aws_sdk_dynamodb::types::{
     AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
     ScalarAttributeType,
 };
-use dynamodb_transactions::fault::{Delayer, FaultInjector, RequestCounter, Throttler};
+use dynamodb_transactions::fault::{
+    CanonicalNumbers, Delayer, FaultInjector, RequestCounter, Throttler,
+};
 use dynamodb_transactions::{Item, TransactionManager};
 
 static ENDPOINT: OnceLock<String> = OnceLock::new();
@@ -61,11 +63,56 @@ pub fn client_with(interceptors: Vec<SharedInterceptor>) -> Client {
     client_with_delays(interceptors, None)
 }
 
+/// The number rewriter every client of this test process answers through, when numbers are
+/// canonicalised: with `DDB_CANONICAL_NUMBERS=1` (the second configuration of `scripts/test`), or
+/// after [`canonical_numbers_always`]. Then every lock stamp also ends in 0
+/// (`fault::zero_ended_lock_stamps`), so that the rewriter changes every stamp DynamoDB Local
+/// returns as written.
+pub fn canonical_numbers() -> Option<&'static CanonicalNumbers> {
+    NUMBERS
+        .get_or_init(|| {
+            (std::env::var("DDB_CANONICAL_NUMBERS").as_deref() == Ok("1")).then(canonical_setup)
+        })
+        .as_ref()
+}
+
+/// Canonicalises numbers in this test process whatever the environment says (call before building
+/// any client).
+pub fn canonical_numbers_always() -> &'static CanonicalNumbers {
+    NUMBERS
+        .get_or_init(|| Some(canonical_setup()))
+        .as_ref()
+        .expect("numbers were configured not to be canonicalised before this call")
+}
+
+static NUMBERS: OnceLock<Option<CanonicalNumbers>> = OnceLock::new();
+
+fn canonical_setup() -> CanonicalNumbers {
+    dynamodb_transactions::fault::zero_ended_lock_stamps(true);
+    CanonicalNumbers::new()
+}
+
 /// A client for the test endpoint, with extra interceptors, sending its requests through `delayer`
-/// (random delays before sending and after the response) when given.
+/// (random delays before sending and after the response) when given, and answering through
+/// [`canonical_numbers`] when numbers are canonicalised.
 pub fn client_with_delays(
     interceptors: Vec<SharedInterceptor>,
     delayer: Option<&Delayer>,
+) -> Client {
+    client_with_http(interceptors, delayer, canonical_numbers())
+}
+
+/// A client without the number rewriter, whatever the configuration: DynamoDB Local's own answers.
+pub fn local_client() -> Client {
+    client_with_http(vec![], None, None)
+}
+
+/// A client with extra interceptors, requests through `delayer` and answers through `numbers` when
+/// given.
+pub fn client_with_http(
+    interceptors: Vec<SharedInterceptor>,
+    delayer: Option<&Delayer>,
+    numbers: Option<&CanonicalNumbers>,
 ) -> Client {
     let mut b = aws_sdk_dynamodb::Config::builder()
         .behavior_version(BehaviorVersion::latest())
@@ -90,8 +137,11 @@ pub fn client_with_delays(
     for i in interceptors {
         b = b.interceptor(i);
     }
-    if let Some(d) = delayer {
-        b = b.http_client(d.http_client());
+    match (delayer, numbers) {
+        (Some(d), Some(n)) => b = b.http_client(n.wrap(d.http_client())),
+        (Some(d), None) => b = b.http_client(d.http_client()),
+        (None, Some(n)) => b = b.http_client(n.http_client()),
+        (None, None) => {}
     }
     Client::from_conf(b.build())
 }
