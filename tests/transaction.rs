@@ -1045,6 +1045,11 @@ async fn a_landed_commit_answered_with_a_5xx_is_reported_committed() {
             faults.answer_after_send(op, at, count, answer.clone());
             let r = tx.commit().await;
             assert_eq!(faults.injected(), count, "{what}: fault did not strike");
+            // The SDK retries a 500 itself (3 attempts in the harness): a retry that is not
+            // answered by the fault meets the landed attempt's effect (a failed condition).
+            let attempts = (count + 1).min(3);
+            let others = if one_shot { 0 } else { 3 }; // two locks and the finalize
+            assert_eq!(faults.requests_seen(), attempts + others, "{what}");
             assert!(r.is_ok(), "{what}: {r:?}");
             assert_eq!(
                 m.transaction_state(&tx_id).await.unwrap(),
