@@ -148,6 +148,10 @@ impl Reason {
     pub fn is_condition_failed(&self) -> bool {
         self.code == "ConditionalCheckFailed"
     }
+    /// Throttled, in conflict, or otherwise worth trying again (see `error::is_transient_code`).
+    pub fn is_transient(&self) -> bool {
+        crate::error::is_transient_code(&self.code)
+    }
 }
 
 /// Outcome of a `TransactWriteItems`.

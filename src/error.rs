@@ -50,9 +50,11 @@ pub enum Error {
         tx_id: TxId,
     },
 
-    /// Whether the commit took effect is undetermined: the commit request failed ambiguously (for
-    /// example a timeout) and the record could not be read back. Resume the transaction later to learn
-    /// the outcome; it is never left half-applied.
+    /// Whether the commit took effect is undetermined: a commit request failed ambiguously (a
+    /// timeout, a lost response, a 5xx answer) and neither reading the record back nor rolling the
+    /// transaction back settled it. Resume the transaction later to learn the outcome; it is never
+    /// left half-applied, and never applied twice. Not retryable: running the work again could apply
+    /// it twice.
     #[error("the outcome of committing transaction {tx_id} is undetermined: {source}")]
     Undetermined {
         /// The transaction.
@@ -170,7 +172,8 @@ pub enum Error {
         code: Option<String>,
         /// DynamoDB's message.
         message: Option<String>,
-        /// True when the request may have been applied although it failed (timeout, lost response).
+        /// True when the request may have been applied although it failed (timeout, lost response,
+        /// 5xx answer).
         ambiguous: bool,
         /// The SDK error.
         #[source]
@@ -189,7 +192,12 @@ pub enum Error {
 
 impl Error {
     /// True when running the unit of work again may succeed: the transaction lost contention or was
-    /// rolled back by a competitor, or DynamoDB throttled or reported a conflict.
+    /// rolled back, or DynamoDB throttled, reported a conflict or failed transiently — what the
+    /// SDK's retry classifier calls throttling or transient (throttling codes, 5xx answers,
+    /// timeouts), and `TransactWriteItems` cancellation reasons that mean the same
+    /// (`ThrottlingError`, `ProvisionedThroughputExceeded`, `TransactionConflict`). `commit` never
+    /// returns a retryable error for a commit request that may have landed (see
+    /// [`Transaction::commit`](crate::Transaction::commit)).
     pub fn is_retryable(&self) -> bool {
         match self {
             Error::RolledBack { .. } | Error::ItemLocked { .. } | Error::ReadContention { .. } => {
@@ -197,20 +205,7 @@ impl Error {
             }
             Error::DynamoDb {
                 code, ambiguous, ..
-            } => {
-                *ambiguous
-                    || matches!(
-                        code.as_deref(),
-                        Some(
-                            "ThrottlingException"
-                                | "ProvisionedThroughputExceededException"
-                                | "RequestLimitExceeded"
-                                | "TransactionConflictException"
-                                | "TransactionInProgressException"
-                                | "InternalServerError"
-                        )
-                    )
-            }
+            } => *ambiguous || code.as_deref().is_some_and(is_transient_code),
             _ => false,
         }
     }
@@ -262,16 +257,26 @@ impl Error {
         Error::Invariant(msg.to_string())
     }
 
-    /// Wraps an SDK error, keeping its code and message and whether the request may have landed.
+    /// Wraps an SDK error, keeping its code and message and whether the request may have landed:
+    /// a timeout, a failure to read the answer, or a 5xx answer (DynamoDB, or something before it,
+    /// failed after receiving the request, which may have been applied).
     pub(crate) fn sdk<E, R>(operation: &'static str, err: SdkError<E, R>) -> Error
     where
         E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
         R: fmt::Debug + Send + Sync + 'static,
     {
-        let ambiguous = matches!(
-            err,
-            SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_)
-        );
+        let ambiguous = match &err {
+            SdkError::TimeoutError(_)
+            | SdkError::DispatchFailure(_)
+            | SdkError::ResponseError(_) => true,
+            SdkError::ServiceError(s) => {
+                let raw: &dyn std::any::Any = s.raw();
+                raw.downcast_ref::<aws_smithy_runtime_api::http::Response>()
+                    .is_some_and(|r| r.status().is_server_error())
+                    || s.err().code().is_some_and(is_server_error_code)
+            }
+            _ => false,
+        };
         let (code, message) = match &err {
             SdkError::ServiceError(s) => (
                 s.err().code().map(String::from),
@@ -290,4 +295,47 @@ impl Error {
             source: Box::new(err),
         }
     }
+}
+
+/// Error codes of a failure inside DynamoDB: the request may have been applied.
+fn is_server_error_code(code: &str) -> bool {
+    matches!(
+        code,
+        "InternalServerError" | "InternalFailure" | "ServiceUnavailable"
+    )
+}
+
+/// True for error codes and `TransactWriteItems` cancellation reasons that say "try again": what
+/// the SDK's retry classifier treats as throttling or transient (its throttling and transient code
+/// lists, 5xx failures, modeled-retryable conflicts), and the cancellation reasons DynamoDB gives for
+/// the same conditions (`ThrottlingError`, `ProvisionedThroughputExceeded`, `TransactionConflict`).
+pub(crate) fn is_transient_code(code: &str) -> bool {
+    is_server_error_code(code)
+        || matches!(
+            code,
+            // The SDK's throttling codes.
+            "Throttling"
+                | "ThrottlingException"
+                | "ThrottledException"
+                | "RequestThrottledException"
+                | "TooManyRequestsException"
+                | "ProvisionedThroughputExceededException"
+                | "TransactionInProgressException"
+                | "RequestLimitExceeded"
+                | "BandwidthLimitExceeded"
+                | "LimitExceededException"
+                | "RequestThrottled"
+                | "SlowDown"
+                | "PriorRequestNotComplete"
+                // The SDK's transient codes and modeled-retryable errors.
+                | "RequestTimeout"
+                | "RequestTimeoutException"
+                | "TransactionConflictException"
+                | "ReplicatedWriteConflictException"
+                // Cancellation reasons of TransactWriteItems.
+                | "ThrottlingError"
+                | "ProvisionedThroughputExceeded"
+                | "TransactionConflict"
+                | "ReplicatedWriteConflict"
+        )
 }

@@ -324,9 +324,15 @@ impl TransactionManager {
     /// ```
     ///
     /// # Errors
-    /// The last error when it is not retryable or attempts ran out. [`Error::Undetermined`] when the
-    /// commit's outcome could not be learned: the work may or may not have taken effect, exactly once
-    /// at most.
+    /// The last error when it is not retryable or attempts ran out. After a failed commit `run`
+    /// rolls the attempt back (a commit that landed after all makes `run` return `Ok`) before it
+    /// tries again, so an attempt that is retried never takes effect: retryable are
+    /// [`Error::RolledBack`], [`Error::ItemLocked`], [`Error::ReadContention`] and DynamoDB errors
+    /// that say "try again" (throttling, including `TransactWriteItems` cancelled for
+    /// `ThrottlingError`, `ProvisionedThroughputExceeded` or `TransactionConflict`; 5xx answers and
+    /// timeouts). A commit request that landed is never retried: its outcome is read from the
+    /// record. [`Error::Undetermined`] when the commit's outcome could not be learned: the work may
+    /// or may not have taken effect, exactly once at most; `run` returns it at once.
     ///
     /// # Cancel safety
     /// Dropping the future midway leaves the current attempt's transaction pending (never half

@@ -842,9 +842,15 @@ pub(crate) async fn clear_waiting(client: &Client, table: &str, id: &TxId) -> Re
 /// The write of a record created already committed and finalized (the write-only fast path): no
 /// request list, since no item is ever locked for it.
 pub(crate) fn committed_record_write(table: &str, id: &TxId, ttl_secs: Option<u64>) -> Write {
+    finished_record_write(table, id, TxState::Committed, ttl_secs)
+}
+
+/// The write of a record created already decided (`to`) and finalized, without requests,
+/// conditional on the record not existing.
+fn finished_record_write(table: &str, id: &TxId, to: TxState, ttl_secs: Option<u64>) -> Write {
     let now = ddb::now_millis();
     let mut item = header_key(id);
-    item.insert(STATE.into(), s("C"));
+    item.insert(STATE.into(), s(to.code()));
     item.insert(VERSION.into(), n(1));
     item.insert(REQUESTS.into(), AttributeValue::L(Vec::new()));
     item.insert(CHUNKS.into(), n(0));
@@ -861,5 +867,28 @@ pub(crate) fn committed_record_write(table: &str, id: &TxId, ttl_secs: Option<u6
         kind: WriteKind::Put { item },
         condition: Some(cond),
         ph,
+    }
+}
+
+/// Creates the record already decided (`to`, normally rolled back) and finalized, unless it
+/// exists: used when the creation of the real record may have landed (or may still land) and the
+/// transaction is to end without it. `None`: written, so no earlier creation can land any more;
+/// `Some`: the record exists, as found.
+pub(crate) async fn create_finished(
+    client: &Client,
+    table: &str,
+    id: &TxId,
+    to: TxState,
+    ttl_secs: Option<u64>,
+) -> Result<Option<Header>> {
+    let w = finished_record_write(table, id, to, ttl_secs);
+    match w.send(client, None).await? {
+        Written::Ok(_) => Ok(None),
+        Written::ConditionFailed(Some(found)) => Header::parse(&found).map(Some),
+        // The answer did not carry the record: read it.
+        Written::ConditionFailed(None) => match load_header(client, table, id).await? {
+            Some(h) => Ok(Some(h)),
+            None => Err(Error::UnknownOutcome { tx_id: id.clone() }),
+        },
     }
 }

@@ -7,7 +7,7 @@
 //! write conditional on its version, and unlocks. Reads (`get_item`) and writes that return values
 //! drive their item at once. See `docs/PROTOCOL.md`.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -33,6 +33,9 @@ const PROTOCOL_ATTEMPTS: usize = 8;
 /// Bounded retries of completing a committed transaction before `commit` reports it committed but
 /// not finished.
 const SETTLE_ATTEMPTS: usize = 4;
+/// Commit attempts that may find the record still pending after a decisive request failed before
+/// `commit` gives up and resolves the outcome by rolling back.
+const AMBIGUOUS_COMMITS: u32 = 3;
 
 /// One transaction. Create with [`TransactionManager::begin`] or [`TransactionManager::resume`].
 ///
@@ -121,6 +124,21 @@ struct State {
     isolate_rejections: bool,
     /// The write-only fast path was tried and did not commit.
     fast_path_failed: bool,
+    /// A write of the record (its creation, an append, or the fast path's committed record) was
+    /// sent and its outcome is unknown: the record may exist, holding requests this handle still
+    /// counts as unrecorded. Cleared once the record is read back or written successfully.
+    record_in_doubt: bool,
+    /// Items whose last write call failed after adding its request: the caller may retry that call.
+    unfinished: BTreeSet<ItemRef>,
+    /// A decisive commit request (fast path, one-request commit, decide) failed in a way that says
+    /// nothing about whether it landed (an earlier attempt of it may have).
+    decision_in_doubt: bool,
+    /// The fast path's request was sent: a committed record without requests is ours.
+    fast_path_sent: bool,
+    /// Commit attempts that found the record still pending after a decisive request failed.
+    ambiguous_commits: u32,
+    /// The last transient failure (throttling, conflict) a commit attempt backed off from.
+    transient: Option<Error>,
 }
 
 #[derive(Debug, Clone)]
@@ -313,29 +331,38 @@ impl Transaction {
         let mut st = self.state.lock().await;
         self.check_open(&st)?;
         let r = req.item_ref();
-        if st.items.get(&r).is_some_and(|e| e.write.is_some()) {
-            return Err(Error::DuplicateRequest {
-                tx_id: self.id.clone(),
-                table: req.table,
-                key: req.key,
-            });
+        match st.items.get(&r).and_then(|e| e.write) {
+            // The caller retries a call that failed after adding this very request (for example
+            // after a lost response to the record's creation): drive the same request again.
+            Some(w) if st.unfinished.contains(&r) && same_request(&st.requests[w], &req) => {}
+            Some(_) => {
+                return Err(Error::DuplicateRequest {
+                    tx_id: self.id.clone(),
+                    table: req.table,
+                    key: req.key,
+                });
+            }
+            None => {
+                st.requests.push(req);
+                let index = st.requests.len() - 1;
+                index_request(&mut st, index);
+            }
         }
-        st.requests.push(req);
-        let index = st.requests.len() - 1;
-        index_request(&mut st, index);
-        match rv {
+        st.unfinished.insert(r.clone());
+        let out = match rv {
             ReturnValue::None => Ok(WriteOutput::default()),
-            ReturnValue::AllOld => {
-                let lock = self.drive_lock(&mut st, &r).await?;
-                Ok(WriteOutput {
-                    attributes: lock.before,
-                })
-            }
-            other => {
-                let attrs = self.apply_now(&mut st, &r, Some(other)).await?;
-                Ok(WriteOutput { attributes: attrs })
-            }
+            ReturnValue::AllOld => self.drive_lock(&mut st, &r).await.map(|lock| WriteOutput {
+                attributes: lock.before,
+            }),
+            other => self
+                .apply_now(&mut st, &r, Some(other))
+                .await
+                .map(|attrs| WriteOutput { attributes: attrs }),
+        };
+        if out.is_ok() {
+            st.unfinished.remove(&r);
         }
+        out
     }
 
     /// A locked read.
@@ -409,19 +436,24 @@ impl Transaction {
                             .await?;
                     }
                     let ticket = self.ticket.get().copied();
+                    st.record_in_doubt = true;
                     let out = record::create(c, table, &self.id, pending, ticket).await?;
                     if let (Some(t), Appended::Ok(_)) = (ticket, &out) {
                         let _ = self.ticket_recorded.set(t);
                     }
                     out
                 }
-                Some(meta) => record::append(c, table, &self.id, meta, pending).await?,
+                Some(meta) => {
+                    st.record_in_doubt = true;
+                    record::append(c, table, &self.id, meta, pending).await?
+                }
             };
             match out {
                 Appended::Ok(meta) => {
                     debug!(tx = %self.id, version = meta.version, requests = st.requests.len(), "recorded requests");
                     st.meta = Some(meta);
                     st.recorded = st.requests.len();
+                    st.record_in_doubt = false;
                     return Ok(());
                 }
                 Appended::Conflict(header) => self.absorb_conflict(st, header).await?,
@@ -489,7 +521,17 @@ impl Transaction {
             let i = st.requests.len() - 1;
             index_request(st, i);
         }
+        // A write of the record whose outcome this handle did not learn (a lost response, a chunked
+        // append cut short) may have recorded some of our requests: those are ours already.
+        let in_doubt = std::mem::take(&mut st.record_in_doubt);
         for r in ours {
+            let recorded = st
+                .items
+                .get(&r.item_ref())
+                .and_then(|e| if r.op.is_write() { e.write } else { e.read });
+            if in_doubt && recorded.is_some_and(|i| same_request(&st.requests[i], &r)) {
+                continue;
+            }
             let dup = st
                 .items
                 .get(&r.item_ref())
@@ -884,16 +926,34 @@ impl Transaction {
     /// committed. Once it returns `Ok`, every write is durable and visible.
     ///
     /// # Errors
+    /// Every error says what happened to the transaction:
     /// - [`Error::ConditionFailed`] / [`Error::RequestRejected`]: a request's condition was false or
-    ///   DynamoDB rejected it; the transaction was rolled back.
-    /// - [`Error::RolledBack`]: another transaction rolled this one back (retry the unit of work).
-    /// - [`Error::Undetermined`]: the decisive write failed ambiguously and its effect could not be read
-    ///   back; resume the transaction later to learn the outcome.
-    /// - [`Error::ItemLocked`]: contention resolution gave up; the transaction is still pending.
-    /// - [`Error::AlreadyCommitted`]: the transaction **is committed**, but releasing its locks and
-    ///   finalizing its record kept failing after a few retries (readers see through the locks;
-    ///   the next coordinator that meets them, or the sweeper, finishes). Do not run the work again.
-    ///   `Ok` always means finished: every lock released and the record finalized.
+    ///   DynamoDB rejected it; the transaction was rolled back. Not retryable.
+    /// - [`Error::RolledBack`]: the transaction was rolled back — by another transaction that needed
+    ///   its items, or by this `commit` after a commit request failed in a way that said nothing
+    ///   about whether it landed and the record still showed it pending (rolling back, conditional
+    ///   on the record's version, makes sure no such request lands later). Nothing was applied;
+    ///   running the unit of work again is safe.
+    /// - [`Error::Undetermined`]: a commit request failed ambiguously and the record could not be
+    ///   read back (or the rollback that would settle it failed); the transaction may or may not
+    ///   have committed, exactly once at most. Resume it later to learn the outcome; do not simply
+    ///   run the work again.
+    /// - [`Error::UnknownOutcome`]: the record was deleted meanwhile.
+    /// - [`Error::AlreadyCommitted`]: the transaction **is committed**; do not run the work again.
+    ///   Either releasing its locks and finalizing its record kept failing after a few retries
+    ///   (readers see through the locks; the next coordinator that meets them, or the sweeper,
+    ///   finishes), or another coordinator committed the record before this handle's unrecorded
+    ///   requests were added (those requests were not applied).
+    /// - [`Error::ItemLocked`], or a [`Error::DynamoDb`] error for which
+    ///   [`is_retryable`](Error::is_retryable) is true (throttling, a transaction conflict, a
+    ///   5xx or timeout before any commit request was sent): nothing was decided and no commit
+    ///   request can land any more; the transaction is still pending with its locks (roll it back,
+    ///   or leave it to contenders and the sweeper). Retrying the unit of work is safe.
+    ///
+    /// `Ok` always means finished: every write applied, every lock released and the record
+    /// finalized. A commit request that landed is never reported as a retryable error: when any commit request (the
+    /// fast path's, the one-request commit's, the phased flip, or the SDK's own retries of them)
+    /// fails, the record is read, and a committed record means `Ok`.
     ///
     /// # Cancel safety
     /// Not cancel safe in the sense that the outcome is then unknown to the caller: dropping the future
@@ -927,34 +987,98 @@ impl Transaction {
             }
             _ => {}
         }
+        match self.commit_attempts(&mut st).await {
+            // Our fast-path request created the record committed after all (the locking
+            // protocol's record creation found it).
+            Err(Error::AlreadyCommitted { .. }) if st.fast_path_sent && st.meta.is_none() => Ok(()),
+            Err(e) if st.decision_in_doubt && !is_outcome(&e) => {
+                self.resolve_in_doubt_commit(&mut st, e).await
+            }
+            r => r,
+        }
+    }
+
+    /// A decisive request of this commit may have landed, and the commit gave up with `cause`
+    /// (not an outcome): read the record. Committed → `Ok`; rolled back → `RolledBack`; still
+    /// pending (or never created) → roll back, conditional on the version, so that no commit
+    /// request still in flight can land later, and report `RolledBack` (or `Ok` if the commit won
+    /// the race). If even that fails: `Undetermined`.
+    async fn resolve_in_doubt_commit(&self, st: &mut State, cause: Error) -> Result<()> {
+        warn!(tx = %self.id, error = %cause, "commit gave up after a commit request may have landed; resolving");
+        let undetermined = |cause: Error| Error::Undetermined {
+            tx_id: self.id.clone(),
+            source: Box::new(cause),
+        };
+        let header =
+            match record::load_header(&self.mgr.inner.client, &self.mgr.inner.tx_table, &self.id)
+                .await
+            {
+                Ok(h) => h,
+                Err(_) => return Err(undetermined(cause)),
+            };
+        match header.map(|h| h.state) {
+            Some(TxState::Committed) => self.finish_committed(st).await,
+            Some(TxState::RolledBack) => {
+                if let Err(e) = self.finish_decided(st, TxState::RolledBack).await {
+                    warn!(tx = %self.id, error = %e, "rolled back, but settling the items failed; they are settled later");
+                }
+                Err(Error::RolledBack {
+                    tx_id: self.id.clone(),
+                })
+            }
+            None if st.meta.is_some() => Err(Error::UnknownOutcome {
+                tx_id: self.id.clone(),
+            }),
+            _ => match self.rollback_locked(st).await {
+                Ok(()) => Err(Error::RolledBack {
+                    tx_id: self.id.clone(),
+                }),
+                Err(e) => match st.outcome {
+                    // Decided; only settling the items failed (they are settled later).
+                    Some(TxState::Committed) => Ok(()),
+                    Some(TxState::RolledBack) => Err(Error::RolledBack {
+                        tx_id: self.id.clone(),
+                    }),
+                    _ if matches!(e, Error::UnknownOutcome { .. }) => Err(e),
+                    _ => Err(undetermined(cause)),
+                },
+            },
+        }
+    }
+
+    /// The commit loop: fast path, else record, lock, and commit in one request or in phases.
+    async fn commit_attempts(&self, st: &mut State) -> Result<()> {
         for _ in 0..PROTOCOL_ATTEMPTS {
-            if st.requests.is_empty() && st.meta.is_none() {
+            if st.requests.is_empty() && st.meta.is_none() && !st.record_in_doubt {
                 return Ok(()); // nothing was ever written
             }
-            if self.fast_path_fits(&st) {
-                match self.commit_write_only(&mut st).await? {
+            if self.fast_path_fits(st) {
+                match self.commit_write_only(st).await? {
                     Some(CommitStep::Done) => return Ok(()),
                     // An item is locked (or the batch was refused): use the locking protocol.
                     _ => st.fast_path_failed = true,
                 }
             }
-            self.flush(&mut st).await?;
-            self.lock_all(&mut st).await?;
-            let one_shot = self.one_shot_fits(&st);
+            self.flush(st).await?;
+            self.lock_all(st).await?;
+            let one_shot = self.one_shot_fits(st);
             let step = if one_shot {
-                self.commit_one_shot(&mut st).await?
+                self.commit_one_shot(st).await?
             } else {
-                self.commit_phased(&mut st).await?
+                self.commit_phased(st).await?
             };
             match step {
                 CommitStep::Done => return Ok(()),
                 CommitStep::Again => continue,
             }
         }
-        Err(Error::invariant(format!(
-            "commit of {} kept meeting concurrent changes",
-            self.id
-        )))
+        // Still throttled (or in conflict) after every attempt: a retryable error.
+        Err(st.transient.take().unwrap_or_else(|| {
+            Error::invariant(format!(
+                "commit of {} kept meeting concurrent changes",
+                self.id
+            ))
+        }))
     }
 
     /// Nothing recorded or locked, only writes without return values, few enough for one batch.
@@ -962,6 +1086,7 @@ impl Transaction {
         self.mgr.inner.settings.write_only_fast_path
             && !st.fast_path_failed
             && st.meta.is_none()
+            && !st.record_in_doubt
             && st.items.len() < ddb::MAX_TRANSACT_ACTIONS
             && st.items.values().all(|e| {
                 e.write.is_some()
@@ -997,6 +1122,7 @@ impl Transaction {
         }
         // The token makes a repeat after an ambiguous failure safe: it never applies twice.
         let token = Some(self.id.0.clone());
+        st.fast_path_sent = true;
         let mut out = ddb::transact_with_token(&inner.client, &writes, token.clone()).await;
         for _ in 0..3 {
             match &out {
@@ -1019,6 +1145,17 @@ impl Transaction {
                 Ok(Some(CommitStep::Done))
             }
             Ok(Transacted::Cancelled(reasons)) => {
+                let found = reasons[0]
+                    .item
+                    .as_ref()
+                    .map(record::Header::parse)
+                    .transpose()?;
+                if found.is_some_and(|h| h.state == TxState::Committed) {
+                    // An earlier attempt of this very request (an SDK retry after a 5xx) landed.
+                    debug!(tx = %self.id, "committed without locks (an earlier attempt landed)");
+                    st.outcome = Some(TxState::Committed);
+                    return Ok(Some(CommitStep::Done));
+                }
                 for (i, reason) in reasons.iter().enumerate().skip(1) {
                     if !reason.is_condition_failed() {
                         continue;
@@ -1039,14 +1176,27 @@ impl Transaction {
                 }
                 Ok(None)
             }
+            // It may have landed (or still land): the record tells. If it is not there, the
+            // locking protocol's record creation (conditional on its absence) stops a late landing.
             Err(
                 e @ Error::DynamoDb {
                     ambiguous: true, ..
                 },
-            ) => Err(Error::Undetermined {
-                tx_id: self.id.clone(),
-                source: Box::new(e),
-            }),
+            ) => {
+                st.record_in_doubt = true;
+                st.decision_in_doubt = true;
+                match record::load_header(&inner.client, &inner.tx_table, &self.id).await {
+                    Ok(Some(h)) if h.state == TxState::Committed => {
+                        st.outcome = Some(TxState::Committed);
+                        Ok(Some(CommitStep::Done))
+                    }
+                    Ok(_) => Ok(None),
+                    Err(_) => Err(Error::Undetermined {
+                        tx_id: self.id.clone(),
+                        source: Box::new(e),
+                    }),
+                }
+            }
             // A rejected batch, a conflict: the locking protocol finds out which request.
             Err(Error::DynamoDb { .. }) => Ok(None),
             Err(e) => Err(e),
@@ -1133,15 +1283,15 @@ impl Transaction {
         let c = &self.mgr.inner.client;
         let out = match ddb::transact(c, &writes).await {
             Ok(o) => o,
-            Err(
-                e @ Error::DynamoDb {
-                    ambiguous: true, ..
-                },
-            ) => return self.learn_after_ambiguous_commit(st, e).await,
             Err(e) if is_rejection(&e) => {
                 // The batch was rejected as a whole: find the request by applying item by item.
                 st.isolate_rejections = true;
                 return Ok(CommitStep::Again);
+            }
+            // A timeout, a 5xx, or the SDK's retry of an attempt that may have landed failing
+            // otherwise: the record tells whether the commit landed.
+            Err(e @ Error::DynamoDb { .. }) => {
+                return self.learn_after_ambiguous_commit(st, e).await;
             }
             Err(e) => return Err(e),
         };
@@ -1153,6 +1303,13 @@ impl Transaction {
                 Ok(CommitStep::Done)
             }
             Transacted::Cancelled(reasons) => {
+                if let Some(r) = reasons.iter().find(|r| r.is_transient()) {
+                    // Throttled or in conflict: this attempt applied nothing, but an earlier
+                    // attempt of it (the SDK retries 5xx answers) may have. The record tells.
+                    return self
+                        .learn_after_ambiguous_commit(st, cancelled_error(r))
+                        .await;
+                }
                 if !reasons[0].is_ok() {
                     return self.header_failed(st, &reasons[0]).await;
                 }
@@ -1163,7 +1320,8 @@ impl Transaction {
 
     /// The record's condition failed inside a batch: find out why.
     async fn header_failed(&self, st: &mut State, reason: &ddb::Reason) -> Result<CommitStep> {
-        if reason.code == "TransactionConflict" {
+        if reason.is_transient() {
+            st.transient = Some(cancelled_error(reason));
             crate::contention::backoff(&self.mgr.inner.settings, 1).await;
             return Ok(CommitStep::Again);
         }
@@ -1287,7 +1445,9 @@ impl Transaction {
                         message: reason.message.clone().unwrap_or_default(),
                     });
                 }
-                "TransactionConflict" => {
+                _ if reason.is_transient() => {
+                    // Throttled or in conflict: back off and try again (bounded).
+                    st.transient = Some(cancelled_error(reason));
                     crate::contention::backoff(&self.mgr.inner.settings, 1).await;
                     return Ok(CommitStep::Again);
                 }
@@ -1299,13 +1459,16 @@ impl Transaction {
         Ok(CommitStep::Again)
     }
 
-    /// The decisive write failed ambiguously: read the record to learn the outcome.
+    /// The decisive write failed (ambiguously, or after the SDK retried an attempt that may have
+    /// landed): read the record to learn the outcome. Still pending: try again a few times, then
+    /// give up with `cause`, which `commit` resolves.
     async fn learn_after_ambiguous_commit(
         &self,
         st: &mut State,
         cause: Error,
     ) -> Result<CommitStep> {
         warn!(tx = %self.id, error = %cause, "commit request failed ambiguously; reading the record");
+        st.decision_in_doubt = true;
         let header =
             match record::load_header(&self.mgr.inner.client, &self.mgr.inner.tx_table, &self.id)
                 .await
@@ -1323,7 +1486,17 @@ impl Transaction {
                 self.finish_committed(st).await?;
                 Ok(CommitStep::Done)
             }
-            Some(TxState::Pending) => Ok(CommitStep::Again),
+            Some(TxState::Pending) => {
+                st.ambiguous_commits += 1;
+                if st.ambiguous_commits >= AMBIGUOUS_COMMITS {
+                    return Err(cause);
+                }
+                if cause.is_retryable() {
+                    st.transient = Some(cause);
+                }
+                crate::contention::backoff(&self.mgr.inner.settings, st.ambiguous_commits).await;
+                Ok(CommitStep::Again)
+            }
             _ => {
                 self.absorb_conflict(st, header).await?;
                 Ok(CommitStep::Again)
@@ -1450,11 +1623,10 @@ impl Transaction {
         .await
         {
             Ok(f) => f,
-            Err(
-                e @ Error::DynamoDb {
-                    ambiguous: true, ..
-                },
-            ) => return self.learn_after_ambiguous_commit(st, e).await,
+            // Ambiguous, or the SDK's retry of an attempt that may have landed failed otherwise.
+            Err(e @ Error::DynamoDb { .. }) => {
+                return self.learn_after_ambiguous_commit(st, e).await;
+            }
             Err(e) => return Err(e),
         };
         match flipped {
@@ -1476,8 +1648,14 @@ impl Transaction {
 
     /// Rolls the transaction back: no write of it takes effect, every lock is released.
     ///
+    /// `Ok` means the record says rolled back (or no record exists and none can appear: when the
+    /// answer to the record's creation was lost, the record is written as rolled back unless the
+    /// creation landed, which is then rolled back).
+    ///
     /// # Errors
     /// [`Error::AlreadyCommitted`] if it committed first (its completion is then driven to the end).
+    /// Other errors leave the transaction pending (or rolled back but not yet settled); calling
+    /// `rollback` again on a resumed handle finishes it.
     ///
     /// # Cancel safety
     /// Dropping the future midway leaves the transaction pending or rolled back but not fully cleaned;
@@ -1571,11 +1749,29 @@ impl Transaction {
             }
         }
         for _ in 0..PROTOCOL_ATTEMPTS {
+            let c = &self.mgr.inner.client;
             let Some(meta) = st.meta else {
+                if st.record_in_doubt {
+                    // Our record's creation may have landed (or still land): write the record as
+                    // rolled back unless it exists, so that no pending record is left behind.
+                    let found = record::create_finished(
+                        c,
+                        &self.mgr.inner.tx_table,
+                        &self.id,
+                        TxState::RolledBack,
+                        self.mgr.inner.settings.record_ttl_secs(),
+                    )
+                    .await?;
+                    if found.is_some() {
+                        // It exists: roll back what it holds.
+                        self.merge_record(st).await?;
+                        continue;
+                    }
+                    st.record_in_doubt = false;
+                }
                 st.outcome = Some(TxState::RolledBack);
                 return Ok(()); // nothing was ever recorded
             };
-            let c = &self.mgr.inner.client;
             match record::decide(
                 c,
                 &self.mgr.inner.tx_table,
@@ -1760,7 +1956,7 @@ impl Transaction {
                             let k = k.expect("owner");
                             if reason.is_condition_failed() {
                                 known.insert(k.clone(), Observed::of(reason.item.as_ref()));
-                            } else if !reason.is_ok() && reason.code != "TransactionConflict" {
+                            } else if !reason.is_ok() && !reason.is_transient() {
                                 return Err(cancelled_error(&reason));
                             }
                             // Actions that were fine are retried too: the batch did nothing.
@@ -1948,6 +2144,106 @@ fn blank(op: Op) -> Request {
     }
 }
 
+/// Errors that are an outcome of the commit (or say it cannot be known), not a failure to reach one.
+fn is_outcome(e: &Error) -> bool {
+    matches!(
+        e,
+        Error::RolledBack { .. }
+            | Error::AlreadyCommitted { .. }
+            | Error::ConditionFailed { .. }
+            | Error::RequestRejected { .. }
+            | Error::UnknownOutcome { .. }
+            | Error::Undetermined { .. }
+    )
+}
+
+/// True when two requests are the same request (the record's copy of a request compares equal to
+/// the original: numbers by value, since DynamoDB returns them canonicalised, sets in any order).
+fn same_request(a: &Request, b: &Request) -> bool {
+    let same_map = |x: &Option<Item>, y: &Option<Item>| match (x, y) {
+        (Some(x), Some(y)) => same_item(x, y),
+        (None, None) => true,
+        _ => false,
+    };
+    a.op == b.op
+        && a.table == b.table
+        && same_item(&a.key, &b.key)
+        && same_map(&a.item, &b.item)
+        && a.update == b.update
+        && a.condition == b.condition
+        && a.names == b.names
+        && same_map(&a.values, &b.values)
+}
+
+fn same_item(a: &Item, b: &Item) -> bool {
+    a.len() == b.len()
+        && a.iter()
+            .all(|(k, v)| b.get(k).is_some_and(|w| same_value(v, w)))
+}
+
+fn same_value(a: &AttributeValue, b: &AttributeValue) -> bool {
+    use AttributeValue as V;
+    let sorted = |v: &[String]| {
+        let mut v = v.to_vec();
+        v.sort();
+        v
+    };
+    match (a, b) {
+        (V::N(x), V::N(y)) => canonical_number(x) == canonical_number(y),
+        (V::Ns(x), V::Ns(y)) => {
+            let canon = |v: &[String]| {
+                let mut v: Vec<_> = v.iter().map(|n| canonical_number(n)).collect();
+                v.sort();
+                v
+            };
+            canon(x) == canon(y)
+        }
+        (V::Ss(x), V::Ss(y)) => sorted(x) == sorted(y),
+        (V::Bs(x), V::Bs(y)) => {
+            let mut x = x.clone();
+            let mut y = y.clone();
+            x.sort_by(|p, q| p.as_ref().cmp(q.as_ref()));
+            y.sort_by(|p, q| p.as_ref().cmp(q.as_ref()));
+            x == y
+        }
+        (V::L(x), V::L(y)) => x.len() == y.len() && x.iter().zip(y).all(|(p, q)| same_value(p, q)),
+        (V::M(x), V::M(y)) => same_item(x, y),
+        _ => a == b,
+    }
+}
+
+/// A number's value as (sign, significant digits, exponent of the last digit); the text itself if
+/// it is not a number.
+fn canonical_number(n: &str) -> Result<(bool, String, i64), String> {
+    let t = n.trim();
+    let (neg, t) = match t.strip_prefix('-') {
+        Some(r) => (true, r),
+        None => (false, t.strip_prefix('+').unwrap_or(t)),
+    };
+    let (mantissa, exp) = match t.find(['e', 'E']) {
+        Some(i) => (
+            &t[..i],
+            t[i + 1..].parse::<i64>().map_err(|_| n.to_string())?,
+        ),
+        None => (t, 0),
+    };
+    let (int, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    if int.is_empty() && frac.is_empty()
+        || !int.chars().chain(frac.chars()).all(|c| c.is_ascii_digit())
+    {
+        return Err(n.to_string());
+    }
+    let digits = format!("{int}{frac}");
+    let mut exp = exp - frac.len() as i64;
+    let trimmed = digits.trim_start_matches('0');
+    if trimmed.is_empty() {
+        return Ok((false, String::new(), 0));
+    }
+    let sig = trimmed.trim_end_matches('0');
+    exp += (trimmed.len() - sig.len()) as i64;
+    Ok((neg, sig.to_string(), exp))
+}
+
 fn cancelled_error(reason: &ddb::Reason) -> Error {
     Error::DynamoDb {
         operation: "TransactWriteItems",
@@ -2115,7 +2411,9 @@ impl PutItemBuilder<'_> {
     ///
     /// # Errors
     /// [`Error::InvalidRequest`] before anything is written when the request is invalid;
-    /// [`Error::DuplicateRequest`] if the transaction already writes this item.
+    /// [`Error::DuplicateRequest`] if the transaction already writes this item. Sending the same
+    /// request again on the same handle after this call failed (say, a lost response while
+    /// recording it) is not a duplicate: it drives that request again, and it is applied once.
     ///
     /// # Cancel safety
     /// Without `ReturnValues` nothing is written, so dropping is harmless. With `AllOld` the item may be
@@ -2244,5 +2542,37 @@ impl GetItemBuilder<'_> {
     /// transaction ends.
     pub async fn send(self) -> Result<GetOutput> {
         self.tx.read(self.req, self.projection).await
+    }
+}
+
+#[cfg(test)]
+mod same_request_tests {
+    use super::*;
+
+    #[test]
+    fn numbers_compare_by_value_and_sets_in_any_order() {
+        let n = |s: &str| AttributeValue::N(s.into());
+        for (a, b) in [
+            ("1.50", "1.5"),
+            ("0010", "10"),
+            ("100", "1E2"),
+            ("-0.0", "0"),
+            ("1.5e-3", "0.0015"),
+        ] {
+            assert!(same_value(&n(a), &n(b)), "{a} = {b}");
+        }
+        for (a, b) in [("1.5", "15"), ("-1", "1"), ("10", "1")] {
+            assert!(!same_value(&n(a), &n(b)), "{a} != {b}");
+        }
+        let ns = |v: &[&str]| AttributeValue::Ns(v.iter().map(|s| s.to_string()).collect());
+        assert!(same_value(&ns(&["2.0", "1"]), &ns(&["1", "2"])));
+        let ss = |v: &[&str]| AttributeValue::Ss(v.iter().map(|s| s.to_string()).collect());
+        assert!(same_value(&ss(&["b", "a"]), &ss(&["a", "b"])));
+        assert!(!same_value(&ss(&["a"]), &ss(&["a", "b"])));
+        let m = |v: &str| AttributeValue::M(HashMap::from([("x".to_string(), n(v))]));
+        assert!(same_value(
+            &AttributeValue::L(vec![m("1.0")]),
+            &AttributeValue::L(vec![m("1")])
+        ));
     }
 }

@@ -226,3 +226,54 @@ async fn a_coordinator_that_dies_after_sending_reports_an_undetermined_outcome()
         item(&[("Id", s("c")), ("n", n(1))])
     );
 }
+
+/// The fast path's request lands, but DynamoDB answers 500 to it and to the SDK's retries: commit
+/// learns from the record that it committed (Ok, applied once), never a retryable error or
+/// `AlreadyCommitted`.
+#[tokio::test]
+async fn a_landed_commit_answered_with_a_5xx_is_reported_committed() {
+    use dynamodb_transactions::fault::{ServiceAnswer, ServiceFaults};
+    let env = env("fp-5xx").await;
+    for (answer, count) in [
+        (ServiceAnswer::InternalServerError, 3),
+        (ServiceAnswer::EmptyServerError, 3),
+        (ServiceAnswer::InternalServerError, 1),
+    ] {
+        let what = format!("{answer:?} x{count}");
+        let id = format!("c-{answer:?}-{count}");
+        env.raw_put(&env.table, item(&[("Id", s(&id)), ("n", n(0))]))
+            .await;
+        let faults = ServiceFaults::new();
+        let m = dynamodb_transactions::TransactionManager::builder(client_with(vec![shared(
+            faults.clone(),
+        )]))
+        .transactions_table(env.manager.transactions_table())
+        .images_table(env.manager.images_table())
+        .configure(|s| s.rollback_on_drop = false)
+        .build();
+        let tx = m.begin();
+        let tx_id = tx.id().clone();
+        tx.update_item()
+            .table_name(&env.table)
+            .key("Id", s(&id))
+            .update_expression("ADD n :one")
+            .expression_attribute_values(":one", n(1))
+            .send()
+            .await
+            .unwrap();
+        faults.answer_after_send("TransactWriteItems", 1, count, answer.clone());
+        let r = tx.commit().await;
+        assert_eq!(faults.injected(), count, "{what}");
+        assert!(r.is_ok(), "{what}: {r:?}");
+        assert_eq!(
+            env.raw_get(&env.table, &key(&id)).await.unwrap(),
+            item(&[("Id", s(&id)), ("n", n(1))]),
+            "{what}: applied once"
+        );
+        assert_eq!(
+            env.manager.transaction_state(&tx_id).await.unwrap(),
+            Some((TxState::Committed, true)),
+            "{what}"
+        );
+    }
+}

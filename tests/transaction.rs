@@ -968,3 +968,373 @@ async fn return_values_survive_a_retried_apply() {
         );
     }
 }
+
+// ---- Commit outcomes after a commit request may have landed (5xx answers, throttled actions) ----
+
+use dynamodb_transactions::TransactionManager;
+use dynamodb_transactions::fault::{FaultMode, RequestCounter, ServiceAnswer, ServiceFaults};
+
+/// A second manager over `env`'s tables whose client answers through a [`ServiceFaults`];
+/// `one_shot: false` commits in phases.
+fn service_faulty(
+    env: &TestEnv,
+    one_shot: bool,
+) -> (TransactionManager, ServiceFaults, RequestCounter) {
+    let faults = ServiceFaults::new();
+    let counter = RequestCounter::new();
+    let m = TransactionManager::builder(client_with(vec![
+        shared(counter.clone()),
+        shared(faults.clone()),
+    ]))
+    .transactions_table(env.manager.transactions_table())
+    .images_table(env.manager.images_table())
+    .configure(|s| {
+        s.rollback_on_drop = false;
+        s.write_only_fast_path = false;
+        if !one_shot {
+            s.one_shot_max_items = 0;
+        }
+    })
+    .build();
+    (m, faults, counter)
+}
+
+async fn add_one(tx: &dynamodb_transactions::Transaction, table: &str, id: &str) {
+    tx.update_item()
+        .table_name(table)
+        .key("Id", s(id))
+        .update_expression("ADD n :one")
+        .expression_attribute_values(":one", n(1))
+        .send()
+        .await
+        .unwrap();
+}
+
+async fn counts(env: &TestEnv, ids: &[&str]) -> Vec<AttributeValue> {
+    let mut out = Vec::new();
+    for id in ids {
+        let i = env.raw_get(&env.table, &key(id)).await.unwrap();
+        assert!(!has_tx_attrs(&i), "lock attributes left: {i:?}");
+        out.push(i["n"].clone());
+    }
+    out
+}
+
+/// The decisive commit request lands but DynamoDB answers 500 (with an error body, or none), to
+/// the first attempt and to the SDK's retries of it (`count`). `commit` must learn the outcome
+/// from the record: Ok, applied exactly once, never a retryable error for a committed transaction.
+#[tokio::test]
+async fn a_landed_commit_answered_with_a_5xx_is_reported_committed() {
+    let env = TestEnv::new("c5xx").await;
+    // (one-request commit?, operation of the decisive request, its number among the operation's
+    // requests: in phases, two locks are UpdateItems before the flip)
+    for (one_shot, op, at) in [(true, "TransactWriteItems", 1), (false, "UpdateItem", 3)] {
+        for (answer, count) in [
+            (ServiceAnswer::InternalServerError, 3),
+            (ServiceAnswer::EmptyServerError, 3),
+            (ServiceAnswer::InternalServerError, 1),
+        ] {
+            let what = format!("one_shot={one_shot} {answer:?} x{count}");
+            let ids = [
+                format!("a-{one_shot}-{count}"),
+                format!("b-{one_shot}-{count}"),
+            ];
+            let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+            for id in &ids {
+                env.raw_put(&env.table, item(&[("Id", s(id)), ("n", n(0))]))
+                    .await;
+            }
+            let (m, faults, _) = service_faulty(&env, one_shot);
+            let tx = m.begin();
+            let tx_id = tx.id().clone();
+            for id in &ids {
+                add_one(&tx, &env.table, id).await;
+            }
+            faults.answer_after_send(op, at, count, answer.clone());
+            let r = tx.commit().await;
+            assert_eq!(faults.injected(), count, "{what}: fault did not strike");
+            // The SDK retries a 500 itself (3 attempts in the harness): a retry that is not
+            // answered by the fault meets the landed attempt's effect (a failed condition).
+            let attempts = (count + 1).min(3);
+            let others = if one_shot { 0 } else { 3 }; // two locks and the finalize
+            assert_eq!(faults.requests_seen(), attempts + others, "{what}");
+            assert!(r.is_ok(), "{what}: {r:?}");
+            assert_eq!(
+                m.transaction_state(&tx_id).await.unwrap(),
+                Some((TxState::Committed, true)),
+                "{what}"
+            );
+            assert_eq!(
+                counts(&env, &ids).await,
+                vec![n(1), n(1)],
+                "{what}: applied once"
+            );
+        }
+    }
+}
+
+/// `run` over a commit answered 500 after landing: the work runs once and is applied once.
+#[tokio::test]
+async fn run_applies_a_landed_commit_answered_with_a_5xx_once() {
+    let env = TestEnv::new("r5xx").await;
+    env.raw_put(&env.table, item(&[("Id", s("r")), ("n", n(0))]))
+        .await;
+    let (m, faults, _) = service_faulty(&env, true);
+    faults.answer_after_send(
+        "TransactWriteItems",
+        1,
+        3,
+        ServiceAnswer::InternalServerError,
+    );
+    let mut runs = 0;
+    let table = env.table.clone();
+    m.run(async |tx| {
+        runs += 1;
+        add_one(tx, &table, "r").await;
+        Ok(())
+    })
+    .await
+    .unwrap();
+    assert_eq!(runs, 1);
+    assert_eq!(counts(&env, &["r"]).await, vec![n(1)]);
+}
+
+/// A `TransactWriteItems` of the commit cancelled for throttling or conflict (before it is sent:
+/// nothing lands; or after it landed: the answer lies) is transient: `run` commits, once.
+#[tokio::test]
+async fn run_retries_a_commit_cancelled_for_throttling() {
+    let env = TestEnv::new("thr-run").await;
+    let mut case = 0;
+    for one_shot in [true, false] {
+        for code in [
+            "ThrottlingError",
+            "ProvisionedThroughputExceeded",
+            "TransactionConflict",
+        ] {
+            for (action, landed) in [(0, false), (1, false), (1, true)] {
+                case += 1;
+                let what = format!("one_shot={one_shot} {code} action={action} landed={landed}");
+                let ids = [format!("a{case}"), format!("b{case}")];
+                let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+                for id in &ids {
+                    env.raw_put(&env.table, item(&[("Id", s(id)), ("n", n(0))]))
+                        .await;
+                }
+                let (m, faults, _) = service_faulty(&env, one_shot);
+                let answer = ServiceAnswer::Cancelled {
+                    code: code.to_string(),
+                    action,
+                };
+                if landed {
+                    faults.answer_after_send("TransactWriteItems", 1, 1, answer);
+                } else {
+                    faults.answer_instead("TransactWriteItems", 1, 1, answer);
+                }
+                let table = env.table.clone();
+                let r = m
+                    .run(async |tx| {
+                        for id in &ids {
+                            add_one(tx, &table, id).await;
+                        }
+                        Ok(())
+                    })
+                    .await;
+                assert_eq!(faults.injected(), 1, "{what}");
+                assert!(r.is_ok(), "{what}: {r:?}");
+                assert_eq!(counts(&env, &ids).await, vec![n(1), n(1)], "{what}");
+            }
+        }
+    }
+}
+
+/// A commit throttled on every attempt: `commit` returns a retryable error, and the transaction is
+/// consistent: nothing applied, and either rolled back or still pending (then a rollback cleans it).
+#[tokio::test]
+async fn a_commit_throttled_throughout_returns_a_retryable_error() {
+    let env = TestEnv::new("thr-commit").await;
+    for one_shot in [true, false] {
+        let id = format!("t-{one_shot}");
+        env.raw_put(&env.table, item(&[("Id", s(&id)), ("n", n(0))]))
+            .await;
+        let (m, faults, _) = service_faulty(&env, one_shot);
+        let tx = m.begin();
+        let tx_id = tx.id().clone();
+        add_one(&tx, &env.table, &id).await;
+        faults.answer_instead(
+            "TransactWriteItems",
+            1,
+            1000,
+            ServiceAnswer::Cancelled {
+                code: "ThrottlingError".into(),
+                action: 0,
+            },
+        );
+        let err = tx.commit().await.unwrap_err();
+        faults.disarm();
+        assert!(err.is_retryable(), "one_shot={one_shot}: {err:?}");
+        assert!(!err.is_undetermined(), "one_shot={one_shot}: {err:?}");
+        match m.transaction_state(&tx_id).await.unwrap() {
+            Some((TxState::RolledBack, true)) => {}
+            Some((TxState::Pending, false)) => m.rollback_transaction(&tx_id).await.unwrap(),
+            other => panic!("one_shot={one_shot}: {other:?}"),
+        }
+        assert_eq!(
+            counts(&env, &[&id]).await,
+            vec![n(0)],
+            "one_shot={one_shot}"
+        );
+    }
+}
+
+// ---- Lost responses to the record's creation and appends ----
+
+/// The record's creation lands but its answer is lost; the caller retries the same call on the
+/// same handle: the library recognises its own record (no `DuplicateRequest`), and the write is
+/// applied once.
+#[tokio::test]
+async fn a_call_retried_after_a_lost_record_creation_is_applied_once() {
+    let env = TestEnv::new("lost-create").await;
+    env.raw_put(&env.table, item(&[("Id", s("x")), ("n", n(0))]))
+        .await;
+    // Cache the table's schema.
+    env.manager
+        .begin()
+        .get_item()
+        .table_name(&env.table)
+        .key("Id", s("warm"))
+        .send()
+        .await
+        .unwrap();
+    let tx = env.manager.begin();
+    let tx_id = tx.id().clone();
+    let call = || {
+        tx.update_item()
+            .table_name(&env.table)
+            .key("Id", s("x"))
+            .update_expression("ADD n :one")
+            .expression_attribute_values(":one", n(1))
+            .return_values(ReturnValue::UpdatedNew)
+            .send()
+    };
+    env.faults
+        .fail_operation_at("PutItem", 1, FaultMode::AfterSend);
+    assert!(call().await.is_err());
+    assert!(env.faults.struck());
+    let out = call().await.unwrap();
+    assert_eq!(out.attributes, Some(item(&[("n", n(1))])));
+    tx.commit().await.unwrap();
+    assert_eq!(counts(&env, &["x"]).await, vec![n(1)]);
+    assert_eq!(
+        env.manager.transaction_state(&tx_id).await.unwrap(),
+        Some((TxState::Committed, true))
+    );
+}
+
+/// A rollback after a lost answer to the record's creation (or a creation that never landed) rolls
+/// the record back and finalizes it: never `Ok` with the record left pending.
+#[tokio::test]
+async fn a_rollback_after_a_lost_record_creation_leaves_nothing_pending() {
+    let env = TestEnv::new("lost-create-rb").await;
+    env.manager
+        .begin()
+        .get_item()
+        .table_name(&env.table)
+        .key("Id", s("warm"))
+        .send()
+        .await
+        .unwrap();
+    for mode in [FaultMode::AfterSend, FaultMode::BeforeSend] {
+        let id = format!("y-{mode:?}");
+        env.raw_put(&env.table, item(&[("Id", s(&id)), ("n", n(0))]))
+            .await;
+        let tx = env.manager.begin();
+        let tx_id = tx.id().clone();
+        env.faults.fail_operation_at("PutItem", 1, mode);
+        let r = tx
+            .update_item()
+            .table_name(&env.table)
+            .key("Id", s(&id))
+            .update_expression("ADD n :one")
+            .expression_attribute_values(":one", n(1))
+            .return_values(ReturnValue::AllNew)
+            .send()
+            .await;
+        assert!(r.is_err() && env.faults.struck(), "{mode:?}");
+        tx.rollback().await.unwrap();
+        let state = env.manager.transaction_state(&tx_id).await.unwrap();
+        assert!(
+            state == Some((TxState::RolledBack, true))
+                || (mode == FaultMode::BeforeSend && state.is_none()),
+            "{mode:?}: {state:?}"
+        );
+        assert_eq!(counts(&env, &[&id]).await, vec![n(0)], "{mode:?}");
+    }
+}
+
+/// A record written over several requests (the header, then chunk rows) whose second write fails
+/// (lost, or never sent), after which a second handle of the same transaction appends: the first
+/// handle recognises the requests it had recorded and commits each once.
+#[tokio::test]
+async fn a_chunked_record_cut_short_then_appended_by_a_second_handle_commits_once() {
+    let env = TestEnv::new("lost-chunk").await;
+    env.manager
+        .begin()
+        .get_item()
+        .table_name(&env.table)
+        .key("Id", s("warm"))
+        .send()
+        .await
+        .unwrap();
+    let blob = "z".repeat(120_000);
+    for mode in [FaultMode::BeforeSend, FaultMode::AfterSend] {
+        let big: Vec<String> = (0..3).map(|i| format!("big{i}-{mode:?}")).collect();
+        let (mine, theirs) = (format!("mine-{mode:?}"), format!("theirs-{mode:?}"));
+        let tx = env.manager.begin();
+        let tx_id = tx.id().clone();
+        for id in &big {
+            tx.put_item()
+                .table_name(&env.table)
+                .item("Id", s(id))
+                .item("blob", s(&blob))
+                .send()
+                .await
+                .unwrap();
+        }
+        // Recording 3 × 120 KB: the header takes two, a TransactWriteItems adds a chunk row.
+        env.faults.fail_operation_at("TransactWriteItems", 1, mode);
+        let r = tx
+            .get_item()
+            .table_name(&env.table)
+            .key("Id", s(&mine))
+            .send()
+            .await;
+        assert!(r.is_err() && env.faults.struck(), "{mode:?}: {r:?}");
+        let other = env.manager.resume(&tx_id).await.unwrap();
+        other
+            .get_item()
+            .table_name(&env.table)
+            .key("Id", s(&theirs))
+            .send()
+            .await
+            .unwrap();
+        other.abandon();
+        tx.commit().await.unwrap();
+        assert_eq!(
+            env.manager.transaction_state(&tx_id).await.unwrap(),
+            Some((TxState::Committed, true)),
+            "{mode:?}"
+        );
+        for id in &big {
+            let i = env.raw_get(&env.table, &key(id)).await.unwrap();
+            assert!(!has_tx_attrs(&i), "{mode:?}: {id} still locked");
+            assert_eq!(i["blob"], s(&blob));
+        }
+        for id in [&mine, &theirs] {
+            assert_eq!(
+                env.raw_get(&env.table, &key(id)).await,
+                None,
+                "{mode:?}: {id}"
+            );
+        }
+    }
+}
