@@ -1463,3 +1463,57 @@ async fn items_near_the_size_limit() {
         assert_clean(&env).await;
     }
 }
+
+/// Finding 11: an update whose result DynamoDB would store, but which leaves less room than the
+/// lock attributes need while the item is locked and applied, gets the same answer on every path
+/// that locks: rejected (rolled back) with an error that names the room, the item unchanged. (The
+/// one-request path used to accept it and the phased path to reject it.)
+#[tokio::test]
+async fn an_update_into_the_lock_room_gets_the_same_answer_on_every_path() {
+    for env in envs("room").await {
+        let start = item_of_size("r", MAX_ITEM - 5_000);
+        env.raw_put(&env.table, start.clone()).await;
+        // `v` (1 + 4,949 bytes) takes the item to 50 bytes under the limit.
+        let v = s(&"q".repeat(4_949));
+        env.raw_put(&env.table, with_id(&start, "twin")).await;
+        env.client
+            .update_item()
+            .table_name(&env.table)
+            .key("Id", s("twin"))
+            .update_expression("SET v = :v")
+            .expression_attribute_values(":v", v.clone())
+            .send()
+            .await
+            .expect("DynamoDB accepts the plain update");
+        let tx = env.manager.begin();
+        tx.update_item()
+            .table_name(&env.table)
+            .key("Id", s("r"))
+            .update_expression("SET v = :v")
+            .expression_attribute_values(":v", v.clone())
+            .send()
+            .await
+            .unwrap();
+        match tx.commit().await {
+            Err(Error::RequestRejected { message, .. }) => {
+                assert!(message.contains("bytes of room"), "{message}")
+            }
+            other => panic!("expected RequestRejected, got {other:?}"),
+        }
+        assert_eq!(env.raw_get(&env.table, &key("r")).await, Some(start));
+        let _ = env
+            .client
+            .delete_item()
+            .table_name(&env.table)
+            .key("Id", s("twin"))
+            .send()
+            .await;
+        assert_clean(&env).await;
+    }
+}
+
+fn with_id(i: &dynamodb_transactions::Item, id: &str) -> dynamodb_transactions::Item {
+    let mut i = i.clone();
+    i.insert("Id".into(), s(id));
+    i
+}
