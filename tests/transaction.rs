@@ -1026,7 +1026,9 @@ async fn dropping_a_resumed_handle_that_wrote_nothing_leaves_the_transaction_alo
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
     assert_eq!(state, Some((TxState::RolledBack, true)));
-    assert!(!has_tx_attrs(&env.raw_get(&env.table, &key("b")).await.unwrap()));
+    assert!(!has_tx_attrs(
+        &env.raw_get(&env.table, &key("b")).await.unwrap()
+    ));
 }
 
 /// A manager over `env`'s tables with its own client (no faults): another coordinator.
@@ -1167,7 +1169,13 @@ async fn a_lost_answer_to_the_image_save_leaves_no_second_image() {
         .fail_once_at(3, dynamodb_transactions::fault::FaultMode::AfterSend);
     assert!(tx.commit().await.is_err());
     assert!(env.faults.struck());
-    env.manager.resume(&id).await.unwrap().commit().await.unwrap();
+    env.manager
+        .resume(&id)
+        .await
+        .unwrap()
+        .commit()
+        .await
+        .unwrap();
     assert_big_item(&env, "a", 2).await;
     assert_no_images(&env, "after the retried save").await;
 }
@@ -1194,7 +1202,11 @@ async fn a_crash_on_the_image_delete_leaves_no_image() {
     let _ = tx.commit().await;
     env.faults.disarm();
     assert_eq!(
-        env.manager.transaction_state(&id).await.unwrap().map(|s| s.0),
+        env.manager
+            .transaction_state(&id)
+            .await
+            .unwrap()
+            .map(|s| s.0),
         Some(TxState::Committed)
     );
     let _ = other_coordinator(&env, true)
@@ -1292,7 +1304,10 @@ async fn the_one_request_commit_writes_the_record_ttl_in_the_commit() {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_secs();
-    assert!(expires > now + 86_000 && expires <= now + 86_400, "{expires}");
+    assert!(
+        expires > now + 86_000 && expires <= now + 86_400,
+        "{expires}"
+    );
 }
 
 /// A manager over `env`'s tables with its own client and the given settings.
@@ -1436,10 +1451,17 @@ async fn items_near_the_size_limit() {
                 .send()
                 .await,
         );
-        assert_eq!(env.raw_get(&env.table, &key("near")).await, Some(near.clone()));
+        assert_eq!(
+            env.raw_get(&env.table, &key("near")).await,
+            Some(near.clone())
+        );
         tx.rollback().await.unwrap();
         assert_eq!(
-            env.manager.transaction_state(&id).await.unwrap().map(|s| s.0),
+            env.manager
+                .transaction_state(&id)
+                .await
+                .unwrap()
+                .map(|s| s.0),
             Some(TxState::RolledBack)
         );
 
@@ -1454,9 +1476,16 @@ async fn items_near_the_size_limit() {
             .await
             .unwrap();
         assert_room_error("write", tx.commit().await);
-        assert_eq!(env.raw_get(&env.table, &key("near")).await, Some(near.clone()));
+        assert_eq!(
+            env.raw_get(&env.table, &key("near")).await,
+            Some(near.clone())
+        );
         assert_ne!(
-            env.manager.transaction_state(&id).await.unwrap().map(|s| s.0),
+            env.manager
+                .transaction_state(&id)
+                .await
+                .unwrap()
+                .map(|s| s.0),
             Some(TxState::Pending),
             "nothing left pending"
         );
