@@ -464,6 +464,41 @@ fn merge_into(
     }
 }
 
+/// An upper bound of how many bytes applying `update` can add to an item: every value it uses and
+/// every attribute it names counted whole (`value_size`, `attr_size` give their sizes; an attribute
+/// the item lacks counts its name), a number's worth per arithmetic operator, and a few bytes per
+/// token for list and map overhead. Never less than the growth DynamoDB computes.
+pub(crate) fn growth_bound(
+    update: &str,
+    names: Option<&HashMap<String, String>>,
+    value_size: impl Fn(&str) -> usize,
+    attr_size: impl Fn(&str) -> usize,
+) -> usize {
+    /// A number's largest size (38 significant digits).
+    const NUMBER_MAX: usize = 21;
+    /// Per-token allowance for the overhead of map entries and list elements.
+    const PER_TOKEN: usize = 4;
+    let Ok(tokens) = tokenize(update) else {
+        return usize::MAX / 4; // unparsable (rejected elsewhere): assume the worst
+    };
+    tokens
+        .iter()
+        .map(|t| {
+            PER_TOKEN
+                + match &t.tok {
+                    Tok::Value(v) => value_size(v),
+                    Tok::Name(n) => {
+                        let a = names.and_then(|m| m.get(n)).map_or(n.as_str(), |s| s);
+                        a.len() + attr_size(a)
+                    }
+                    Tok::Word(w) => w.len() + attr_size(w),
+                    Tok::Punct('+' | '-') => NUMBER_MAX,
+                    Tok::Punct(_) => 0,
+                }
+        })
+        .sum()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -564,5 +599,15 @@ mod tests {
             out["l"],
             AttributeValue::L(vec![AttributeValue::N("1".into())])
         );
+    }
+
+    #[test]
+    fn growth_bound_counts_copied_attributes() {
+        let sizes = |a: &str| if a == "a" { 1000 } else { 0 };
+        let copy = growth_bound("SET b = a, c = a", None, |_| 0, sizes);
+        assert!(copy >= 2000, "{copy}");
+        let names = HashMap::from([("#x".to_string(), "a".to_string())]);
+        assert!(growth_bound("SET b = #x", Some(&names), |_| 0, sizes) >= 1000);
+        assert!(growth_bound("SET b = :v", None, |_| 500, sizes) >= 500);
     }
 }

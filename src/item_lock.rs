@@ -291,7 +291,8 @@ async fn lock_write(
             message,
             ..
         }) if code == "ValidationException" => Err(Error::invalid(format!(
-            "cannot lock the item of table {table}: {}",
+            "cannot lock the item of table {table} (nothing was written to it): {}; DynamoDB said: {}",
+            crate::request::room_note(),
             message.unwrap_or_default()
         ))),
         Err(e) => Err(e),
@@ -565,6 +566,61 @@ pub(crate) fn settle_write(
         condition: Some(cond),
         ph,
     }))
+}
+
+/// The images-table id of the before-image of the item `table`/`key` under the lock `stamp` of
+/// transaction `me`: `<tx id>#<32 hex digits>`, the same for every coordinator and every attempt,
+/// so that a repeated save (after a lost answer, or by a resumed coordinator) writes the same row
+/// rather than a second one, and whoever finishes the transaction can name the row to delete it
+/// even when no item points to it. One lock has one before-image, so the row's content is fixed.
+pub(crate) fn image_id(me: &TxId, table: &str, key: &Item, stamp: &str) -> String {
+    let item = crate::keys::ItemRef::new(table, key);
+    let stamp = crate::keys::normalize_number(stamp).unwrap_or_else(|| stamp.to_string());
+    // FNV-1a, 128 bits: stable across processes and versions (std's hasher is not).
+    let mut h: u128 = 0x6c62272e07bb014262b821756295c58d;
+    for part in [me.as_str(), &item.table, &item.key, &stamp] {
+        for b in part.bytes().chain([0xff]) {
+            h ^= u128::from(b);
+            h = h.wrapping_mul(0x0000000001000000000000000000013b);
+        }
+    }
+    format!("{}#{h:032x}", me.as_str())
+}
+
+/// The images-table id a coordinator may have saved the before-image under for a lock of `me` that
+/// is not applied yet (it saves the image just before applying): `None` when that write keeps its
+/// image in the item, or needs none.
+pub(crate) fn unapplied_image_id(
+    me: &TxId,
+    req: &Request,
+    transient: bool,
+    before: Option<&Item>,
+    stamp: Option<&str>,
+) -> Option<String> {
+    if transient || !matches!(req.op, Op::Put | Op::Update) {
+        return None;
+    }
+    let before = before?;
+    if crate::request::image_fits_in_item(before, req) {
+        return None;
+    }
+    Some(image_id(me, &req.table, &req.key, stamp?))
+}
+
+/// Deletes an images-table row (inside the `TransactWriteItems` that settles its item, so that no
+/// crash can separate the two).
+pub(crate) fn image_delete_write(image_table: &str, id: &str) -> Write {
+    Write {
+        table: image_table.into(),
+        kind: WriteKind::Delete {
+            key: HashMap::from([(
+                crate::tables::IMAGE_ID.to_string(),
+                AttributeValue::S(id.to_string()),
+            )]),
+        },
+        condition: None,
+        ph: Placeholders::default(),
+    }
 }
 
 /// Saves a before-image in the images table (never overwriting one).

@@ -571,6 +571,28 @@ pub(crate) fn decide_write(
     header_update(table, id, update, cond, ph)
 }
 
+/// The write that decides a pending record at `version` and finalizes it in the same write (the
+/// one-request commit), with the TTL attribute when one is configured: every finalized record
+/// carries its TTL, with no later write a crash could skip.
+pub(crate) fn decide_final_write(
+    table: &str,
+    id: &TxId,
+    version: u64,
+    to: TxState,
+    ttl_secs: Option<u64>,
+) -> Write {
+    let mut w = decide_write(table, id, version, to, true);
+    if let (Some(ttl), WriteKind::Update { update, .. }) = (ttl_secs, &mut w.kind) {
+        let at = ddb::now_millis() / 1000 + ttl;
+        update.push_str(&format!(
+            ", {} = {}",
+            w.ph.name(EXPIRES),
+            w.ph.value("Exp", n(at))
+        ));
+    }
+    w
+}
+
 /// A condition that the record is still pending (for `TransactWriteItems`).
 pub(crate) fn pending_check(table: &str, id: &TxId) -> Write {
     let mut ph = Placeholders::default();

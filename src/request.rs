@@ -11,8 +11,25 @@ use crate::keys::{ItemRef, KeySchema};
 
 /// Largest item DynamoDB stores.
 pub(crate) const MAX_ITEM_BYTES: usize = 400 * 1024;
-/// Room kept free in user items for the lock attributes.
-pub(crate) const LOCK_OVERHEAD_BYTES: usize = 2 * 1024 + 200;
+/// Length of the transaction ids the library makes (a UUID).
+const TX_ID_LEN: usize = 36;
+/// Largest size of a lock stamp (`_TxD`: epoch ms with a 6-digit fraction, 19 digits).
+const STAMP_BYTES: usize = 12;
+/// Length of an images-table id: the transaction id, `#`, 32 hex digits.
+pub(crate) const IMAGE_ID_LEN: usize = TX_ID_LEN + 1 + 32;
+/// Room a lock needs in an item: `_TxId` with the transaction id, `_TxD` with the stamp.
+pub(crate) const LOCK_ROOM_BYTES: usize = "_TxId".len() + TX_ID_LEN + "_TxD".len() + STAMP_BYTES;
+/// Room an applied write needs in its item besides its before-image: the lock, `_TxA`, and `_TxI`
+/// (the images-table id of the before-image; a new item's `_TxT` is smaller).
+pub(crate) const APPLIED_ROOM_BYTES: usize =
+    LOCK_ROOM_BYTES + "_TxA".len() + 1 + "_TxI".len() + IMAGE_ID_LEN;
+
+/// What the errors about item sizes say about the room the library needs.
+pub(crate) fn room_note() -> String {
+    format!(
+        "DynamoDB's item limit is 400 KB ({MAX_ITEM_BYTES} bytes); a transaction needs {LOCK_ROOM_BYTES} bytes of room in an item to lock it (_TxId, _TxD) and {APPLIED_ROOM_BYTES} bytes of room in the item it writes (the lock, _TxA and _TxI)"
+    )
+}
 
 /// What a request does to its item.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -141,10 +158,11 @@ impl Request {
                 check_item_names("Item", item)?;
                 self.key = schema.key_of(&self.table, item)?;
                 let size = item_size(item);
-                if size + LOCK_OVERHEAD_BYTES > MAX_ITEM_BYTES {
+                if size + APPLIED_ROOM_BYTES > MAX_ITEM_BYTES {
                     return Err(Error::invalid(format!(
-                        "the item for table {} is {size} bytes; with the lock attributes it would exceed DynamoDB's 400 KB item limit",
-                        self.table
+                        "the item for table {} is {size} bytes, too large to write in a transaction: {}",
+                        self.table,
+                        room_note()
                     )));
                 }
             }
@@ -225,6 +243,55 @@ pub(crate) fn check_item_names(what: &str, item: &Item) -> Result<()> {
         None => Ok(()),
     }
 }
+
+/// DynamoDB's message rejecting an apply, with the room the library needs when it is about the
+/// item's size.
+pub(crate) fn explain_rejection(message: String) -> String {
+    if message.to_ascii_lowercase().contains("size") {
+        format!("{message} ({})", room_note())
+    } else {
+        message
+    }
+}
+
+/// An upper bound of the size of the item (user attributes only) once `req` is applied to `before`:
+/// exact for a put; for an update, the item before plus everything the expression can add (every
+/// value and every attribute it names, copied whole: `SET b = a` can double an item).
+pub(crate) fn result_size_bound(before: Option<&Item>, req: &Request) -> usize {
+    let before_size = before.map_or(0, item_size);
+    match (req.op, &req.item, &req.update) {
+        (Op::Put, Some(item), _) => item_size(item),
+        (Op::Update, _, Some(update)) => {
+            before_size
+                + expr::growth_bound(
+                    update,
+                    req.names.as_ref(),
+                    |v| {
+                        req.values
+                            .as_ref()
+                            .and_then(|m| m.get(v))
+                            .map_or(0, value_size)
+                    },
+                    |a| before.and_then(|b| b.get(a)).map_or(0, value_size),
+                )
+        }
+        _ => before_size,
+    }
+}
+
+/// Whether the before-image can travel in the item itself (`_TxG`) when `req` is applied: it is at
+/// most 64 KB and the applied item, image and lock attributes included, surely fits in 400 KB.
+/// Otherwise it goes to the images table. Deterministic, so that whoever finishes a transaction
+/// knows whether an images-table image may have been saved for an item.
+pub(crate) fn image_fits_in_item(before: &Item, req: &Request) -> bool {
+    let image = item_size(before);
+    let embedded = "_TxG".len() + value_size(&AttributeValue::M(before.clone()));
+    image <= EMBED_IMAGE_MAX
+        && result_size_bound(Some(before), req) + embedded + APPLIED_ROOM_BYTES <= MAX_ITEM_BYTES
+}
+
+/// Before-images larger than this go to the images table instead of into the item.
+pub(crate) const EMBED_IMAGE_MAX: usize = 64 * 1024;
 
 /// DynamoDB's size of an item, in bytes.
 pub(crate) fn item_size(item: &Item) -> usize {

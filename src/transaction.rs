@@ -26,8 +26,6 @@ use crate::manager::TransactionManager;
 use crate::record::{self, Appended, Flipped, Header, RecordMeta, TxState};
 use crate::request::{self, Op, Request};
 
-/// Before-images larger than this go to the images table instead of into the item.
-const EMBED_IMAGE_MAX: usize = 64 * 1024;
 /// Bounded retries of protocol loops (record conflicts, lost locks, lost conditions).
 const PROTOCOL_ATTEMPTS: usize = 8;
 /// Bounded retries of completing a committed transaction before `commit` reports it committed but
@@ -43,12 +41,26 @@ const AMBIGUOUS_COMMITS: u32 = 3;
 /// [`TransactionManager::run`]; calls are serialised internally. [`commit`](Transaction::commit) and
 /// [`rollback`](Transaction::rollback) consume it.
 ///
-/// # Dropping
-/// Dropping an unfinished transaction that has written anything rolls it back in the background when
-/// [`Settings::rollback_on_drop`](crate::Settings::rollback_on_drop) is set (the default) and a Tokio
-/// runtime is running; otherwise it is left pending, and any coordinator that meets its locks, or the
-/// sweeper, rolls it back. Its locks never outlive that. Use [`abandon`](Transaction::abandon) to leave
-/// it on purpose.
+/// # Drop
+/// What dropping a handle does depends on what *this handle* did, never on what others did with
+/// the same transaction:
+///
+/// - **Finished** ([`commit`](Transaction::commit), [`rollback`](Transaction::rollback),
+///   [`abandon`](Transaction::abandon) or [`delete`](Transaction::delete) was called, whatever it
+///   returned): nothing.
+/// - **Sent nothing** (a [`begin`](TransactionManager::begin) handle whose writes are only buffered,
+///   or a [`resume`](TransactionManager::resume) handle used only to inspect): nothing. Buffered
+///   requests are forgotten; a transaction another coordinator is driving goes on undisturbed.
+/// - **Sent a write for the transaction** (created or appended to its record, or sent a lock
+///   request — a read with [`get_item`](Transaction::get_item), a write with `ReturnValues`, or a
+///   commit future dropped midway), and not finished: with
+///   [`Settings::rollback_on_drop`](crate::Settings::rollback_on_drop) (the default) and a Tokio
+///   runtime running, a background task rolls the transaction back
+///   ([`TransactionManager::rollback_transaction`]); if it committed meanwhile, it stays committed.
+///   Without the setting or without a runtime it is left pending, and any coordinator that meets its
+///   locks, or the sweeper, rolls it back. Its locks never outlive that.
+///
+/// Use [`abandon`](Transaction::abandon) to leave a transaction on purpose.
 ///
 /// ```no_run
 /// # async fn demo(manager: dynamodb_transactions::TransactionManager) -> dynamodb_transactions::Result<()> {
@@ -100,6 +112,9 @@ pub struct Transaction {
     id: TxId,
     state: tokio::sync::Mutex<State>,
     finished: AtomicBool,
+    /// This handle sent a write for the transaction (record create/append, a lock request): only
+    /// then may dropping it roll the transaction back.
+    wrote: AtomicBool,
     /// The contention ticket this unit of work proposes for its record, shared by every attempt of
     /// one unit of work.
     ticket: Arc<OnceCell<u64>>,
@@ -219,6 +234,7 @@ impl Transaction {
             id,
             state: tokio::sync::Mutex::new(State::default()),
             finished: AtomicBool::new(false),
+            wrote: AtomicBool::new(false),
             ticket,
             ticket_recorded: OnceCell::new(),
         }
@@ -423,6 +439,7 @@ impl Transaction {
             let c = &self.mgr.inner.client;
             let table = &self.mgr.inner.tx_table;
             let pending = &st.requests[st.recorded..];
+            self.wrote.store(true, Ordering::SeqCst);
             let out = match st.meta {
                 None => {
                     if let crate::ContentionPolicy::Ordered {
@@ -624,6 +641,7 @@ impl Transaction {
         let (mut tries, mut waits) = (0u32, 0u32);
         let mut last_owner = None;
         loop {
+            self.wrote.store(true, Ordering::SeqCst);
             let out = match item_lock::lock(c, table, key, &schema, &self.id).await {
                 Ok(o) => o,
                 Err(
@@ -830,7 +848,7 @@ impl Transaction {
                         tx_id: self.id.clone(),
                         request_index: index,
                         table: req.table.clone(),
-                        message: message.unwrap_or_default(),
+                        message: request::explain_rejection(message.unwrap_or_default()),
                     });
                 }
                 Err(err) => return Err(err),
@@ -893,23 +911,15 @@ impl Transaction {
             return Ok(ImagePlace::Table(id.clone()));
         }
         let before = lock.before.clone().unwrap_or_default();
-        let image_size = request::item_size(&before);
-        let after_estimate = match &req.item {
-            Some(i) => request::item_size(i),
-            None => {
-                image_size
-                    + req
-                        .values
-                        .as_ref()
-                        .map_or(0, |v| v.values().map(request::value_size).sum())
-            }
-        };
-        if image_size <= EMBED_IMAGE_MAX
-            && image_size + after_estimate + request::LOCK_OVERHEAD_BYTES < request::MAX_ITEM_BYTES
-        {
+        if request::image_fits_in_item(&before, req) {
             return Ok(ImagePlace::Embedded);
         }
-        let id = format!("{}#{}", self.id, uuid::Uuid::new_v4().simple());
+        // The same id for every attempt and every coordinator of this lock: a repeated save
+        // finds its row, and whoever finishes the transaction can delete it.
+        let id = match &lock.stamp {
+            Some(stamp) => item_lock::image_id(&self.id, &req.table, &req.key, stamp),
+            None => format!("{}#{}", self.id, uuid::Uuid::new_v4().simple()),
+        };
         item_lock::save_table_image(
             &self.mgr.inner.client,
             &self.mgr.inner.image_table,
@@ -1060,7 +1070,13 @@ impl Transaction {
                 }
             }
             self.flush(st).await?;
-            self.lock_all(st).await?;
+            if let Err(e) = self.lock_all(st).await {
+                if matches!(e, Error::InvalidRequest { .. }) {
+                    // An item with no room for a lock: leave nothing pending.
+                    let _ = self.rollback_locked(st).await;
+                }
+                return Err(e);
+            }
             let one_shot = self.one_shot_fits(st);
             let step = if one_shot {
                 self.commit_one_shot(st).await?
@@ -1208,6 +1224,21 @@ impl Transaction {
         if st.items.len() > max || st.isolate_rejections {
             return false;
         }
+        // An update whose result may come within the lock attributes' room of 400 KB goes through
+        // the phased apply, where DynamoDB judges the item with its lock attributes, so that every
+        // path accepts the same writes.
+        let near_limit = st.items.values().any(|e| {
+            e.lock.as_ref().is_some_and(|l| !l.applied)
+                && e.write.is_some_and(|w| {
+                    let req = &st.requests[w];
+                    let before = e.lock.as_ref().and_then(|l| l.before.as_ref());
+                    request::result_size_bound(before, req) + request::APPLIED_ROOM_BYTES
+                        > request::MAX_ITEM_BYTES
+                })
+        });
+        if near_limit {
+            return false;
+        }
         let actions: usize = 1 + st
             .items
             .values()
@@ -1215,7 +1246,7 @@ impl Transaction {
                 let req = e.request(&st.requests);
                 1 + usize::from(
                     req.condition.is_some() && e.lock.as_ref().is_some_and(|l| l.transient),
-                )
+                ) + usize::from(self.image_to_delete(e, &st.requests).is_some())
             })
             .sum::<usize>();
         let bytes: usize = st
@@ -1224,6 +1255,23 @@ impl Transaction {
             .map(|e| e.request(&st.requests).encoded_size() * 2)
             .sum();
         actions <= ddb::MAX_TRANSACT_ACTIONS && bytes < ddb::MAX_TRANSACT_BYTES
+    }
+
+    /// The images-table row to delete in the same request as an item's final write: the image an
+    /// applied item points to, or the one a coordinator may have saved just before applying.
+    fn image_to_delete(&self, e: &Entry, requests: &[Request]) -> Option<String> {
+        let lock = e.lock.as_ref()?;
+        if lock.applied {
+            return lock.image_ref.clone();
+        }
+        let req = &requests[e.write?];
+        item_lock::unapplied_image_id(
+            &self.id,
+            req,
+            lock.transient,
+            lock.before.as_ref(),
+            lock.stamp.as_deref(),
+        )
     }
 
     /// The final writes of every item, for the one-request commit. Returns (writes, owner entry per write).
@@ -1262,6 +1310,13 @@ impl Transaction {
                 writes.push(w);
                 owners.push(Some(k.clone()));
             }
+            if let Some(id) = self.image_to_delete(e, &st.requests) {
+                writes.push(item_lock::image_delete_write(
+                    &self.mgr.inner.image_table,
+                    &id,
+                ));
+                owners.push(Some(k.clone()));
+            }
         }
         Ok((writes, owners))
     }
@@ -1272,12 +1327,12 @@ impl Transaction {
     async fn commit_one_shot(&self, st: &mut State) -> Result<CommitStep> {
         let meta = st.meta.expect("flushed");
         let (item_writes, owners) = self.final_writes(st)?;
-        let mut writes = vec![record::decide_write(
+        let mut writes = vec![record::decide_final_write(
             &self.mgr.inner.tx_table,
             &self.id,
             meta.version,
             TxState::Committed,
-            true,
+            self.mgr.inner.settings.record_ttl_secs(),
         )];
         writes.extend(item_writes);
         let c = &self.mgr.inner.client;
@@ -1442,7 +1497,9 @@ impl Transaction {
                         tx_id: self.id.clone(),
                         request_index: e.index(),
                         table: req.table.clone(),
-                        message: reason.message.clone().unwrap_or_default(),
+                        message: request::explain_rejection(
+                            reason.message.clone().unwrap_or_default(),
+                        ),
                     });
                 }
                 _ if reason.is_transient() => {
@@ -1579,7 +1636,9 @@ impl Transaction {
                         request_index: e2.index(),
                         table: req.table,
                         message: match &e {
-                            Error::DynamoDb { message, .. } => message.clone().unwrap_or_default(),
+                            Error::DynamoDb { message, .. } => {
+                                request::explain_rejection(message.clone().unwrap_or_default())
+                            }
                             other => other.to_string(),
                         },
                     });
@@ -1838,7 +1897,6 @@ impl Transaction {
         let committed = decided == TxState::Committed;
         let c = &self.mgr.inner.client;
         let mut keys: Vec<ItemRef> = st.items.keys().cloned().collect();
-        let mut image_ids: Vec<String> = Vec::new();
         let mut known: HashMap<ItemRef, Observed> = HashMap::new();
         if trust_memory {
             for k in &keys {
@@ -1874,12 +1932,6 @@ impl Transaction {
             for k in &keys {
                 let e = &st.items[k];
                 let obs = &known[k];
-                if let Some(id) = &obs.image_ref
-                    && obs.locked_by(&self.id)
-                    && !image_ids.contains(id)
-                {
-                    image_ids.push(id.clone());
-                }
                 let table_image = match (
                     &obs.image_ref,
                     committed,
@@ -1920,6 +1972,28 @@ impl Transaction {
                 )? {
                     writes.push(w);
                     owners.push(Some(k.clone()));
+                    // The item's images-table row (the one it points to, or one saved for an apply
+                    // that never happened) goes in the same request: settled means no row left.
+                    let image = if obs.applied {
+                        obs.image_ref.clone()
+                    } else {
+                        e.write.and_then(|w| {
+                            item_lock::unapplied_image_id(
+                                &self.id,
+                                &st.requests[w],
+                                obs.transient,
+                                Some(&obs.user),
+                                obs.stamp.as_deref(),
+                            )
+                        })
+                    };
+                    if let Some(id) = image {
+                        writes.push(item_lock::image_delete_write(
+                            &self.mgr.inner.image_table,
+                            &id,
+                        ));
+                        owners.push(Some(k.clone()));
+                    }
                 }
             }
             if writes.is_empty() && moved.is_empty() {
@@ -1942,7 +2016,7 @@ impl Transaction {
                     }
                 }
             } else {
-                let groups = group_with_owners(writes, owners, 0);
+                let groups = group_items(writes, owners);
                 let results: Vec<Result<(Vec<Option<ItemRef>>, Transacted)>> =
                     futures::stream::iter(groups)
                         .map(|(ws, os)| async move { Ok((os, ddb::transact(c, &ws).await?)) })
@@ -1960,7 +2034,9 @@ impl Transaction {
                                 return Err(cancelled_error(&reason));
                             }
                             // Actions that were fine are retried too: the batch did nothing.
-                            retry.push(k);
+                            if !retry.contains(&k) {
+                                retry.push(k);
+                            }
                         }
                     }
                 }
@@ -1979,18 +2055,6 @@ impl Transaction {
                 key: e.key.clone(),
                 owner: self.id.clone(),
             });
-        }
-        if !image_ids.is_empty() {
-            let keys: Vec<Item> = image_ids
-                .iter()
-                .map(|id| {
-                    HashMap::from([(
-                        crate::tables::IMAGE_ID.to_string(),
-                        AttributeValue::S(id.clone()),
-                    )])
-                })
-                .collect();
-            ddb::batch_delete(c, &self.mgr.inner.image_table, keys).await?;
         }
         record::finalize(
             c,
@@ -2023,37 +2087,11 @@ impl Transaction {
         Ok(())
     }
 
-    /// Hook after the one-request commit (which finalizes in the same write).
+    /// Hook after the one-request commit (which finalizes the record, with its TTL, and deletes the
+    /// items' images-table rows in the same write).
     async fn after_finalize(&self, st: &mut State) {
-        // Images of items applied early that lived in the images table are no longer needed.
-        let image_keys: Vec<Item> = st
-            .items
-            .values()
-            .filter_map(|e| e.lock.as_ref().and_then(|l| l.image_ref.clone()))
-            .map(|id| HashMap::from([(crate::tables::IMAGE_ID.to_string(), AttributeValue::S(id))]))
-            .collect();
-        if !image_keys.is_empty()
-            && let Err(e) = ddb::batch_delete(
-                &self.mgr.inner.client,
-                &self.mgr.inner.image_table,
-                image_keys,
-            )
-            .await
-        {
-            warn!(tx = %self.id, error = %e, "committed, but deleting images failed; the sweeper removes them");
-        }
         for e in st.items.values_mut() {
             e.lock = None;
-        }
-        if let Some(ttl) = self.mgr.inner.settings.record_ttl_secs() {
-            let _ = record::finalize(
-                &self.mgr.inner.client,
-                &self.mgr.inner.tx_table,
-                &self.id,
-                TxState::Committed,
-                Some(ttl),
-            )
-            .await;
         }
     }
 
@@ -2091,23 +2129,23 @@ impl Transaction {
 
 impl Drop for Transaction {
     fn drop(&mut self) {
-        if self.finished.load(Ordering::SeqCst) || !self.mgr.inner.settings.rollback_on_drop {
-            return;
-        }
-        let has_record = self
-            .state
-            .try_lock()
-            .map(|s| s.meta.is_some())
-            .unwrap_or(true);
-        if !has_record {
+        // A handle that sent nothing decides nothing (another coordinator may be driving it).
+        if self.finished.load(Ordering::SeqCst)
+            || !self.wrote.load(Ordering::SeqCst)
+            || !self.mgr.inner.settings.rollback_on_drop
+        {
             return;
         }
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
             let mgr = self.mgr.clone();
             let id = self.id.clone();
             handle.spawn(async move {
-                if let Err(e) = mgr.rollback_transaction(&id).await {
-                    warn!(tx = %id, error = %e, "background rollback of a dropped transaction failed");
+                match mgr.rollback_transaction(&id).await {
+                    // Committed meanwhile, or the record's creation never landed: nothing to undo.
+                    Ok(()) | Err(Error::AlreadyCommitted { .. } | Error::TransactionNotFound { .. }) => {}
+                    Err(e) => {
+                        warn!(tx = %id, error = %e, "background rollback of a dropped transaction failed")
+                    }
                 }
             });
         }
@@ -2275,6 +2313,31 @@ fn group_by_owner(writes: Vec<Write>, owners: Vec<Option<ItemRef>>) -> Vec<Group
     }
     out
 }
+/// Splits writes into `TransactWriteItems` groups, never separating the writes of one item (its
+/// settle write and the delete of its images-table row).
+fn group_items(writes: Vec<Write>, owners: Vec<Option<ItemRef>>) -> Vec<Group> {
+    let mut out: Vec<Group> = Vec::new();
+    let mut bytes = 0;
+    for (ws, os) in group_by_owner(writes, owners) {
+        let size: usize = ws.iter().map(|w| w.size()).sum();
+        match out.last_mut() {
+            Some(cur)
+                if cur.0.len() + ws.len() <= ddb::MAX_TRANSACT_ACTIONS
+                    && bytes + size <= ddb::MAX_TRANSACT_BYTES =>
+            {
+                cur.0.extend(ws);
+                cur.1.extend(os);
+                bytes += size;
+            }
+            _ => {
+                out.push((ws, os));
+                bytes = size;
+            }
+        }
+    }
+    out
+}
+
 type AppliedGroup = (Vec<Write>, Vec<Option<ItemRef>>, Result<Transacted>);
 
 /// Splits writes into `TransactWriteItems` groups, keeping each write's owner beside it.

@@ -1943,9 +1943,6 @@ mod unlock_in_rollback_if_no_item_image_saved_images_table {
         run(false).await
     }
     #[tokio::test]
-    #[ignore = "LIMITATION: an images-table image saved by a coordinator that crashed before \
-                applying is orphaned (the item carries no _TxI yet, so the rollback cannot find \
-                it); the sweeper deletes orphan images"]
     async fn leaves_no_image() {
         run(true).await
     }
@@ -2480,10 +2477,14 @@ async fn item_too_large_to_lock() {
 
 #[tokio::test]
 async fn item_too_large_to_apply() {
-    // Java: empty placeholder. A put that cannot fit with the lock attributes is rejected upfront.
+    // Java: empty placeholder. A put that cannot fit with the lock attributes is rejected upfront
+    // (here 90 bytes of room are left; an applied write needs 135).
     let fx = fixture("jp-toolargeapply").await;
     let t1 = fx.manager.begin();
-    let too_big = item(&[("Id", s("item1")), ("big", s(&"x".repeat(399 * 1024)))]);
+    let too_big = item(&[
+        ("Id", s("item1")),
+        ("big", s(&"x".repeat(400 * 1024 - 100))),
+    ]);
     let e = put(&t1, &fx.table, &too_big).send().await.unwrap_err();
     assert!(is_invalid(&e), "{e:?}");
     assert_not_locked(&fx, &fx.table, &key("item1"), None).await;

@@ -1338,3 +1338,589 @@ async fn a_chunked_record_cut_short_then_appended_by_a_second_handle_commits_onc
         }
     }
 }
+
+/// Waits until the background task a dropped handle may have spawned had every chance to run.
+async fn let_background_tasks_run() {
+    for _ in 0..20 {
+        tokio::task::yield_now().await;
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+}
+
+/// Finding 9: a handle from `resume` that sent nothing must not decide anything when dropped,
+/// even with `rollback_on_drop` (the default): another coordinator is driving the transaction.
+#[tokio::test]
+async fn dropping_a_resumed_handle_that_wrote_nothing_leaves_the_transaction_alone() {
+    let env = TestEnv::with_settings("dropres", |s| s.rollback_on_drop = true).await;
+    env.raw_put(&env.table, item(&[("Id", s("a")), ("v", n(1))]))
+        .await;
+    // Coordinator A records the transaction and locks the item, and stays live.
+    let a = env.manager.begin();
+    let id = a.id().clone();
+    a.update_item()
+        .table_name(&env.table)
+        .key("Id", s("a"))
+        .update_expression("SET v = :two")
+        .expression_attribute_values(":two", n(2))
+        .return_values(ReturnValue::AllOld)
+        .send()
+        .await
+        .unwrap();
+    // B inspects it through the API and is dropped without doing anything.
+    let b = env.manager.resume(&id).await.unwrap();
+    assert_eq!(b.id(), &id);
+    drop(b);
+    let_background_tasks_run().await;
+    assert_eq!(
+        env.manager.transaction_state(&id).await.unwrap(),
+        Some((TxState::Pending, false)),
+        "the dropped inspection handle decided the transaction"
+    );
+    a.commit().await.unwrap();
+    assert_eq!(
+        env.raw_get(&env.table, &key("a")).await.unwrap(),
+        item(&[("Id", s("a")), ("v", n(2))])
+    );
+    // A handle that did write (here: locked an item for a read) still rolls back on drop.
+    env.raw_put(&env.table, item(&[("Id", s("b")), ("v", n(1))]))
+        .await;
+    let c = env.manager.begin();
+    let id = c.id().clone();
+    c.get_item()
+        .table_name(&env.table)
+        .key("Id", s("b"))
+        .send()
+        .await
+        .unwrap();
+    let resumed = env.manager.resume(&id).await.unwrap();
+    drop(c);
+    drop(resumed);
+    let mut state = None;
+    for _ in 0..100 {
+        state = env.manager.transaction_state(&id).await.unwrap();
+        if state == Some((TxState::RolledBack, true)) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(state, Some((TxState::RolledBack, true)));
+    assert!(!has_tx_attrs(
+        &env.raw_get(&env.table, &key("b")).await.unwrap()
+    ));
+}
+
+/// A manager over `env`'s tables with its own client (no faults): another coordinator.
+fn other_coordinator(env: &TestEnv, phased: bool) -> dynamodb_transactions::TransactionManager {
+    dynamodb_transactions::TransactionManager::builder(client())
+        .transactions_table(env.manager.transactions_table())
+        .images_table(env.manager.images_table())
+        .configure(|s| {
+            s.rollback_on_drop = false;
+            if phased {
+                s.one_shot_max_items = 0;
+            }
+        })
+        .build()
+}
+
+/// An item whose before-image is too large to embed (> 64 KB): it goes to the images table.
+fn big_item(id: &str) -> dynamodb_transactions::Item {
+    item(&[("Id", s(id)), ("v", n(1)), ("big", s(&"x".repeat(70_000)))])
+}
+
+/// A phased commit of `SET v = :v` on the big item `id` that crashes (as a process would) after
+/// saving the before-image in the images table and before applying: the item is locked, not
+/// applied, and one image exists.
+async fn crash_after_image_save(env: &TestEnv, id: &str) -> dynamodb_transactions::TxId {
+    env.raw_put(&env.table, big_item(id)).await;
+    let tx = env.manager.begin();
+    let tx_id = tx.id().clone();
+    tx.update_item()
+        .table_name(&env.table)
+        .key("Id", s(id))
+        .update_expression("SET v = :v")
+        .expression_attribute_values(":v", n(2))
+        .send()
+        .await
+        .unwrap();
+    // Record (1), lock (2), image PutItem (3), apply (4).
+    env.faults
+        .crash_at(4, dynamodb_transactions::fault::FaultMode::BeforeSend);
+    assert!(tx.commit().await.is_err());
+    env.faults.disarm();
+    let raw = env.raw_get(&env.table, &key(id)).await.unwrap();
+    assert_eq!(raw["_TxId"], s(tx_id.as_str()), "locked");
+    assert!(!raw.contains_key("_TxA"), "not applied");
+    assert_eq!(
+        env.scan_all(env.manager.images_table()).await.len(),
+        1,
+        "the image was saved"
+    );
+    tx_id
+}
+
+async fn assert_no_images(env: &TestEnv, what: &str) {
+    let images = env.scan_all(env.manager.images_table()).await;
+    assert!(images.is_empty(), "{what}: images left: {}", images.len());
+}
+
+async fn assert_big_item(env: &TestEnv, id: &str, v: i64) {
+    let raw = env.raw_get(&env.table, &key(id)).await.unwrap();
+    assert!(!has_tx_attrs(&raw), "{id}: lock attributes left");
+    assert_eq!(raw["v"], n(v), "{id}");
+    assert_eq!(raw["big"], big_item(id)["big"], "{id}");
+}
+
+/// Finding 10(b): an images-table image saved by a coordinator that crashed before applying is
+/// removed by whoever finishes the transaction: a resumed commit (one request or phased), a resumed
+/// rollback, the sweeper (its scan of the images table turned off, so the completion itself must
+/// do it).
+#[tokio::test]
+async fn an_image_saved_before_a_crash_is_removed_by_whoever_finishes() {
+    let env = TestEnv::with_settings("imgcrash", |s| s.one_shot_max_items = 0).await;
+
+    let id = crash_after_image_save(&env, "commit1").await;
+    other_coordinator(&env, false)
+        .resume(&id)
+        .await
+        .unwrap()
+        .commit()
+        .await
+        .unwrap();
+    assert_big_item(&env, "commit1", 2).await;
+    assert_no_images(&env, "resume + one-request commit").await;
+
+    let id = crash_after_image_save(&env, "commitph").await;
+    other_coordinator(&env, true)
+        .resume(&id)
+        .await
+        .unwrap()
+        .commit()
+        .await
+        .unwrap();
+    assert_big_item(&env, "commitph", 2).await;
+    assert_no_images(&env, "resume + phased commit").await;
+
+    let id = crash_after_image_save(&env, "rollback").await;
+    other_coordinator(&env, false)
+        .rollback_transaction(&id)
+        .await
+        .unwrap();
+    assert_big_item(&env, "rollback", 1).await;
+    assert_no_images(&env, "resume + rollback").await;
+
+    let id = crash_after_image_save(&env, "sweep").await;
+    other_coordinator(&env, false)
+        .sweep(
+            &dynamodb_transactions::sweeper::SweepOptions::new()
+                .rollback_after(std::time::Duration::ZERO)
+                .sweep_images(false),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        env.manager.transaction_state(&id).await.unwrap(),
+        Some((TxState::RolledBack, true))
+    );
+    assert_big_item(&env, "sweep", 1).await;
+    assert_no_images(&env, "sweep").await;
+}
+
+/// Finding 10(b): the answer to the image save is lost; the transaction is finished by a resumed
+/// commit, whose save must not leave a second image behind.
+#[tokio::test]
+async fn a_lost_answer_to_the_image_save_leaves_no_second_image() {
+    let env = TestEnv::with_settings("imglost", |s| s.one_shot_max_items = 0).await;
+    env.raw_put(&env.table, big_item("a")).await;
+    let tx = env.manager.begin();
+    let id = tx.id().clone();
+    tx.update_item()
+        .table_name(&env.table)
+        .key("Id", s("a"))
+        .update_expression("SET v = :v")
+        .expression_attribute_values(":v", n(2))
+        .send()
+        .await
+        .unwrap();
+    // Record (1), lock (2), image PutItem (3): it lands, its answer is lost.
+    env.faults
+        .fail_once_at(3, dynamodb_transactions::fault::FaultMode::AfterSend);
+    assert!(tx.commit().await.is_err());
+    assert!(env.faults.struck());
+    env.manager
+        .resume(&id)
+        .await
+        .unwrap()
+        .commit()
+        .await
+        .unwrap();
+    assert_big_item(&env, "a", 2).await;
+    assert_no_images(&env, "after the retried save").await;
+}
+
+/// Finding 10(b): a crash on the request that deletes the image (phased commit; rollback of an
+/// item applied at once for `ReturnValues`), then the transaction is finished from elsewhere.
+#[tokio::test]
+async fn a_crash_on_the_image_delete_leaves_no_image() {
+    let env = TestEnv::with_settings("imgdel", |s| s.one_shot_max_items = 0).await;
+    env.raw_put(&env.table, big_item("c")).await;
+    let tx = env.manager.begin();
+    let id = tx.id().clone();
+    tx.update_item()
+        .table_name(&env.table)
+        .key("Id", s("c"))
+        .update_expression("SET v = :v")
+        .expression_attribute_values(":v", n(2))
+        .send()
+        .await
+        .unwrap();
+    // Record (1), lock (2), image (3), apply (4), flip (5), unlock (6), image delete (7).
+    env.faults
+        .crash_at(7, dynamodb_transactions::fault::FaultMode::BeforeSend);
+    let _ = tx.commit().await;
+    env.faults.disarm();
+    assert_eq!(
+        env.manager
+            .transaction_state(&id)
+            .await
+            .unwrap()
+            .map(|s| s.0),
+        Some(TxState::Committed)
+    );
+    let _ = other_coordinator(&env, true)
+        .resume(&id)
+        .await
+        .unwrap()
+        .commit()
+        .await;
+    assert_eq!(
+        env.manager.transaction_state(&id).await.unwrap(),
+        Some((TxState::Committed, true))
+    );
+    assert_big_item(&env, "c", 2).await;
+    assert_no_images(&env, "commit").await;
+
+    env.raw_put(&env.table, big_item("r")).await;
+    let tx = env.manager.begin();
+    let id = tx.id().clone();
+    tx.update_item()
+        .table_name(&env.table)
+        .key("Id", s("r"))
+        .update_expression("SET v = :v")
+        .expression_attribute_values(":v", n(2))
+        .return_values(ReturnValue::AllNew)
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        env.raw_get(&env.table, &key("r")).await.unwrap()["_TxI"]
+            .as_s()
+            .is_ok(),
+        "applied with an images-table image"
+    );
+    // Decide (1), read the item (2), load the image (3), restore (4), image delete (5).
+    env.faults
+        .crash_at(5, dynamodb_transactions::fault::FaultMode::BeforeSend);
+    let _ = tx.rollback().await;
+    env.faults.disarm();
+    other_coordinator(&env, false)
+        .rollback_transaction(&id)
+        .await
+        .unwrap();
+    assert_eq!(
+        env.manager.transaction_state(&id).await.unwrap(),
+        Some((TxState::RolledBack, true))
+    );
+    assert_big_item(&env, "r", 1).await;
+    assert_no_images(&env, "rollback").await;
+}
+
+/// Finding 10(c): the one-request commit finalizes the record in its `TransactWriteItems`; the
+/// record's TTL attribute must travel in it too, not in a later best-effort write a crash skips.
+#[tokio::test]
+async fn the_one_request_commit_writes_the_record_ttl_in_the_commit() {
+    let env = TestEnv::with_settings("ttl1", |s| {
+        s.record_ttl = Some(std::time::Duration::from_secs(86_400))
+    })
+    .await;
+    env.raw_put(&env.table, item(&[("Id", s("a")), ("v", n(1))]))
+        .await;
+    let tx = env.manager.begin();
+    let id = tx.id().clone();
+    tx.update_item()
+        .table_name(&env.table)
+        .key("Id", s("a"))
+        .update_expression("SET v = :v")
+        .expression_attribute_values(":v", n(2))
+        .send()
+        .await
+        .unwrap();
+    // Record (1), lock (2), the one-request commit (3); the process dies right after it.
+    env.faults
+        .crash_at(4, dynamodb_transactions::fault::FaultMode::BeforeSend);
+    tx.commit().await.unwrap();
+    env.faults.disarm();
+    assert_eq!(env.counter.get("TransactWriteItems"), 1);
+    assert_eq!(
+        env.manager.transaction_state(&id).await.unwrap(),
+        Some((TxState::Committed, true))
+    );
+    let header = env
+        .scan_all(env.manager.transactions_table())
+        .await
+        .into_iter()
+        .find(|r| r["_TxId"] == s(id.as_str()) && r["_TxN"] == n(0))
+        .unwrap();
+    let expires: u64 = header
+        .get("_TxE")
+        .expect("the finalized record carries its TTL")
+        .as_n()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    assert!(
+        expires > now + 86_000 && expires <= now + 86_400,
+        "{expires}"
+    );
+}
+
+/// A manager over `env`'s tables with its own client and the given settings.
+fn coordinator_with(
+    env: &TestEnv,
+    f: impl FnOnce(&mut dynamodb_transactions::Settings),
+) -> dynamodb_transactions::TransactionManager {
+    dynamodb_transactions::TransactionManager::builder(client())
+        .transactions_table(env.manager.transactions_table())
+        .images_table(env.manager.images_table())
+        .configure(|s| {
+            s.rollback_on_drop = false;
+            s.write_only_fast_path = false;
+            f(s)
+        })
+        .build()
+}
+
+/// Finding 11: an update whose expression makes the item grow (`SET b = a` copying a large
+/// attribute) to ~360 KB, which DynamoDB accepts, commits on every path: the before-image estimate
+/// must count the growth (an embedded 60 KB image would push the applied item past 400 KB).
+#[tokio::test]
+async fn an_update_that_copies_a_large_attribute_commits_on_every_path() {
+    let env = TestEnv::new("grow").await;
+    let a = s(&"y".repeat(60_000));
+    let update = "SET b = a, c = a, d = a, e = a, f = a";
+    // What DynamoDB itself does with the plain update.
+    env.raw_put(&env.table, item(&[("Id", s("twin")), ("a", a.clone())]))
+        .await;
+    env.client
+        .update_item()
+        .table_name(&env.table)
+        .key("Id", s("twin"))
+        .update_expression(update)
+        .send()
+        .await
+        .expect("DynamoDB accepts the plain update");
+    let paths: Vec<(&str, dynamodb_transactions::TransactionManager, bool)> = vec![
+        ("one-request", coordinator_with(&env, |_| {}), false),
+        (
+            "phased",
+            coordinator_with(&env, |s| s.one_shot_max_items = 0),
+            false,
+        ),
+        ("return-values", coordinator_with(&env, |_| {}), true),
+        (
+            "write-only",
+            coordinator_with(&env, |s| s.write_only_fast_path = true),
+            false,
+        ),
+    ];
+    for (path, m, rv) in paths {
+        env.raw_put(&env.table, item(&[("Id", s(path)), ("a", a.clone())]))
+            .await;
+        let tx = m.begin();
+        let mut b = tx
+            .update_item()
+            .table_name(&env.table)
+            .key("Id", s(path))
+            .update_expression(update);
+        if rv {
+            b = b.return_values(ReturnValue::AllNew);
+        }
+        let r = b.send().await;
+        let r = match r {
+            Ok(_) => tx.commit().await,
+            Err(e) => Err(e),
+        };
+        assert!(r.is_ok(), "{path}: {r:?}");
+        let got = env.raw_get(&env.table, &key(path)).await.unwrap();
+        assert!(!has_tx_attrs(&got), "{path}");
+        for attr in ["b", "c", "d", "e", "f"] {
+            assert_eq!(got.get(attr), Some(&a), "{path}: {attr}");
+        }
+        assert_no_images(&env, path).await;
+    }
+}
+
+/// An item of exactly `size` bytes by DynamoDB's rules (`Id` + `blob`).
+fn item_of_size(id: &str, size: usize) -> dynamodb_transactions::Item {
+    let fixed = "Id".len() + id.len() + "blob".len();
+    item(&[("Id", s(id)), ("blob", s(&"z".repeat(size - fixed)))])
+}
+
+const MAX_ITEM: usize = 400 * 1024;
+
+fn assert_room_error(what: &str, r: Result<impl std::fmt::Debug, Error>) {
+    match r {
+        Err(Error::InvalidRequest { reason }) => {
+            assert!(
+                reason.contains("400 KB") && reason.contains("bytes of room"),
+                "{what}: the error must name the limit and the room needed: {reason}"
+            );
+        }
+        other => panic!("{what}: expected InvalidRequest, got {other:?}"),
+    }
+}
+
+/// Finding 11: items near DynamoDB's 400 KB limit. A put DynamoDB accepts and that leaves the
+/// room the library needs is accepted; an item within a few dozen bytes of the limit cannot carry a
+/// lock (not even a read lock): the library says so with a typed error naming the room it needs,
+/// writes nothing to the item and leaves nothing pending.
+#[tokio::test]
+async fn items_near_the_size_limit() {
+    for env in envs("near").await {
+        // A put 1,000 bytes under the limit: DynamoDB accepts it, and the library needs less.
+        let tx = env.manager.begin();
+        let big = item_of_size("put", MAX_ITEM - 1_000);
+        tx.put_item()
+            .table_name(&env.table)
+            .set_item(Some(big.clone()))
+            .send()
+            .await
+            .expect("a put leaving 1,000 bytes of room");
+        tx.commit().await.unwrap();
+        assert_eq!(env.raw_get(&env.table, &key("put")).await, Some(big));
+        // A put 20 bytes under the limit: the library cannot lock it; rejected before any write.
+        let tx = env.manager.begin();
+        let before = env.counter.total();
+        assert_room_error(
+            "put",
+            tx.put_item()
+                .table_name(&env.table)
+                .set_item(Some(item_of_size("put2", MAX_ITEM - 20)))
+                .send()
+                .await,
+        );
+        assert_eq!(env.counter.total(), before, "nothing sent");
+        tx.rollback().await.unwrap();
+
+        // An existing item 30 bytes under the limit.
+        let near = item_of_size("near", MAX_ITEM - 30);
+        env.raw_put(&env.table, near.clone()).await;
+        let tx = env.manager.begin();
+        let id = tx.id().clone();
+        assert_room_error(
+            "read lock",
+            tx.get_item()
+                .table_name(&env.table)
+                .key("Id", s("near"))
+                .send()
+                .await,
+        );
+        assert_eq!(
+            env.raw_get(&env.table, &key("near")).await,
+            Some(near.clone())
+        );
+        tx.rollback().await.unwrap();
+        assert_eq!(
+            env.manager
+                .transaction_state(&id)
+                .await
+                .unwrap()
+                .map(|s| s.0),
+            Some(TxState::RolledBack)
+        );
+
+        let tx = env.manager.begin();
+        let id = tx.id().clone();
+        tx.update_item()
+            .table_name(&env.table)
+            .key("Id", s("near"))
+            .update_expression("SET v = :v")
+            .expression_attribute_values(":v", n(1))
+            .send()
+            .await
+            .unwrap();
+        assert_room_error("write", tx.commit().await);
+        assert_eq!(
+            env.raw_get(&env.table, &key("near")).await,
+            Some(near.clone())
+        );
+        assert_ne!(
+            env.manager
+                .transaction_state(&id)
+                .await
+                .unwrap()
+                .map(|s| s.0),
+            Some(TxState::Pending),
+            "nothing left pending"
+        );
+        assert_clean(&env).await;
+    }
+}
+
+/// Finding 11: an update whose result DynamoDB would store, but which leaves less room than the
+/// lock attributes need while the item is locked and applied, gets the same answer on every path
+/// that locks: rejected (rolled back) with an error that names the room, the item unchanged. (The
+/// one-request path used to accept it and the phased path to reject it.)
+#[tokio::test]
+async fn an_update_into_the_lock_room_gets_the_same_answer_on_every_path() {
+    for env in envs("room").await {
+        let start = item_of_size("r", MAX_ITEM - 5_000);
+        env.raw_put(&env.table, start.clone()).await;
+        // `v` (1 + 4,949 bytes) takes the item to 50 bytes under the limit.
+        let v = s(&"q".repeat(4_949));
+        env.raw_put(&env.table, with_id(&start, "twin")).await;
+        env.client
+            .update_item()
+            .table_name(&env.table)
+            .key("Id", s("twin"))
+            .update_expression("SET v = :v")
+            .expression_attribute_values(":v", v.clone())
+            .send()
+            .await
+            .expect("DynamoDB accepts the plain update");
+        let tx = env.manager.begin();
+        tx.update_item()
+            .table_name(&env.table)
+            .key("Id", s("r"))
+            .update_expression("SET v = :v")
+            .expression_attribute_values(":v", v.clone())
+            .send()
+            .await
+            .unwrap();
+        match tx.commit().await {
+            Err(Error::RequestRejected { message, .. }) => {
+                assert!(message.contains("bytes of room"), "{message}")
+            }
+            other => panic!("expected RequestRejected, got {other:?}"),
+        }
+        assert_eq!(env.raw_get(&env.table, &key("r")).await, Some(start));
+        let _ = env
+            .client
+            .delete_item()
+            .table_name(&env.table)
+            .key("Id", s("twin"))
+            .send()
+            .await;
+        assert_clean(&env).await;
+    }
+}
+
+fn with_id(i: &dynamodb_transactions::Item, id: &str) -> dynamodb_transactions::Item {
+    let mut i = i.clone();
+    i.insert("Id".into(), s(id));
+    i
+}
