@@ -339,7 +339,9 @@ fn ordered_lazy(env: &TestEnv) -> TransactionManager {
                 dead_after: Duration::from_secs(30),
                 ticket_at_begin: false,
             };
-            s.lock_wait = Duration::from_millis(400);
+            // Long enough that a loaded machine never makes the older one give up; with the old
+            // bug both sides wait this long and the older one fails.
+            s.lock_wait = Duration::from_secs(3);
             s.wound_grace = Duration::from_millis(50);
         })
         .build()
@@ -365,7 +367,12 @@ async fn crossing_with_the_older_transaction_wins(
     let (older, younger) = tokio::join!(lock(&t, &env.table, "b"), lock(&young, &env.table, "a"));
     older.expect("the older transaction takes the younger one's item without a wait cycle");
     let err = younger.expect_err("the younger transaction does not get the older one's item");
-    assert!(err.is_rolled_back(), "the younger one was wounded: {err:?}");
+    // Wounded, or (on a loaded machine) it gave up waiting for the older one before noticing: both
+    // are outcomes without a wait cycle; its commit below must then find it rolled back.
+    assert!(
+        err.is_rolled_back() || matches!(err, Error::ItemLocked { .. }),
+        "the younger one was wounded or gave up waiting: {err:?}"
+    );
     for k in ["a", "b"] {
         t.put_item()
             .table_name(&env.table)
