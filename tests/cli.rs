@@ -268,8 +268,11 @@ async fn tx_list_show_commit_rollback() {
         .failure()
         .stderr(predicate::str::contains("not found"))
         .stderr(predicate::str::contains("dynamodb-tx tx list"));
+    // Durations are humantime's: `5 minutes` and `1h30m` work, an unknown unit does not.
+    let old = json_of(tx_bin(&env).args(["tx", "list", "--older-than", "5 minutes"]));
+    assert_eq!(old, Value::Array(vec![]));
     tx_bin(&env)
-        .args(["tx", "list", "--older-than", "5 minutes"])
+        .args(["tx", "list", "--older-than", "5 parsecs"])
         .assert()
         .code(2)
         .stderr(predicate::str::contains("invalid duration"));
