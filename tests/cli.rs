@@ -470,3 +470,77 @@ async fn lock_list_shows_holder_and_waiter() {
     assert_eq!(next.fencing_token(), 2);
     next.release().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tx_show_summarises_a_large_transaction() {
+    let env = TestEnv::new("cli-big").await;
+    let tx = env.manager.begin();
+    let id = tx.id().clone();
+    for i in 0..150 {
+        tx.put_item()
+            .table_name(&env.table)
+            .item("Id", s(&format!("i{i:03}")))
+            .send()
+            .await
+            .unwrap();
+    }
+    tx.commit().await.unwrap();
+
+    // Default: the first 20 requests and items, and how many more.
+    let out = tx_bin(&env)
+        .args(["tx", "show", id.as_str()])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let out = String::from_utf8(out).unwrap();
+    assert!(out.contains("Id=\"i019\""), "{out}");
+    assert!(!out.contains("Id=\"i020\""), "{out}");
+    assert!(
+        out.contains("... and 130 more request(s) (150 in all): `--all` shows every one"),
+        "{out}"
+    );
+    assert!(
+        out.contains("... and 130 more item(s) (150 in all"),
+        "{out}"
+    );
+    assert!(out.lines().count() < 70, "summarised: {out}");
+
+    // --limit and --all.
+    let out = tx_bin(&env)
+        .args(["tx", "show", id.as_str(), "--limit", "5"])
+        .output()
+        .unwrap();
+    let out = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        out.contains("Id=\"i004\"") && !out.contains("Id=\"i005\""),
+        "{out}"
+    );
+    assert!(out.contains("... and 145 more request(s)"), "{out}");
+    let out = tx_bin(&env)
+        .args(["tx", "show", id.as_str(), "--all"])
+        .output()
+        .unwrap();
+    let out = String::from_utf8(out.stdout).unwrap();
+    assert!(out.contains("Id=\"i149\""), "{out}");
+    assert!(!out.contains("more request(s)"), "{out}");
+
+    // JSON says how many are left out.
+    let v = json_of(tx_bin(&env).args(["tx", "show", id.as_str()]));
+    assert_eq!(v["requests"].as_array().unwrap().len(), 20);
+    assert_eq!(v["requests_total"], 150);
+    assert_eq!(v["requests_omitted"], 130);
+    assert_eq!(v["items"].as_array().unwrap().len(), 20);
+    assert_eq!(v["items_total"], 150);
+    assert_eq!(v["items_omitted"], 130);
+    assert_eq!(v["requests"][19]["key"]["Id"]["S"], "i019");
+    let v = json_of(tx_bin(&env).args(["tx", "show", id.as_str(), "--all"]));
+    assert_eq!(v["requests"].as_array().unwrap().len(), 150);
+    assert_eq!(v["requests_omitted"], 0);
+    assert_eq!(v["items_omitted"], 0);
+    tx_bin(&env)
+        .args(["tx", "show", id.as_str(), "--all", "--limit", "3"])
+        .assert()
+        .code(2);
+}

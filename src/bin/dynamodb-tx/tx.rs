@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use clap::{Subcommand, ValueEnum};
-use dynamodb_transactions::sweeper::{ListOptions, TxDetails, TxSummary};
+use dynamodb_transactions::sweeper::{ItemStatus, ListOptions, TxDetails, TxSummary};
 use dynamodb_transactions::{Error, TxId, TxState};
 use serde_json::{Value, json};
 
@@ -42,9 +42,18 @@ pub enum TxCmd {
         unfinalized: bool,
     },
     /// Show a transaction: state, version, requests, and which items are still locked.
+    ///
+    /// A large transaction is summarised: the first --limit requests and items (items still locked
+    /// first), and how many more there are.
     Show {
         /// The transaction id.
         id: String,
+        /// Show at most this many requests and items.
+        #[arg(long, default_value_t = 20, value_name = "N")]
+        limit: usize,
+        /// Show every request and item.
+        #[arg(long, conflicts_with = "limit")]
+        all: bool,
     },
     /// Commit a pending transaction (or finish a committed one).
     Commit {
@@ -66,7 +75,10 @@ pub async fn run(ctx: &Ctx, cmd: &TxCmd) -> CliResult<u8> {
             older_than,
             unfinalized,
         } => tx_list(ctx, state.map(TxState::from), *older_than, *unfinalized).await,
-        TxCmd::Show { id } => tx_show(ctx, &TxId::from(id.as_str())).await,
+        TxCmd::Show { id, limit, all } => {
+            let limit = if *all { usize::MAX } else { *limit };
+            tx_show(ctx, &TxId::from(id.as_str()), limit).await
+        }
         TxCmd::Commit { id } => tx_commit(ctx, &TxId::from(id.as_str())).await,
         TxCmd::Rollback { id } => tx_rollback(ctx, &TxId::from(id.as_str())).await,
     }
@@ -136,12 +148,29 @@ async fn describe(ctx: &Ctx, id: &TxId) -> CliResult<TxDetails> {
         .ok_or_else(|| explain(ctx, Error::TransactionNotFound { tx_id: id.clone() }))
 }
 
-fn details_json(d: &TxDetails) -> Value {
+/// The items `tx show` prints, at most `limit`: in order of first mention, or, when some must be
+/// left out, those still locked (by this or another transaction) first.
+fn shown_items(d: &TxDetails, limit: usize) -> Vec<&ItemStatus> {
+    let mut items: Vec<&ItemStatus> = d.items.iter().collect();
+    if items.len() > limit {
+        items.sort_by_key(|i| i.locked_by.is_none());
+        items.truncate(limit);
+    }
+    items
+}
+
+fn details_json(d: &TxDetails, limit: usize) -> Value {
     let id = &d.summary.id;
     let mut v = summary_json(&d.summary);
+    let items = shown_items(d, limit);
+    v["requests_total"] = json!(d.requests.len());
+    v["requests_omitted"] = json!(d.requests.len().saturating_sub(limit));
+    v["items_total"] = json!(d.items.len());
+    v["items_omitted"] = json!(d.items.len() - items.len());
     v["requests"] = Value::Array(
         d.requests
             .iter()
+            .take(limit)
             .map(|r| {
                 json!({
                     "kind": r.kind.to_string(),
@@ -154,8 +183,8 @@ fn details_json(d: &TxDetails) -> Value {
             .collect(),
     );
     v["items"] = Value::Array(
-        d.items
-            .iter()
+        items
+            .into_iter()
             .map(|i| {
                 json!({
                     "table": i.table,
@@ -174,10 +203,10 @@ fn details_json(d: &TxDetails) -> Value {
     v
 }
 
-async fn tx_show(ctx: &Ctx, id: &TxId) -> CliResult<u8> {
+async fn tx_show(ctx: &Ctx, id: &TxId, limit: usize) -> CliResult<u8> {
     let d = describe(ctx, id).await?;
     if ctx.cli.json {
-        print_json(&details_json(&d));
+        print_json(&details_json(&d, limit));
         return Ok(0);
     }
     let s = &d.summary;
@@ -203,7 +232,7 @@ async fn tx_show(ctx: &Ctx, id: &TxId) -> CliResult<u8> {
     }
     println!();
     let mut t = Table::new(&["#", "REQUEST", "TABLE", "KEY", "EXPRESSIONS"]);
-    for (i, r) in d.requests.iter().enumerate() {
+    for (i, r) in d.requests.iter().enumerate().take(limit) {
         let mut ex = Vec::new();
         if let Some(u) = &r.update_expression {
             ex.push(format!("update: {u}"));
@@ -220,9 +249,18 @@ async fn tx_show(ctx: &Ctx, id: &TxId) -> CliResult<u8> {
         ]);
     }
     print!("{}", t.render());
+    let more = d.requests.len().saturating_sub(limit);
+    if more > 0 {
+        println!(
+            "... and {more} more request(s) ({} in all): `--all` shows every one, `--limit N` the first N",
+            d.requests.len()
+        );
+    }
     println!();
+    let items = shown_items(&d, limit);
+    let more = d.items.len() - items.len();
     let mut t = Table::new(&["TABLE", "KEY", "ITEM"]);
-    for i in &d.items {
+    for i in items {
         let status = match &i.locked_by {
             Some(o) if *o == s.id => {
                 let mut st = "LOCKED by this transaction".to_string();
@@ -244,6 +282,12 @@ async fn tx_show(ctx: &Ctx, id: &TxId) -> CliResult<u8> {
         t.row(vec![i.table.clone(), fmt_key(&i.key), status]);
     }
     print!("{}", t.render());
+    if more > 0 {
+        println!(
+            "... and {more} more item(s) ({} in all; locked ones are listed first): `--all` shows every one",
+            d.items.len()
+        );
+    }
     let locked = d.locked_items().count();
     println!("{locked} item(s) still locked by this transaction");
     if locked > 0 {
