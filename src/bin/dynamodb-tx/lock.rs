@@ -5,7 +5,7 @@ use clap::Subcommand;
 use dynamodb_transactions::Item;
 use serde_json::{Value, json};
 
-use crate::error::{CliError, CliResult, endpoint_name};
+use crate::error::{CliError, CliResult, Exit, endpoint_name, sdk_error};
 use crate::output::{Table, fmt_ago, now_ms};
 use crate::{Ctx, print_json};
 #[derive(Subcommand, Debug)]
@@ -59,23 +59,15 @@ async fn lock_list(ctx: &Ctx, table: &str, name: &str) -> CliResult<u8> {
                 if not_found {
                     CliError::new(
                         format!("lock table {table} does not exist"),
-                        Some(
-                            "pass the right --lock-table (DYNAMODB_TX_LOCK_TABLE), or create it with \
-                             `dynamodb-tx tables create --lock-table NAME`"
-                                .into(),
-                        ),
-                    )
-                } else {
-                    CliError::new(
-                        format!(
-                            "cannot query {table}: {}",
-                            aws_sdk_dynamodb::error::DisplayErrorContext(&e)
-                        ),
                         Some(format!(
-                            "check --endpoint, --region and credentials; looking at {}",
+                            "pass the right --lock-table (DYNAMODB_TX_LOCK_TABLE), or create it with \
+                             `dynamodb-tx tables create --lock-table NAME`; looking at {}",
                             endpoint_name(&ctx.cli)
                         )),
                     )
+                    .exit(Exit::Tables)
+                } else {
+                    sdk_error(ctx, "Query", table, e)
                 }
             })?;
         rows.extend(page.items.unwrap_or_default());

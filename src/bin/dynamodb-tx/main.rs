@@ -25,11 +25,11 @@ use std::time::Duration;
 
 use aws_config::BehaviorVersion;
 use aws_sdk_dynamodb::Client;
-use aws_sdk_dynamodb::config::{Credentials, Region};
+use aws_sdk_dynamodb::config::{Credentials, ProvideCredentials, Region};
 use clap::{Parser, Subcommand};
 use dynamodb_transactions::sweeper::ScanProgress;
 use dynamodb_transactions::{DEFAULT_IMAGES_TABLE, DEFAULT_TRANSACTIONS_TABLE, TransactionManager};
-use error::{CliError, CliResult};
+use error::{CliError, CliResult, EXIT_CODES_HELP, Exit};
 use indicatif::{ProgressBar, ProgressStyle};
 use lock::LockCmd;
 use serde_json::Value;
@@ -39,7 +39,12 @@ use tx::TxCmd;
 
 /// Operate dynamodb-transactions: tables, transactions, the sweeper and locks.
 #[derive(Parser, Debug)]
-#[command(name = "dynamodb-tx", version)]
+#[command(
+    name = "dynamodb-tx",
+    version,
+    after_help = EXIT_CODES_HELP,
+    arg_required_else_help = false
+)]
 struct Cli {
     /// DynamoDB endpoint, e.g. http://localhost:8000 for DynamoDB Local.
     #[arg(long, env = "AWS_ENDPOINT_URL_DYNAMODB", global = true)]
@@ -66,11 +71,13 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Create or verify the transactions and images tables (and a lock table).
+    #[command(arg_required_else_help = false)]
     Tables {
         #[command(subcommand)]
         action: TablesCmd,
     },
     /// List, inspect, commit or roll back transactions.
+    #[command(arg_required_else_help = false)]
     Tx {
         #[command(subcommand)]
         action: TxCmd,
@@ -78,6 +85,7 @@ enum Command {
     /// Roll back idle pending transactions, complete decided ones, delete old records and orphans.
     Sweep(SweepArgs),
     /// Inspect distributed locks.
+    #[command(arg_required_else_help = false)]
     Lock {
         #[command(subcommand)]
         action: LockCmd,
@@ -91,7 +99,10 @@ struct Ctx {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return usage_error(e),
+    };
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -99,19 +110,49 @@ fn main() -> ExitCode {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
+            return ExitCode::from(Exit::Other as u8);
         }
     };
     match rt.block_on(run(cli)) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
-            eprintln!("error: {}", e.message);
-            if let Some(h) = e.hint {
-                eprintln!("  hint: {h}");
-            }
-            ExitCode::from(e.code)
+            eprintln!("error: {e}");
+            ExitCode::from(e.exit as u8)
         }
     }
+}
+
+/// Prints `--help` and `--version` as clap does; any other argument error as one line, exit 2.
+fn usage_error(e: clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+        let _ = e.print();
+        return ExitCode::SUCCESS;
+    }
+    let text = e.render().to_string();
+    let mut parts: Vec<String> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| {
+            !l.is_empty() && !l.starts_with("Usage:") && !l.starts_with("For more information")
+        })
+        .map(String::from)
+        .collect();
+    parts.push("see `dynamodb-tx --help` (or `dynamodb-tx COMMAND --help`)".into());
+    // Lines of one message (`... not provided:` then the arguments) join with a space.
+    let mut line = String::new();
+    for p in parts {
+        if !line.is_empty() {
+            line.push_str(if line.ends_with(':') { " " } else { "; " });
+        }
+        line.push_str(&p);
+    }
+    if line.starts_with("error:") {
+        eprintln!("{line}");
+    } else {
+        eprintln!("error: {line}");
+    }
+    ExitCode::from(Exit::Usage as u8)
 }
 
 async fn client_for(cli: &Cli) -> CliResult<Client> {
@@ -126,14 +167,15 @@ async fn client_for(cli: &Cli) -> CliResult<Client> {
     if let Some(r) = region {
         loader = loader.region(Region::new(r));
     }
-    let has_creds = [
+    let chain_credentials = [
         "AWS_ACCESS_KEY_ID",
         "AWS_PROFILE",
         "AWS_WEB_IDENTITY_TOKEN_FILE",
     ]
     .iter()
     .any(|v| std::env::var_os(v).is_some_and(|x| !x.is_empty()));
-    if cli.endpoint.is_some() && !has_creds {
+    let local_credentials = cli.endpoint.is_some() && !chain_credentials;
+    if local_credentials {
         // DynamoDB Local accepts any credentials.
         loader = loader.credentials_provider(Credentials::new(
             "local",
@@ -148,7 +190,28 @@ async fn client_for(cli: &Cli) -> CliResult<Client> {
         return Err(CliError::new(
             "no AWS region configured",
             Some("pass --region or set AWS_REGION (or give --endpoint for DynamoDB Local)".into()),
-        ));
+        )
+        .exit(Exit::Unreachable));
+    }
+    if !local_credentials {
+        // Resolve the credentials once before any request, so that missing ones are reported as
+        // such (and `sweep --watch` does not retry forever without them). The client resolves
+        // them again (and refreshes them) itself.
+        let resolved = match conf.credentials_provider() {
+            Some(p) => p
+                .provide_credentials()
+                .await
+                .map(|_| ())
+                .map_err(|e| error::root_cause(&e)),
+            None => Err("no credentials provider".into()),
+        };
+        if let Err(cause) = resolved {
+            return Err(CliError::new(
+                format!("no AWS credentials found ({cause})"),
+                Some(error::credentials_hint()),
+            )
+            .exit(Exit::Unreachable));
+        }
     }
     Ok(Client::new(&conf))
 }

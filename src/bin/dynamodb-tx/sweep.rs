@@ -7,7 +7,7 @@ use dynamodb_transactions::TxId;
 use dynamodb_transactions::sweeper::{SweepOptions, SweepReport};
 use serde_json::{Value, json};
 
-use crate::error::{CliError, CliResult, explain};
+use crate::error::{CliError, CliResult, Exit, explain};
 use crate::output::{Table, fmt_duration, fmt_key, fmt_utc, key_json, now_ms, parse_duration};
 use crate::{Ctx, progress_callback, spinner};
 #[derive(Args, Debug)]
@@ -179,10 +179,14 @@ pub async fn run(ctx: &Ctx, a: &SweepArgs) -> CliResult<u8> {
         .tables_to_scan(a.scan_tables.clone())
         .progress(progress_callback(&pb));
     let Some(interval) = a.watch else {
-        let r = ctx.mgr.sweep(&opts).await.map_err(|e| explain(ctx, e))?;
+        let r = ctx.mgr.sweep(&opts).await.map_err(|e| explain(ctx, &e))?;
         pb.finish_and_clear();
         print_report(ctx, &r);
-        return Ok(if r.is_clean() { 0 } else { 3 });
+        return Ok(if r.is_clean() {
+            0
+        } else {
+            Exit::NeedsOperator as u8
+        });
     };
     if !ctx.cli.json {
         eprintln!(
@@ -197,7 +201,7 @@ pub async fn run(ctx: &Ctx, a: &SweepArgs) -> CliResult<u8> {
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let mut stop = Some(stop);
     let mut passes = 0u64;
-    let mut failed: Option<String> = None;
+    let mut failed: Option<CliError> = None;
     let total = ctx
         .mgr
         .sweep_every(
@@ -217,9 +221,9 @@ pub async fn run(ctx: &Ctx, a: &SweepArgs) -> CliResult<u8> {
                         pb.suspend(|| print_report(ctx, r));
                     }
                     Err(e) => {
-                        let msg = e.to_string();
-                        pb.suspend(|| eprintln!("sweep {passes} failed: {msg}"));
-                        failed = Some(msg);
+                        let e = explain(ctx, e);
+                        pb.suspend(|| eprintln!("sweep {passes} failed: {e}"));
+                        failed = Some(e);
                     }
                 }
                 if a.max_passes.is_some_and(|m| passes >= m)
@@ -231,10 +235,17 @@ pub async fn run(ctx: &Ctx, a: &SweepArgs) -> CliResult<u8> {
         )
         .await;
     pb.finish_and_clear();
-    if let Some(msg) = failed
+    if let Some(e) = failed
         && total.records_scanned == 0
     {
-        return Err(CliError::new(format!("every sweep failed: {msg}"), None));
+        return Err(CliError {
+            message: format!("every sweep failed: {}", e.message),
+            ..e
+        });
     }
-    Ok(if total.is_clean() { 0 } else { 3 })
+    Ok(if total.is_clean() {
+        0
+    } else {
+        Exit::NeedsOperator as u8
+    })
 }

@@ -4,7 +4,7 @@ use aws_sdk_dynamodb::types::{KeyType, TimeToLiveSpecification};
 use clap::Subcommand;
 use serde_json::json;
 
-use crate::error::{CliError, CliResult, explain};
+use crate::error::{CliError, CliResult, Exit, explain, sdk_error};
 use crate::{Ctx, print_json, spinner};
 #[derive(Subcommand, Debug)]
 pub enum TablesCmd {
@@ -39,14 +39,17 @@ pub async fn run(ctx: &Ctx, cmd: &TablesCmd) -> CliResult<u8> {
 async fn tables_create(ctx: &Ctx, enable_ttl: bool, lock_table: Option<&str>) -> CliResult<u8> {
     let pb = spinner(ctx);
     pb.set_message("creating tables");
-    ctx.mgr.create_tables().await.map_err(|e| explain(ctx, e))?;
+    ctx.mgr
+        .create_tables()
+        .await
+        .map_err(|e| explain(ctx, &e))?;
     if enable_ttl {
         enable_record_ttl(ctx).await?;
     }
     if let Some(l) = lock_table {
         dynamodb_transactions::lock::create_lock_table(&ctx.client, l)
             .await
-            .map_err(|e| explain(ctx, e))?;
+            .map_err(|e| explain(ctx, &e))?;
     }
     pb.finish_and_clear();
     let ttl = ttl_status(ctx, &ctx.cli.transactions_table).await?;
@@ -87,15 +90,7 @@ async fn enable_record_ttl(ctx: &Ctx) -> CliResult {
         .time_to_live_specification(spec)
         .send()
         .await
-        .map_err(|e| {
-            CliError::new(
-                format!(
-                    "cannot enable TTL: {}",
-                    aws_sdk_dynamodb::error::DisplayErrorContext(&e)
-                ),
-                Some("the caller needs dynamodb:UpdateTimeToLive".into()),
-            )
-        })?;
+        .map_err(|e| sdk_error(ctx, "UpdateTimeToLive", &ctx.cli.transactions_table, e))?;
     Ok(())
 }
 
@@ -108,15 +103,7 @@ async fn ttl_status(ctx: &Ctx, table: &str) -> CliResult<String> {
         .table_name(table)
         .send()
         .await
-        .map_err(|e| {
-            CliError::new(
-                format!(
-                    "cannot read the TTL setting of {table}: {}",
-                    aws_sdk_dynamodb::error::DisplayErrorContext(&e)
-                ),
-                None,
-            )
-        })?;
+        .map_err(|e| sdk_error(ctx, "DescribeTimeToLive", table, e))?;
     let d = out.time_to_live_description();
     let status = d
         .and_then(|d| d.time_to_live_status())
@@ -129,7 +116,10 @@ async fn ttl_status(ctx: &Ctx, table: &str) -> CliResult<String> {
 }
 
 async fn tables_verify(ctx: &Ctx, lock_table: Option<&str>) -> CliResult<u8> {
-    ctx.mgr.verify_tables().await.map_err(|e| explain(ctx, e))?;
+    ctx.mgr
+        .verify_tables()
+        .await
+        .map_err(|e| explain(ctx, &e))?;
     if let Some(l) = lock_table {
         verify_lock_table(ctx, l).await?;
     }
@@ -176,16 +166,15 @@ async fn verify_lock_table(ctx: &Ctx, table: &str) -> CliResult {
             if not_found {
                 CliError::new(
                     format!("lock table {table} does not exist"),
-                    Some("create it with `dynamodb-tx tables create --lock-table NAME`".into()),
-                )
-            } else {
-                CliError::new(
-                    format!(
-                        "cannot describe {table}: {}",
-                        aws_sdk_dynamodb::error::DisplayErrorContext(&e)
+                    Some(
+                        "create it with `dynamodb-tx tables create --lock-table NAME`, or pass \
+                         the right --lock-table"
+                            .into(),
                     ),
-                    None,
                 )
+                .exit(Exit::Tables)
+            } else {
+                sdk_error(ctx, "DescribeTable", table, e)
             }
         })?;
     let keys: Vec<(String, KeyType)> = out
@@ -204,10 +193,18 @@ async fn verify_lock_table(ctx: &Ctx, table: &str) -> CliResult {
     let mut got = keys.clone();
     got.sort_by(|a, b| a.0.cmp(&b.0));
     if got != want {
+        let keys: Vec<String> = keys
+            .iter()
+            .map(|(name, kind)| format!("{name} ({})", kind.as_str()))
+            .collect();
         return Err(CliError::new(
-            format!("lock table {table} has keys {keys:?}, expected pk (HASH) and sk (RANGE)"),
+            format!(
+                "lock table {table} has keys {}, expected pk (HASH) and sk (RANGE)",
+                keys.join(", ")
+            ),
             Some("use another --lock-table name".into()),
-        ));
+        )
+        .exit(Exit::Tables));
     }
     Ok(())
 }

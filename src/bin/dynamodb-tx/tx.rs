@@ -114,7 +114,7 @@ async fn tx_list(
                 .progress(progress_callback(&pb)),
         )
         .await
-        .map_err(|e| explain(ctx, e))?;
+        .map_err(|e| explain(ctx, &e))?;
     pb.finish_and_clear();
     if ctx.cli.json {
         print_json(&Value::Array(list.iter().map(summary_json).collect()));
@@ -144,8 +144,8 @@ async fn describe(ctx: &Ctx, id: &TxId) -> CliResult<TxDetails> {
     ctx.mgr
         .describe_transaction(id)
         .await
-        .map_err(|e| explain(ctx, e))?
-        .ok_or_else(|| explain(ctx, Error::TransactionNotFound { tx_id: id.clone() }))
+        .map_err(|e| explain(ctx, &e))?
+        .ok_or_else(|| explain(ctx, &Error::TransactionNotFound { tx_id: id.clone() }))
 }
 
 /// The items `tx show` prints, at most `limit`: in order of first mention, or, when some must be
@@ -309,7 +309,7 @@ async fn state_json(ctx: &Ctx, id: &TxId) -> CliResult<Value> {
         .mgr
         .transaction_state(id)
         .await
-        .map_err(|e| explain(ctx, e))?;
+        .map_err(|e| explain(ctx, &e))?;
     Ok(match st {
         Some((s, f)) => json!({ "id": id.as_str(), "state": s.to_string(), "finalized": f }),
         None => json!({ "id": id.as_str(), "state": Value::Null, "finalized": Value::Null }),
@@ -317,8 +317,8 @@ async fn state_json(ctx: &Ctx, id: &TxId) -> CliResult<Value> {
 }
 
 async fn tx_commit(ctx: &Ctx, id: &TxId) -> CliResult<u8> {
-    let tx = ctx.mgr.resume(id).await.map_err(|e| explain(ctx, e))?;
-    tx.commit().await.map_err(|e| explain(ctx, e))?;
+    let tx = ctx.mgr.resume(id).await.map_err(|e| explain(ctx, &e))?;
+    tx.commit().await.map_err(|e| explain(ctx, &e))?;
     let v = state_json(ctx, id).await?;
     if ctx.cli.json {
         print_json(&v);
@@ -335,7 +335,7 @@ async fn tx_rollback(ctx: &Ctx, id: &TxId) -> CliResult<u8> {
     ctx.mgr
         .rollback_transaction(id)
         .await
-        .map_err(|e| explain(ctx, e))?;
+        .map_err(|e| explain(ctx, &e))?;
     let v = state_json(ctx, id).await?;
     if ctx.cli.json {
         print_json(&v);
