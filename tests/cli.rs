@@ -353,6 +353,15 @@ async fn sweep_dry_run_then_for_real_then_watch() {
     assert_eq!(dry["orphan_locks_released"], 1);
     assert_eq!(dry["orphan_images_deleted"], 1);
     assert_eq!(state(&env, &idle).await, Some((TxState::Pending, false)));
+    // --now is SweepOptions::finish_everything_now: the same decision without thresholds.
+    let now = json_of(tx_bin(&env).args(["sweep", "--dry-run", "--now", "--no-images"]));
+    assert_eq!(now["rolled_back"][0], idle.as_str());
+    assert_eq!(now["pending_left"], 0);
+    fails_with(
+        tx_bin(&env).args(["sweep", "--now", "--rollback-after", "1m"]),
+        2,
+        &["--now", "--rollback-after"],
+    );
     tx_bin(&env)
         .args(["sweep", "--dry-run", "--rollback-after", "0s"])
         .assert()

@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 use crate::error::{CliError, CliResult, Exit, explain};
 use crate::output::{Table, fmt_duration, fmt_key, fmt_utc, key_json, now_ms, parse_duration};
 use crate::{Ctx, progress_callback, spinner};
+
 #[derive(Args, Debug)]
 pub struct SweepArgs {
     /// Report what would be done; change nothing.
@@ -21,6 +22,10 @@ pub struct SweepArgs {
     /// Complete decided, unfinalized transactions idle for this long.
     #[arg(long, value_parser = parse_duration, default_value = "1m")]
     complete_after: Duration,
+    /// Finish everything now: roll back every pending transaction and complete every decided one,
+    /// whatever its age. Only once every coordinator has stopped: live work is rolled back.
+    #[arg(long, conflicts_with_all = ["rollback_after", "complete_after"])]
+    now: bool,
     /// Delete finalized records idle for this long (default: keep them, e.g. for TTL).
     #[arg(long, value_parser = parse_duration)]
     delete_after: Option<Duration>,
@@ -169,10 +174,15 @@ fn print_report(ctx: &Ctx, r: &SweepReport) {
 /// Runs `sweep`.
 pub async fn run(ctx: &Ctx, a: &SweepArgs) -> CliResult<u8> {
     let pb = spinner(ctx);
-    let opts = SweepOptions::new()
+    let opts = if a.now {
+        SweepOptions::finish_everything_now()
+    } else {
+        SweepOptions::new()
+            .rollback_after(a.rollback_after)
+            .complete_after(a.complete_after)
+    };
+    let opts = opts
         .dry_run(a.dry_run)
-        .rollback_after(a.rollback_after)
-        .complete_after(a.complete_after)
         .delete_after(a.delete_after)
         .segments(a.segments)
         .sweep_images(!a.no_images)
@@ -192,7 +202,7 @@ pub async fn run(ctx: &Ctx, a: &SweepArgs) -> CliResult<u8> {
         eprintln!(
             "sweeping every {} (rollback after {}, delete after {}); stop with Ctrl-C",
             fmt_duration(interval),
-            fmt_duration(a.rollback_after),
+            fmt_duration(opts.rollback_after_value()),
             a.delete_after
                 .map(fmt_duration)
                 .unwrap_or_else(|| "never".into())
