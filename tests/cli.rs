@@ -659,6 +659,7 @@ fn error_paths_are_one_line_with_distinct_exit_codes() {
             .env_remove("AWS_REGION")
             .env_remove("AWS_DEFAULT_REGION")
             .env_remove("AWS_PROFILE")
+            .env_remove("AWS_CONFIG_FILE")
             .env(
                 "HOME",
                 std::env::temp_dir().join(unique_name("cli-no-home")),
