@@ -722,3 +722,36 @@ fn error_paths_are_one_line_with_distinct_exit_codes() {
         .stdout(predicate::str::contains("Exit codes:"))
         .stdout(predicate::str::contains("6  cannot reach DynamoDB"));
 }
+
+/// A reader that goes away (`dynamodb-tx ... | head -1`) ends the process quietly, like a tool
+/// killed by SIGPIPE (exit 141), not with a panic.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closed_stdout_is_not_a_panic() {
+    let env = TestEnv::new("cli-pipe").await;
+    abandoned_pending(&env, "a").await;
+    for args in [
+        &["tx", "list"][..],
+        &["sweep", "--dry-run"],
+        &["--json", "tx", "list"],
+    ] {
+        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_dynamodb-tx"));
+        c.env_remove("DYNAMODB_TX_TRANSACTIONS_TABLE")
+            .env_remove("DYNAMODB_TX_IMAGES_TABLE")
+            .args(["--endpoint", endpoint(), "--no-progress"])
+            .args([
+                "--transactions-table",
+                env.manager.transactions_table(),
+                "--images-table",
+                env.manager.images_table(),
+            ])
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let mut child = c.spawn().unwrap();
+        drop(child.stdout.take()); // the reader is gone before anything is printed
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(141), "{args:?}: {stderr}");
+        assert!(stderr.is_empty(), "{args:?}: {stderr}");
+    }
+}

@@ -33,13 +33,14 @@ pub enum Exit {
 /// The exit code section of `--help`.
 pub const EXIT_CODES_HELP: &str = "\
 Exit codes:
-  0  success
-  1  the operation failed (DynamoDB refused it, throttling, undetermined outcome)
-  2  bad arguments (unknown flag or command, bad duration)
-  3  sweep finished but reported errors or applied orphan locks (need an operator)
-  4  transaction not found
-  5  table missing or with the wrong keys (see `dynamodb-tx tables create`)
-  6  cannot reach DynamoDB: endpoint, region, credentials or permissions
+    0  success
+    1  the operation failed (DynamoDB refused it, throttling, undetermined outcome)
+    2  bad arguments (unknown flag or command, bad duration)
+    3  sweep finished but reported errors or applied orphan locks (need an operator)
+    4  transaction not found
+    5  table missing or with the wrong keys (see `dynamodb-tx tables create`)
+    6  cannot reach DynamoDB: endpoint, region, credentials or permissions
+  141  the reader of the output went away (`dynamodb-tx ... | head`), as with SIGPIPE
 
 Errors are one line on stderr: what failed, then what to do. See docs/OPERATIONS.md.";
 

@@ -146,7 +146,7 @@ async fn lock_list(ctx: &Ctx, table: &str, name: &str) -> CliResult<u8> {
         return Ok(0);
     }
     if out.is_empty() {
-        println!("no rows for lock {name:?} in {table}");
+        outln!("no rows for lock {name:?} in {table}");
         return Ok(0);
     }
     let mut t = Table::new(&[
@@ -189,7 +189,7 @@ async fn lock_list(ctx: &Ctx, table: &str, name: &str) -> CliResult<u8> {
             s(&v["status"]),
         ]);
     }
-    print!("{}", t.render());
-    println!("(holder and expiry are judged by this machine's wall clock)");
+    out!("{}", t.render());
+    outln!("(holder and expiry are judged by this machine's wall clock)");
     Ok(0)
 }

@@ -13,6 +13,26 @@
 //! One module per subcommand group (`tables`, `tx`, `sweep`, `lock`), beside the error handling
 //! (`error`) and the output formatting (`output`). See `docs/OPERATIONS.md`.
 
+/// `println!` that survives a closed stdout (see [`output_failed`]).
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        if let Err(e) = writeln!(std::io::stdout(), $($arg)*) {
+            $crate::output_failed(e);
+        }
+    }};
+}
+
+/// `print!` that survives a closed stdout (see [`output_failed`]).
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        if let Err(e) = write!(std::io::stdout(), $($arg)*) {
+            $crate::output_failed(e);
+        }
+    }};
+}
+
 mod error;
 mod lock;
 mod output;
@@ -120,6 +140,18 @@ fn main() -> ExitCode {
             ExitCode::from(e.exit as u8)
         }
     }
+}
+
+/// Ends the process when stdout cannot be written. A reader that went away (`dynamodb-tx tx list |
+/// head -1`) ends it quietly with exit 141, as a tool killed by SIGPIPE would; another failure (a
+/// full disk) is one line on stderr and exit 1. Interrupting a command here is safe: every step it
+/// takes is repeatable, like an interrupted sweep.
+fn output_failed(e: std::io::Error) -> ! {
+    if e.kind() == std::io::ErrorKind::BrokenPipe {
+        std::process::exit(141);
+    }
+    eprintln!("error: cannot write the output: {e}");
+    std::process::exit(Exit::Other as u8 as i32);
 }
 
 /// Prints `--help` and `--version` as clap does; any other argument error as one line, exit 2.
@@ -233,7 +265,7 @@ async fn run(cli: Cli) -> CliResult<u8> {
 }
 
 fn print_json(v: &Value) {
-    println!(
+    outln!(
         "{}",
         serde_json::to_string_pretty(v).expect("JSON values serialize")
     );

@@ -79,7 +79,7 @@ fn report_json(r: &SweepReport) -> Value {
 fn print_report(ctx: &Ctx, r: &SweepReport) {
     if ctx.cli.json {
         // One compact object per line, so that --watch output is JSON lines.
-        println!(
+        outln!(
             "{}",
             serde_json::to_string(&report_json(r)).expect("JSON values serialize")
         );
@@ -144,17 +144,17 @@ fn print_report(ctx: &Ctx, r: &SweepReport) {
         t.row(vec![k, v.to_string()]);
     }
     if r.dry_run {
-        println!("dry run: nothing was changed");
+        outln!("dry run: nothing was changed");
     }
-    print!("{}", t.render());
+    out!("{}", t.render());
     for id in &r.rolled_back {
-        println!("{} {id}", verb("rolled back", "would roll back"));
+        outln!("{} {id}", verb("rolled back", "would roll back"));
     }
     for id in &r.completed {
-        println!("{} {id}", verb("completed", "would complete"));
+        outln!("{} {id}", verb("completed", "would complete"));
     }
     for o in &r.applied_orphans {
-        println!(
+        outln!(
             "NEEDS AN OPERATOR: item {} of {} carries an applied write of transaction {} whose record is gone; \
              restore it from its before-image ({}) or keep it, then remove the _Tx* attributes (docs/OPERATIONS.md)",
             fmt_key(&o.key),
@@ -167,7 +167,7 @@ fn print_report(ctx: &Ctx, r: &SweepReport) {
         );
     }
     for e in &r.errors {
-        println!("error: {e}");
+        outln!("error: {e}");
     }
 }
 
@@ -226,7 +226,7 @@ pub async fn run(ctx: &Ctx, a: &SweepArgs) -> CliResult<u8> {
                 match r {
                     Ok(r) => {
                         if !ctx.cli.json {
-                            pb.suspend(|| println!("-- sweep {passes} at {}", fmt_utc(now_ms())));
+                            pb.suspend(|| outln!("-- sweep {passes} at {}", fmt_utc(now_ms())));
                         }
                         pb.suspend(|| print_report(ctx, r));
                     }

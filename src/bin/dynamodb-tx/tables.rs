@@ -62,7 +62,7 @@ async fn tables_create(ctx: &Ctx, enable_ttl: bool, lock_table: Option<&str>) ->
             "record_ttl": ttl,
         }));
     } else {
-        println!(
+        outln!(
             "ok: transactions table {}, images table {}{} are active",
             ctx.cli.transactions_table,
             ctx.cli.images_table,
@@ -70,7 +70,7 @@ async fn tables_create(ctx: &Ctx, enable_ttl: bool, lock_table: Option<&str>) ->
                 .map(|l| format!(", lock table {l}"))
                 .unwrap_or_default()
         );
-        println!("TTL on _TxE: {ttl}");
+        outln!("TTL on _TxE: {ttl}");
     }
     Ok(0)
 }
@@ -133,7 +133,7 @@ async fn tables_verify(ctx: &Ctx, lock_table: Option<&str>) -> CliResult<u8> {
             "record_ttl": ttl,
         }));
     } else {
-        println!(
+        outln!(
             "ok: transactions table {} and images table {}{} have the right keys",
             ctx.cli.transactions_table,
             ctx.cli.images_table,
@@ -141,9 +141,9 @@ async fn tables_verify(ctx: &Ctx, lock_table: Option<&str>) -> CliResult<u8> {
                 .map(|l| format!(", lock table {l}"))
                 .unwrap_or_default()
         );
-        println!("TTL on _TxE: {ttl}");
+        outln!("TTL on _TxE: {ttl}");
         if ttl != "ENABLED" {
-            println!(
+            outln!(
                 "  (finalized records stay until `dynamodb-tx sweep --delete-after D` deletes them; \
                  `dynamodb-tx tables create --enable-ttl` lets DynamoDB remove them for free)"
             );

@@ -121,7 +121,7 @@ async fn tx_list(
         return Ok(0);
     }
     if list.is_empty() {
-        println!("no transactions match");
+        outln!("no transactions match");
         return Ok(0);
     }
     let mut t = Table::new(&["ID", "STATE", "FINALIZED", "VERSION", "UPDATED", "CREATED"]);
@@ -135,8 +135,8 @@ async fn tx_list(
             fmt_utc(s.created_ms),
         ]);
     }
-    print!("{}", t.render());
-    println!("{} transaction(s)", list.len());
+    out!("{}", t.render());
+    outln!("{} transaction(s)", list.len());
     Ok(0)
 }
 
@@ -210,27 +210,27 @@ async fn tx_show(ctx: &Ctx, id: &TxId, limit: usize) -> CliResult<u8> {
         return Ok(0);
     }
     let s = &d.summary;
-    println!("transaction {}", s.id);
-    println!(
+    outln!("transaction {}", s.id);
+    outln!(
         "  state      {}{}",
         s.state,
         if s.finalized { " (finalized)" } else { "" }
     );
-    println!("  version    {}", s.version);
-    println!(
+    outln!("  version    {}", s.version);
+    outln!(
         "  created    {} ({})",
         fmt_utc(s.created_ms),
         fmt_ago(s.created_ms)
     );
-    println!(
+    outln!(
         "  updated    {} ({})",
         fmt_utc(s.updated_ms),
         fmt_ago(s.updated_ms)
     );
     if let Some(e) = s.expires_at_s {
-        println!("  expires    {} (TTL)", fmt_utc(e * 1000));
+        outln!("  expires    {} (TTL)", fmt_utc(e * 1000));
     }
-    println!();
+    outln!();
     let mut t = Table::new(&["#", "REQUEST", "TABLE", "KEY", "EXPRESSIONS"]);
     for (i, r) in d.requests.iter().enumerate().take(limit) {
         let mut ex = Vec::new();
@@ -248,15 +248,15 @@ async fn tx_show(ctx: &Ctx, id: &TxId, limit: usize) -> CliResult<u8> {
             ex.join("; "),
         ]);
     }
-    print!("{}", t.render());
+    out!("{}", t.render());
     let more = d.requests.len().saturating_sub(limit);
     if more > 0 {
-        println!(
+        outln!(
             "... and {more} more request(s) ({} in all): `--all` shows every one, `--limit N` the first N",
             d.requests.len()
         );
     }
-    println!();
+    outln!();
     let items = shown_items(&d, limit);
     let more = d.items.len() - items.len();
     let mut t = Table::new(&["TABLE", "KEY", "ITEM"]);
@@ -281,15 +281,15 @@ async fn tx_show(ctx: &Ctx, id: &TxId, limit: usize) -> CliResult<u8> {
         };
         t.row(vec![i.table.clone(), fmt_key(&i.key), status]);
     }
-    print!("{}", t.render());
+    out!("{}", t.render());
     if more > 0 {
-        println!(
+        outln!(
             "... and {more} more item(s) ({} in all; locked ones are listed first): `--all` shows every one",
             d.items.len()
         );
     }
     let locked = d.locked_items().count();
-    println!("{locked} item(s) still locked by this transaction");
+    outln!("{locked} item(s) still locked by this transaction");
     if locked > 0 {
         let what = match s.state {
             TxState::Pending => {
@@ -299,7 +299,7 @@ async fn tx_show(ctx: &Ctx, id: &TxId, limit: usize) -> CliResult<u8> {
                 "`dynamodb-tx tx commit ID` (committed) or `tx rollback ID` (rolled back) finishes it"
             }
         };
-        println!("  {what}");
+        outln!("  {what}");
     }
     Ok(0)
 }
@@ -323,7 +323,7 @@ async fn tx_commit(ctx: &Ctx, id: &TxId) -> CliResult<u8> {
     if ctx.cli.json {
         print_json(&v);
     } else {
-        println!(
+        outln!(
             "committed {id} (finalized: {})",
             v["finalized"].as_bool().unwrap_or(false)
         );
@@ -340,7 +340,7 @@ async fn tx_rollback(ctx: &Ctx, id: &TxId) -> CliResult<u8> {
     if ctx.cli.json {
         print_json(&v);
     } else {
-        println!(
+        outln!(
             "rolled back {id} (finalized: {})",
             v["finalized"].as_bool().unwrap_or(false)
         );
