@@ -90,7 +90,9 @@ pub struct ScanProgress {
     pub scanned: u64,
 }
 
-/// What [`TransactionManager::sweep`] does. Build with [`SweepOptions::new`] and the setters.
+/// What [`TransactionManager::sweep`] does. Build with [`SweepOptions::new`] (the production
+/// defaults) or [`SweepOptions::finish_everything_now`] (settle everything regardless of age), and
+/// the setters. Thresholds are [`Duration`]s of idleness: how long a record has not changed.
 ///
 /// ```
 /// use std::time::Duration;
@@ -153,6 +155,45 @@ impl SweepOptions {
     /// segment, sweep images, scan no user table.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// The preset "finish everything now": roll back every pending transaction and complete every
+    /// decided, unfinalized one, whatever its age ([`rollback_after`](Self::rollback_after) and
+    /// [`complete_after`](Self::complete_after) are zero). Finalized records are kept; add
+    /// `.delete_after(Some(Duration::ZERO))` to delete them too. Everything else is as in
+    /// [`SweepOptions::new`] (orphaned images swept, no user table scanned).
+    ///
+    /// For tests, maintenance windows, and operators once every coordinator has stopped. A pending
+    /// transaction whose coordinator is still at work may be rolled back under it (unless the
+    /// coordinator writes between the sweeper's read and its decision): nothing is lost or left
+    /// half applied, as its coordinator finds the transaction rolled back, but the work is aborted.
+    /// With coordinators running, keep the thresholds above your longest transaction.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use dynamodb_transactions::sweeper::SweepOptions;
+    /// let options = SweepOptions::finish_everything_now();
+    /// assert_eq!(options.rollback_after_value(), Duration::ZERO);
+    /// assert_eq!(options.complete_after_value(), Duration::ZERO);
+    /// assert_eq!(options.delete_after_value(), None);
+    ///
+    /// // Delete the finalized records as well:
+    /// let options = SweepOptions::finish_everything_now().delete_after(Some(Duration::ZERO));
+    /// assert_eq!(options.delete_after_value(), Some(Duration::ZERO));
+    /// ```
+    ///
+    /// ```no_run
+    /// # async fn demo(m: dynamodb_transactions::TransactionManager) -> dynamodb_transactions::Result<()> {
+    /// use dynamodb_transactions::sweeper::SweepOptions;
+    /// // Every coordinator has stopped: settle whatever they left.
+    /// let report = m.sweep(&SweepOptions::finish_everything_now()).await?;
+    /// println!("rolled back {}, completed {}", report.rolled_back.len(), report.completed.len());
+    /// # Ok(()) }
+    /// ```
+    pub fn finish_everything_now() -> Self {
+        Self::new()
+            .rollback_after(Duration::ZERO)
+            .complete_after(Duration::ZERO)
     }
 
     /// Roll back a pending transaction once its record has not changed for this long (default 5

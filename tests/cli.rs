@@ -52,6 +52,45 @@ fn json_of(c: &mut Command) -> Value {
     })
 }
 
+/// Runs a command that must fail with exit `code` and exactly one line on stderr containing every
+/// one of `words`, and nothing on stdout. Returns that line.
+fn fails_with(c: &mut Command, code: i32, words: &[&str]) -> String {
+    let out = c.output().unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(out.status.code(), Some(code), "stderr: {stderr}");
+    assert_eq!(stderr.lines().count(), 1, "one line on stderr: {stderr:?}");
+    assert!(stderr.starts_with("error: "), "{stderr}");
+    for w in words {
+        assert!(stderr.contains(w), "{w:?} not in {stderr:?}");
+    }
+    assert!(
+        !stderr.contains("panicked") && !stderr.contains("{ "),
+        "{stderr}"
+    );
+    assert!(
+        out.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    stderr
+}
+
+/// The binary with no endpoint, table or credentials settings from the environment.
+fn bare_bin() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_dynamodb-tx"));
+    for v in [
+        "DYNAMODB_TX_TRANSACTIONS_TABLE",
+        "DYNAMODB_TX_IMAGES_TABLE",
+        "DYNAMODB_TX_LOCK_TABLE",
+        "AWS_ENDPOINT_URL_DYNAMODB",
+        "AWS_ENDPOINT_URL",
+    ] {
+        c.env_remove(v);
+    }
+    c.arg("--no-progress");
+    c
+}
+
 /// A pending transaction whose update of item `id` (bal 100 → 110) is applied, abandoned.
 async fn abandoned_pending(env: &TestEnv, id: &str) -> TxId {
     env.raw_put(&env.table, item(&[("Id", s(id)), ("bal", n(100))]))
@@ -93,16 +132,17 @@ async fn tables_create_and_verify() {
         ]);
     };
 
-    // Missing tables: an error that says what to do.
+    // Missing tables: an error that says what to do, exit 5.
     let mut c = bin();
     on(&mut c);
-    c.args(["tables", "verify"])
-        .assert()
-        .failure()
-        .stderr(predicate::str::contains(format!(
-            "table {tx_table} does not exist"
-        )))
-        .stderr(predicate::str::contains("dynamodb-tx tables create"));
+    fails_with(
+        c.args(["tables", "verify"]),
+        5,
+        &[
+            &format!("table {tx_table} does not exist"),
+            "dynamodb-tx tables create",
+        ],
+    );
 
     let mut c = bin();
     on(&mut c);
@@ -141,13 +181,11 @@ async fn tables_create_and_verify() {
         .stdout(predicate::str::contains("--delete-after"));
 
     // A user table is not a lock table.
-    tx_bin(&env)
-        .args(["tables", "verify", "--lock-table", &env.table])
-        .assert()
-        .failure()
-        .stderr(predicate::str::contains(
-            "expected pk (HASH) and sk (RANGE)",
-        ));
+    fails_with(
+        tx_bin(&env).args(["tables", "verify", "--lock-table", &env.table]),
+        5,
+        &["Id (HASH)", "expected pk (HASH) and sk (RANGE)"],
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -249,30 +287,36 @@ async fn tx_list_show_commit_rollback() {
     assert_eq!(shown["state"], "rolled-back");
     assert_eq!(shown["locked_items"], 0);
 
-    // Impossible requests fail with a hint.
-    tx_bin(&env)
-        .args(["tx", "rollback", c_id.as_str()])
-        .assert()
-        .failure()
-        .stderr(predicate::str::contains("already committed"))
-        .stderr(predicate::str::contains("cannot be rolled back"));
-    tx_bin(&env)
-        .args(["tx", "commit", b.as_str()])
-        .assert()
-        .failure()
-        .stderr(predicate::str::contains("cannot be committed"));
+    // Impossible requests fail with a hint (exit 1), an unknown id with exit 4.
+    fails_with(
+        tx_bin(&env).args(["tx", "rollback", c_id.as_str()]),
+        1,
+        &["already committed", "cannot be rolled back"],
+    );
+    fails_with(
+        tx_bin(&env).args(["tx", "commit", b.as_str()]),
+        1,
+        &["cannot be committed"],
+    );
     let nobody = TxId::new_random();
-    tx_bin(&env)
-        .args(["tx", "show", nobody.as_str()])
-        .assert()
-        .failure()
-        .stderr(predicate::str::contains("not found"))
-        .stderr(predicate::str::contains("dynamodb-tx tx list"));
-    tx_bin(&env)
-        .args(["tx", "list", "--older-than", "5 minutes"])
-        .assert()
-        .code(2)
-        .stderr(predicate::str::contains("invalid duration"));
+    for cmd in ["show", "commit", "rollback"] {
+        fails_with(
+            tx_bin(&env).args(["tx", cmd, nobody.as_str()]),
+            4,
+            &[
+                &format!("transaction {nobody} not found"),
+                "dynamodb-tx tx list",
+            ],
+        );
+    }
+    // Durations are humantime's: `5 minutes` and `1h30m` work, an unknown unit does not.
+    let old = json_of(tx_bin(&env).args(["tx", "list", "--older-than", "5 minutes"]));
+    assert_eq!(old, Value::Array(vec![]));
+    fails_with(
+        tx_bin(&env).args(["tx", "list", "--older-than", "5 parsecs"]),
+        2,
+        &["invalid duration", "--older-than", "parsecs"],
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -309,6 +353,15 @@ async fn sweep_dry_run_then_for_real_then_watch() {
     assert_eq!(dry["orphan_locks_released"], 1);
     assert_eq!(dry["orphan_images_deleted"], 1);
     assert_eq!(state(&env, &idle).await, Some((TxState::Pending, false)));
+    // --now is SweepOptions::finish_everything_now: the same decision without thresholds.
+    let now = json_of(tx_bin(&env).args(["sweep", "--dry-run", "--now", "--no-images"]));
+    assert_eq!(now["rolled_back"][0], idle.as_str());
+    assert_eq!(now["pending_left"], 0);
+    fails_with(
+        tx_bin(&env).args(["sweep", "--now", "--rollback-after", "1m"]),
+        2,
+        &["--now", "--rollback-after"],
+    );
     tx_bin(&env)
         .args(["sweep", "--dry-run", "--rollback-after", "0s"])
         .assert()
@@ -449,21 +502,256 @@ async fn lock_list_shows_holder_and_waiter() {
         .assert()
         .success()
         .stdout(predicate::str::contains("no rows for lock"));
-    bin()
-        .args([
+    fails_with(
+        bin().args([
             "lock",
             "list",
             "printer",
             "--lock-table",
             "no-such-lock-table",
-        ])
-        .assert()
-        .failure()
-        .stderr(predicate::str::contains("does not exist"))
-        .stderr(predicate::str::contains("--lock-table"));
+        ]),
+        5,
+        &[
+            "lock table no-such-lock-table does not exist",
+            "--lock-table",
+        ],
+    );
 
     holder.release().await.unwrap();
     let next = waiter.await.unwrap().unwrap();
     assert_eq!(next.fencing_token(), 2);
     next.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tx_show_summarises_a_large_transaction() {
+    let env = TestEnv::new("cli-big").await;
+    let tx = env.manager.begin();
+    let id = tx.id().clone();
+    for i in 0..150 {
+        tx.put_item()
+            .table_name(&env.table)
+            .item("Id", s(&format!("i{i:03}")))
+            .send()
+            .await
+            .unwrap();
+    }
+    tx.commit().await.unwrap();
+
+    // Default: the first 20 requests and items, and how many more.
+    let out = tx_bin(&env)
+        .args(["tx", "show", id.as_str()])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let out = String::from_utf8(out).unwrap();
+    assert!(out.contains("Id=\"i019\""), "{out}");
+    assert!(!out.contains("Id=\"i020\""), "{out}");
+    assert!(
+        out.contains("... and 130 more request(s) (150 in all): `--all` shows every one"),
+        "{out}"
+    );
+    assert!(
+        out.contains("... and 130 more item(s) (150 in all"),
+        "{out}"
+    );
+    assert!(out.lines().count() < 70, "summarised: {out}");
+
+    // --limit and --all.
+    let out = tx_bin(&env)
+        .args(["tx", "show", id.as_str(), "--limit", "5"])
+        .output()
+        .unwrap();
+    let out = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        out.contains("Id=\"i004\"") && !out.contains("Id=\"i005\""),
+        "{out}"
+    );
+    assert!(out.contains("... and 145 more request(s)"), "{out}");
+    let out = tx_bin(&env)
+        .args(["tx", "show", id.as_str(), "--all"])
+        .output()
+        .unwrap();
+    let out = String::from_utf8(out.stdout).unwrap();
+    assert!(out.contains("Id=\"i149\""), "{out}");
+    assert!(!out.contains("more request(s)"), "{out}");
+
+    // JSON says how many are left out.
+    let v = json_of(tx_bin(&env).args(["tx", "show", id.as_str()]));
+    assert_eq!(v["requests"].as_array().unwrap().len(), 20);
+    assert_eq!(v["requests_total"], 150);
+    assert_eq!(v["requests_omitted"], 130);
+    assert_eq!(v["items"].as_array().unwrap().len(), 20);
+    assert_eq!(v["items_total"], 150);
+    assert_eq!(v["items_omitted"], 130);
+    assert_eq!(v["requests"][19]["key"]["Id"]["S"], "i019");
+    let v = json_of(tx_bin(&env).args(["tx", "show", id.as_str(), "--all"]));
+    assert_eq!(v["requests"].as_array().unwrap().len(), 150);
+    assert_eq!(v["requests_omitted"], 0);
+    assert_eq!(v["items_omitted"], 0);
+    tx_bin(&env)
+        .args(["tx", "show", id.as_str(), "--all", "--limit", "3"])
+        .assert()
+        .code(2);
+}
+
+/// Every class of error is one line on stderr and its own exit code (see `dynamodb-tx --help`).
+#[test]
+fn error_paths_are_one_line_with_distinct_exit_codes() {
+    // No DynamoDB at the endpoint: exit 6, whatever the command.
+    for args in [
+        &["tx", "list"][..],
+        &["tx", "show", "some-id"],
+        &["tables", "verify"],
+        &["sweep"],
+        &["lock", "list", "x", "--lock-table", "locks"],
+    ] {
+        fails_with(
+            bare_bin()
+                .args(["--endpoint", "http://127.0.0.1:1"])
+                .args(args),
+            6,
+            &[
+                "cannot reach DynamoDB at http://127.0.0.1:1",
+                "Connection refused",
+                "--endpoint",
+            ],
+        );
+    }
+
+    // No credentials anywhere (a profile that does not exist, an empty home, no instance
+    // metadata), against a live endpoint: exit 6 before any request.
+    let home = std::env::temp_dir().join(unique_name("cli-empty-home"));
+    std::fs::create_dir_all(&home).unwrap();
+    let mut c = bare_bin();
+    for v in [
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "AWS_WEB_IDENTITY_TOKEN_FILE",
+        "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+        "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+        "AWS_SHARED_CREDENTIALS_FILE",
+        "AWS_CONFIG_FILE",
+    ] {
+        c.env_remove(v);
+    }
+    c.env("AWS_PROFILE", "no-such-profile-for-dynamodb-tx")
+        .env("HOME", &home)
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .args(["--endpoint", endpoint(), "tx", "list"]);
+    fails_with(
+        &mut c,
+        6,
+        &[
+            "no AWS credentials found",
+            "AWS_ACCESS_KEY_ID",
+            "AWS_PROFILE=no-such-profile-for-dynamodb-tx",
+        ],
+    );
+    std::fs::remove_dir_all(&home).unwrap();
+
+    // No region and no endpoint: exit 6.
+    fails_with(
+        bare_bin()
+            .env_remove("AWS_REGION")
+            .env_remove("AWS_DEFAULT_REGION")
+            .env_remove("AWS_PROFILE")
+            .env_remove("AWS_CONFIG_FILE")
+            .env(
+                "HOME",
+                std::env::temp_dir().join(unique_name("cli-no-home")),
+            )
+            .env("AWS_EC2_METADATA_DISABLED", "true")
+            .args(["tx", "list"]),
+        6,
+        &["no AWS region configured", "--region"],
+    );
+
+    // Missing tables: exit 5, whichever request finds them missing.
+    let tx_table = unique_name("cli-missing-tx");
+    let img_table = unique_name("cli-missing-img");
+    for args in [
+        &["tx", "list"][..],
+        &["tx", "show", "some-id"],
+        &["tx", "rollback", "some-id"],
+        &["tables", "verify"],
+        &["sweep"],
+    ] {
+        fails_with(
+            bin()
+                .args([
+                    "--transactions-table",
+                    &tx_table,
+                    "--images-table",
+                    &img_table,
+                ])
+                .args(args),
+            5,
+            &["does not exist", "dynamodb-tx tables create", &tx_table],
+        );
+    }
+
+    // Bad arguments: exit 2, one line, even where clap would print several.
+    for (args, words) in [
+        (
+            &["tx", "list", "--older-than", "soon"][..],
+            &["invalid duration", "--older-than"][..],
+        ),
+        (
+            &["sweep", "--rollback-after", "5x"],
+            &["invalid duration", "--rollback-after"],
+        ),
+        (&["tx", "list", "--bogus"], &["--bogus", "--help"]),
+        (&["tx", "show"], &["required", "<ID>"]),
+        (&["tx"], &["requires a subcommand", "list, show"]),
+        (&[], &["requires a subcommand", "tables, tx, sweep, lock"]),
+        (&["frobnicate"], &["frobnicate"]),
+        (&["sweep", "--max-passes", "2"], &["--watch"]),
+    ] {
+        fails_with(bin().args(args), 2, words);
+    }
+
+    // --help documents the exit codes.
+    bin()
+        .arg("--help")
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("Exit codes:"))
+        .stdout(predicate::str::contains("6  cannot reach DynamoDB"));
+}
+
+/// A reader that goes away (`dynamodb-tx ... | head -1`) ends the process quietly, like a tool
+/// killed by SIGPIPE (exit 141), not with a panic.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closed_stdout_is_not_a_panic() {
+    let env = TestEnv::new("cli-pipe").await;
+    abandoned_pending(&env, "a").await;
+    for args in [
+        &["tx", "list"][..],
+        &["sweep", "--dry-run"],
+        &["--json", "tx", "list"],
+    ] {
+        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_dynamodb-tx"));
+        c.env_remove("DYNAMODB_TX_TRANSACTIONS_TABLE")
+            .env_remove("DYNAMODB_TX_IMAGES_TABLE")
+            .args(["--endpoint", endpoint(), "--no-progress"])
+            .args([
+                "--transactions-table",
+                env.manager.transactions_table(),
+                "--images-table",
+                env.manager.images_table(),
+            ])
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let mut child = c.spawn().unwrap();
+        drop(child.stdout.take()); // the reader is gone before anything is printed
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(141), "{args:?}: {stderr}");
+        assert!(stderr.is_empty(), "{args:?}: {stderr}");
+    }
 }

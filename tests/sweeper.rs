@@ -269,6 +269,73 @@ async fn recent_decided_transactions_are_left_to_their_coordinator() {
     assert_eq!(bal(&env, "r").await, plain("r", 100));
 }
 
+/// The preset: a fresh pending transaction is rolled back and a fresh decided one completed, which
+/// the defaults leave to their coordinators; finalized records stay unless deletion is asked for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finish_everything_now_settles_fresh_transactions() {
+    let env = TestEnv::new("sweep-now").await;
+    let pending = abandoned_pending(&env, "p").await;
+    // Rolled back, not finalized: the rollback died after its decision.
+    env.raw_put(&env.table, item(&[("Id", s("d")), ("bal", n(100))]))
+        .await;
+    let tx = env.manager.begin();
+    tx.update_item()
+        .table_name(&env.table)
+        .key("Id", s("d"))
+        .update_expression("SET bal = bal + :x")
+        .expression_attribute_values(":x", n(10))
+        .return_values(ReturnValue::AllNew)
+        .send()
+        .await
+        .unwrap();
+    let decided = tx.id().clone();
+    warm(&env.manager, &env.table).await;
+    env.faults.crash_at(2, FaultMode::BeforeSend);
+    assert!(tx.rollback().await.is_err());
+    env.faults.disarm();
+    assert_eq!(
+        state(&env, &decided).await,
+        Some((TxState::RolledBack, false))
+    );
+
+    let report = env.manager.sweep(&SweepOptions::new()).await.unwrap();
+    assert_eq!(
+        (report.pending_left, report.decided_left),
+        (1, 1),
+        "{report:?}"
+    );
+
+    let report = env
+        .manager
+        .sweep(&SweepOptions::finish_everything_now())
+        .await
+        .unwrap();
+    assert_eq!(report.rolled_back, vec![pending.clone()], "{report:?}");
+    assert_eq!(report.completed, vec![decided.clone()]);
+    assert_eq!((report.pending_left, report.decided_left), (0, 0));
+    assert_eq!(report.deleted, 0);
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    assert_eq!(
+        state(&env, &pending).await,
+        Some((TxState::RolledBack, true))
+    );
+    assert_eq!(
+        state(&env, &decided).await,
+        Some((TxState::RolledBack, true))
+    );
+    assert_eq!(bal(&env, "p").await, plain("p", 100));
+    assert_eq!(bal(&env, "d").await, plain("d", 100));
+
+    let report = env
+        .manager
+        .sweep(&SweepOptions::finish_everything_now().delete_after(Some(Duration::ZERO)))
+        .await
+        .unwrap();
+    assert_eq!(report.deleted, 2, "{report:?}");
+    assert_eq!(state(&env, &pending).await, None);
+    assert_eq!(state(&env, &decided).await, None);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn orphan_images_and_locks_of_deleted_records_are_cleaned() {
     let env = TestEnv::new("sweep-orphans").await;

@@ -7,46 +7,34 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use dynamodb_transactions::Item;
 use serde_json::{Value, json};
 
-/// Parses `500ms`, `30s`, `5m`, `2h`, `1d`, or a plain number of seconds.
+/// Parses a duration the way `humantime` does (`500ms`, `30s`, `5m`, `2h`, `1d`, `1h30m`,
+/// `2 days`), or a plain number of seconds.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
-    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let n: u64 = num.parse().map_err(|_| {
-        format!("invalid duration {s:?}: expected a number and a unit, like 30s, 5m, 2h or 1d")
-    })?;
-    let ms = match unit {
-        "ms" => 1,
-        "" | "s" => 1_000,
-        "m" => 60_000,
-        "h" => 3_600_000,
-        "d" => 86_400_000,
-        other => {
-            return Err(format!(
-                "invalid duration unit {other:?} in {s:?}: use ms, s, m, h or d"
-            ));
-        }
-    };
-    n.checked_mul(ms)
-        .map(Duration::from_millis)
-        .ok_or_else(|| format!("duration {s:?} is too large"))
+    if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) {
+        return s
+            .parse()
+            .map(Duration::from_secs)
+            .map_err(|_| format!("invalid duration {s:?}: too large"));
+    }
+    humantime::parse_duration(s).map_err(|e| {
+        format!(
+            "invalid duration {s:?}: {e}; write a number and a unit, like 30s, 5m, 2h, 1d or 1h30m"
+        )
+    })
 }
 
-/// `1d2h`, `5m`, `30s`, `250ms`.
+/// `1h 2m`, `5m`, `30s`, `250ms`: rounded to whole seconds from one second on, to whole minutes from
+/// one hour on and to whole hours from one day on, for people reading ages.
 pub fn fmt_duration(d: Duration) -> String {
-    let ms = d.as_millis() as u64;
-    if ms < 1_000 {
-        return format!("{ms}ms");
-    }
-    let s = ms / 1_000;
-    let (d, h, m, s) = (s / 86_400, s / 3_600 % 24, s / 60 % 60, s % 60);
-    let mut out = String::new();
-    for (v, u) in [(d, "d"), (h, "h"), (m, "m"), (s, "s")] {
-        if v > 0 && out.len() < 5 {
-            out.push_str(&format!("{v}{u}"));
-        }
-    }
-    out
+    let unit = match d.as_secs() {
+        0 => Duration::from_millis(1),
+        1..3_600 => Duration::from_secs(1),
+        3_600..86_400 => Duration::from_secs(60),
+        _ => Duration::from_secs(3_600),
+    };
+    let rounded = unit * (d.as_nanos() / unit.as_nanos()) as u32;
+    humantime::format_duration(rounded).to_string()
 }
 
 pub fn now_ms() -> u64 {
@@ -58,26 +46,7 @@ pub fn now_ms() -> u64 {
 
 /// `2025-01-31T12:00:00Z` from epoch milliseconds.
 pub fn fmt_utc(ms: u64) -> String {
-    let secs = ms / 1000;
-    let days = (secs / 86_400) as i64;
-    let rem = secs % 86_400;
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = if m <= 2 { y + 1 } else { y };
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3_600,
-        rem / 60 % 60,
-        rem % 60
-    )
+    humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_millis(ms)).to_string()
 }
 
 /// `5m ago` (or `in 5m` for future times).
@@ -138,50 +107,30 @@ fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
-/// A plain-text table with aligned columns.
-pub struct Table {
-    headers: Vec<&'static str>,
-    rows: Vec<Vec<String>>,
-}
+/// A borderless table with aligned columns (two spaces between them), drawn by `comfy-table`.
+pub struct Table(comfy_table::Table);
 
 impl Table {
     pub fn new(headers: &[&'static str]) -> Table {
-        Table {
-            headers: headers.to_vec(),
-            rows: Vec::new(),
+        let mut t = comfy_table::Table::new();
+        t.load_style(comfy_table::presets::NOTHING)
+            .set_content_arrangement(comfy_table::ContentArrangement::Disabled)
+            .set_header(headers.to_vec());
+        for c in t.column_iter_mut() {
+            c.set_padding((0, 2));
         }
+        Table(t)
     }
 
     pub fn row(&mut self, cells: Vec<String>) {
-        self.rows.push(cells);
+        self.0.add_row(cells);
     }
 
+    /// The table, each line ending with a newline and no trailing spaces.
     pub fn render(&self) -> String {
-        let mut widths: Vec<usize> = self.headers.iter().map(|h| h.chars().count()).collect();
-        for r in &self.rows {
-            for (i, c) in r.iter().enumerate() {
-                if i < widths.len() {
-                    widths[i] = widths[i].max(c.chars().count());
-                }
-            }
-        }
-        let line = |cells: Vec<&str>| {
-            let n = cells.len();
-            let mut s = String::new();
-            for (i, c) in cells.into_iter().enumerate() {
-                if i + 1 == n {
-                    s.push_str(c);
-                } else {
-                    s.push_str(c);
-                    s.push_str(&" ".repeat(widths[i] - c.chars().count() + 2));
-                }
-            }
-            s.trim_end().to_string()
-        };
-        let mut out = line(self.headers.clone());
-        out.push('\n');
-        for r in &self.rows {
-            out.push_str(&line(r.iter().map(String::as_str).collect()));
+        let mut out = String::new();
+        for line in self.0.lines() {
+            out.push_str(line.trim_end());
             out.push('\n');
         }
         out
@@ -200,10 +149,17 @@ mod tests {
         assert_eq!(parse_duration("1d"), Ok(Duration::from_secs(86_400)));
         assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
         assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
+        assert_eq!(parse_duration("90"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("1h30m"), Ok(Duration::from_secs(5_400)));
+        assert_eq!(parse_duration("2 days"), Ok(Duration::from_secs(172_800)));
         assert!(parse_duration("5x").is_err());
         assert!(parse_duration("m").is_err());
-        assert_eq!(fmt_duration(Duration::from_secs(3_720)), "1h2m");
+        assert!(parse_duration("").is_err());
+        assert_eq!(fmt_duration(Duration::from_secs(3_720)), "1h 2m");
+        assert_eq!(fmt_duration(Duration::from_millis(3_721_500)), "1h 2m");
+        assert_eq!(fmt_duration(Duration::from_millis(61_500)), "1m 1s");
         assert_eq!(fmt_duration(Duration::from_millis(20)), "20ms");
+        assert_eq!(fmt_duration(Duration::from_secs(90_061)), "1day 1h");
     }
 
     #[test]
@@ -217,6 +173,7 @@ mod tests {
     fn tables_align() {
         let mut t = Table::new(&["A", "BB"]);
         t.row(vec!["xxx".into(), "y".into()]);
-        assert_eq!(t.render(), "A    BB\nxxx  y\n");
+        t.row(vec!["z".into(), "".into()]);
+        assert_eq!(t.render(), "A    BB\nxxx  y\nz\n");
     }
 }
