@@ -170,7 +170,7 @@ async fn mutual_exclusion_stress_50_tasks() {
     // A longer lease: 50 waiters and a busy DynamoDB Local must not make live rows look dead.
     let counter = dynamodb_transactions::fault::RequestCounter::new();
     let lock = builder(client_with(vec![shared(counter.clone())]), &table)
-        .lease_duration(Duration::from_secs(5))
+        .lease_duration(Duration::from_secs(6))
         .heartbeat_interval(Duration::from_secs(1))
         .build()
         .unwrap();
@@ -237,7 +237,13 @@ async fn mutual_exclusion_stress_50_tasks() {
 #[tokio::test]
 async fn fifo_grant_order_equals_ticket_order() {
     let (client, table, _guard) = lock_table("ql-fifo").await;
-    let lock = builder(client.clone(), &table).build().unwrap();
+    // A longer lease: the order of grants is under test, not expiry, and a waiter's lease counts
+    // from its first ticket request, which a loaded machine can make slow.
+    let lock = builder(client.clone(), &table)
+        .lease_duration(Duration::from_secs(6))
+        .heartbeat_interval(Duration::from_secs(1))
+        .build()
+        .unwrap();
     let holder = lock.acquire("fifo", Wait::NoWait).await.unwrap();
     let order = Arc::new(Mutex::new(Vec::new()));
     let tasks: Vec<_> = (0..12)
