@@ -365,7 +365,12 @@ async fn crossing_with_the_older_transaction_wins(
     let (older, younger) = tokio::join!(lock(&t, &env.table, "b"), lock(&young, &env.table, "a"));
     older.expect("the older transaction takes the younger one's item without a wait cycle");
     let err = younger.expect_err("the younger transaction does not get the older one's item");
-    assert!(err.is_rolled_back(), "the younger one was wounded: {err:?}");
+    // Wounded (or, on a loaded machine, its short lock wait ran out first: its record shows the
+    // wound below).
+    assert!(
+        err.is_rolled_back() || matches!(err, Error::ItemLocked { .. }),
+        "the younger one was wounded: {err:?}"
+    );
     for k in ["a", "b"] {
         t.put_item()
             .table_name(&env.table)
@@ -585,6 +590,7 @@ async fn a_holder_judged_dead_that_appends_before_the_wound_is_not_rolled_back()
             .table_name(&table)
             .item("Id", s("b"))
             .item("v", s("new"))
+            .return_values(aws_sdk_dynamodb::types::ReturnValue::AllOld)
             .send()
             .await?;
         live.abandon();
@@ -600,8 +606,8 @@ async fn a_holder_judged_dead_that_appends_before_the_wound_is_not_rolled_back()
     let contender = contender_mgr.begin();
     let r = lock(&contender, &env.table, "k").await;
     assert!(hook.ran(), "the race was staged");
-    let err = r.unwrap_err();
     appended.lock().unwrap().take().unwrap().unwrap();
+    let err = r.unwrap_err();
     assert!(matches!(err, Error::ItemLocked { .. }), "{err:?}");
     assert_eq!(
         env.manager.transaction_state(&holder_id).await.unwrap(),
@@ -654,8 +660,8 @@ async fn a_holder_judged_dead_that_heartbeats_before_the_wound_is_not_rolled_bac
     let contender = contender_mgr.begin();
     let r = lock(&contender, &env.table, "k").await;
     assert!(hook.ran(), "the race was staged");
-    let err = r.unwrap_err();
     beat.lock().unwrap().take().unwrap().unwrap();
+    let err = r.unwrap_err();
     assert!(matches!(err, Error::ItemLocked { .. }), "{err:?}");
     assert_eq!(
         env.manager.transaction_state(&holder_id).await.unwrap(),
@@ -729,8 +735,8 @@ async fn a_victim_recording_an_older_ticket_before_the_wound_is_not_rolled_back(
     let contender = contender_mgr.begin();
     let r = lock(&contender, &env.table, "k").await;
     assert!(hook.ran(), "the race was staged");
-    let err = r.unwrap_err();
     recorded.lock().unwrap().take().unwrap().unwrap();
+    let err = r.unwrap_err();
     assert!(matches!(err, Error::ItemLocked { .. }), "{err:?}");
     assert_eq!(ticket_of(&env, victim.id()).await, older);
     assert!(older < ticket_of(&env, contender.id()).await);
@@ -781,8 +787,8 @@ async fn a_wounder_rolled_back_before_its_wound_rolls_back_nobody() {
 
     let r = lock(&wounder, &env.table, "k").await;
     assert!(hook.ran(), "the race was staged");
-    let err = r.unwrap_err();
     rolled.lock().unwrap().take().unwrap().unwrap();
+    let err = r.unwrap_err();
     assert!(
         err.is_rolled_back(),
         "the wounder learns it was rolled back: {err:?}"
