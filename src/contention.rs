@@ -36,8 +36,12 @@ pub enum ContentionPolicy {
     ///
     /// Waits only go from younger to older transactions (as their records say, which is why a
     /// handle never contends with another ticket than its record's), so no cycle of waits can
-    /// form: deadlock is impossible. The oldest transaction is never rolled back by a live one, so
-    /// every transaction eventually commits.
+    /// form: deadlock is impossible. A rollback decides exactly what was judged: it is one
+    /// conditional request that lands only while the other transaction's record is still as it
+    /// was read (same version; still no ticket or a younger one, or, if judged dead, untouched
+    /// since) and this transaction's own record is still pending. So the transaction whose record
+    /// holds the oldest ticket is never rolled back by another one's ticket rule (only when dead),
+    /// and every transaction eventually commits.
     Ordered {
         /// How long a pending transaction's record may stay untouched before others treat its
         /// coordinator as dead.
