@@ -19,9 +19,10 @@
 //!   ticket or with a younger one than ours (or, for a `dead_after` takeover, with no write to its
 //!   record since it was judged dead), and the wounder's own record still pending; when the
 //!   condition fails nothing is written and the contender judges again at its next step;
-//! - every write a coordinator makes to its record: an append (a new request, before the item's
-//!   lock: here one step with the lock), a ticket (`set_ticket`) and a recorded wait (`_TxW`, a
-//!   heartbeat) change its last-update time `_TxD`; appends also change its version;
+//! - every write a coordinator makes to its record: an append (a new request; here in one step
+//!   with the item's lock, and not for an item the transaction holds already), a ticket
+//!   (`set_ticket`), a recorded wait (`_TxW`, a heartbeat) and its clearing change its last-update
+//!   time `_TxD`; appends also change its version;
 //! - coordinators that crash between any two steps, and resumption of a pending transaction by a
 //!   new handle built from its record (`TransactionManager::resume`), also while the first handle
 //!   still runs (two live handles of one transaction);
@@ -50,9 +51,10 @@
 //! `sometimes` properties show that waits, wounds, resumption under contention and commits of
 //! every transaction are reached, and `buggy_contention_is_caught` puts back the bug found by the
 //! outside review (a resumed handle ignores its record's ticket and contends with a fresh, younger
-//! one), a variant (a handle keeps its own ticket when its record already had another) and the
-//! unconditional wound (`rollback_transaction(owner)`, as `resolve` did before) and expects a
-//! counterexample for each.
+//! one), a variant (a handle keeps its own ticket when its record already had another), the
+//! unconditional wound (`rollback_transaction(owner)`, as `resolve` did before) and the wound
+//! without each of its conditions in turn (the wounder pending, the ticket order, the takeover's
+//! `_TxD`), and expects a counterexample for each.
 //!
 //! Abstractions: a lock attempt, and the `_TxW` clear that follows a successful one, are one step;
 //! a handle learns that its transaction was decided at its next step (the protocol model covers the
@@ -142,6 +144,12 @@ enum Bug {
     /// The wound decides the victim whatever happened since the judgement (`resolve` calling
     /// `rollback_transaction(owner)`, before the wound's conditions).
     UnconditionalWound,
+    /// The wound without the check that the wounder's own record is still pending.
+    WoundIgnoresWounder,
+    /// The wound without the ticket condition (version only, as if a ticket write changed it).
+    WoundIgnoresTicket,
+    /// The takeover without the `_TxD` condition (version only).
+    TakeoverIgnoresTouch,
 }
 
 #[derive(Clone, Debug)]
@@ -245,13 +253,16 @@ impl ContentionModel {
             // than ours, or (takeover) the `_TxD` judged dead. Nothing written otherwise: the next
             // step judges again.
             let v = s.records[victim as usize].ticket;
+            let bug = self.cfg.bug;
             let as_judged = !appended
                 && if dead {
-                    !touched
+                    !touched || bug == Some(Bug::TakeoverIgnoresTouch)
                 } else {
                     v.is_none_or(|v| h.mine.is_some_and(|m| v > m))
+                        || bug == Some(Bug::WoundIgnoresTicket)
                 };
-            let conditions = Self::pending(s, tx) && as_judged;
+            let conditions =
+                (Self::pending(s, tx) || bug == Some(Bug::WoundIgnoresWounder)) && as_judged;
             if Self::pending(s, victim)
                 && (conditions || self.cfg.bug == Some(Bug::UnconditionalWound))
             {
@@ -291,9 +302,15 @@ impl ContentionModel {
             Some(o) => Some(o),
         };
         let Some(o) = holder else {
+            // A new request is appended to the record (a new version); an item this transaction
+            // holds already (a resumed handle re-driving its record) is in it. A recorded wait is
+            // cleared (`clear_waiting`). Either is a write to the record.
+            let new = s.locks[item] != Some(tx);
+            let waited = s.records[tx as usize].waiting_on.take().is_some();
             s.locks[item] = Some(tx);
-            s.records[tx as usize].waiting_on = None;
-            Self::wrote(s, tx, true);
+            if new || waited {
+                Self::wrote(s, tx, new);
+            }
             let h = &mut s.handles[k];
             h.pc += 1;
             h.phase = Phase::Run;
@@ -711,13 +728,13 @@ fn three_transactions_two_items() {
 }
 
 #[test]
-#[ignore = "larger run (0.56M states, ~20 s in debug): cargo test --test model_contention -- --ignored"]
+#[ignore = "larger run (0.75M states, ~3 s in debug): cargo test --test model_contention -- --ignored"]
 fn three_transactions_two_items_full() {
     assert_model_holds(three_by_two());
 }
 
 #[test]
-#[ignore = "larger run (5.7M states, ~3 min in debug): cargo test --test model_contention -- --ignored"]
+#[ignore = "larger run (7.8M states, ~40 s in debug): cargo test --test model_contention -- --ignored"]
 fn three_transactions_three_items() {
     assert_model_holds(three_by_three());
 }
@@ -728,6 +745,9 @@ fn buggy_contention_is_caught() {
         (Bug::ResumeTakesFreshTicket, crossing()),
         (Bug::KeepsOwnTicket, second_handles()),
         (Bug::UnconditionalWound, crossing()),
+        (Bug::WoundIgnoresWounder, three_by_two_small()),
+        (Bug::WoundIgnoresTicket, crossing()),
+        (Bug::TakeoverIgnoresTouch, crossing()),
     ];
     for (bug, mut cfg) in cases {
         cfg.bug = Some(bug);
