@@ -537,6 +537,21 @@ fn before_the_wound<T: Send + 'static>(
     (hook, out)
 }
 
+/// Makes a record look idle: sets its last-update time `ago` in the past.
+async fn age_record(env: &TestEnv, id: &TxId, ago: Duration) {
+    env.client
+        .update_item()
+        .table_name(env.manager.transactions_table())
+        .key("_TxId", s(id.as_str()))
+        .key("_TxN", n(0))
+        .update_expression("SET #d = :d")
+        .expression_attribute_names("#d", "_TxD")
+        .expression_attribute_values(":d", n(now_ms() - ago.as_millis() as u64))
+        .send()
+        .await
+        .unwrap();
+}
+
 fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -576,12 +591,14 @@ async fn a_holder_judged_dead_that_appends_before_the_wound_is_not_rolled_back()
     let env = TestEnv::new("ct-dead-append").await;
     env.raw_put(&env.table, item(&[("Id", s("k")), ("v", n(1))]))
         .await;
-    let dead_after = Duration::from_millis(800);
+    let dead_after = Duration::from_secs(30);
     let m = ordered_on(&env, client(), dead_after, Duration::from_millis(300), true);
     let holder = m.begin();
     lock(&holder, &env.table, "k").await.unwrap();
     let holder_id = holder.id().clone();
-    tokio::time::sleep(dead_after + Duration::from_millis(200)).await;
+    // Untouched for longer than `dead_after` (a long `dead_after`, so that once the holder writes
+    // again it stays alive for the rest of the test however slow the machine is).
+    age_record(&env, &holder_id, 2 * dead_after).await;
 
     let (table, hid) = (env.table.clone(), holder_id.clone());
     let (hook, appended) = before_the_wound(&env, async move |m: TransactionManager| {
@@ -626,12 +643,14 @@ async fn a_holder_judged_dead_that_heartbeats_before_the_wound_is_not_rolled_bac
     let env = TestEnv::new("ct-dead-beat").await;
     env.raw_put(&env.table, item(&[("Id", s("k")), ("v", n(1))]))
         .await;
-    let dead_after = Duration::from_millis(800);
+    let dead_after = Duration::from_secs(30);
     let m = ordered_on(&env, client(), dead_after, Duration::from_millis(300), true);
     let holder = m.begin();
     lock(&holder, &env.table, "k").await.unwrap();
     let holder_id = holder.id().clone();
-    tokio::time::sleep(dead_after + Duration::from_millis(200)).await;
+    // Untouched for longer than `dead_after` (a long `dead_after`, so that once the holder writes
+    // again it stays alive for the rest of the test however slow the machine is).
+    age_record(&env, &holder_id, 2 * dead_after).await;
 
     let hid = holder_id.clone();
     let (hook, beat) = before_the_wound(&env, async move |m: TransactionManager| {
