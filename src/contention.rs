@@ -13,7 +13,7 @@ use crate::TxId;
 use crate::error::{Error, Item, Result};
 use crate::item_lock::{self, Observed};
 use crate::manager::{Settings, TransactionManager};
-use crate::record::{self, TxState};
+use crate::record::{self, Header, Judged, JudgedRollback, TxState};
 
 /// How a transaction treats another, pending transaction that holds an item it needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,8 +36,12 @@ pub enum ContentionPolicy {
     ///
     /// Waits only go from younger to older transactions (as their records say, which is why a
     /// handle never contends with another ticket than its record's), so no cycle of waits can
-    /// form: deadlock is impossible. The oldest transaction is never rolled back by a live one, so
-    /// every transaction eventually commits.
+    /// form: deadlock is impossible. A rollback decides exactly what was judged: it is one
+    /// conditional request that lands only while the other transaction's record is still as it
+    /// was read (same version; still no ticket or a younger one, or, if judged dead, untouched
+    /// since) and this transaction's own record is still pending. So the transaction whose record
+    /// holds the oldest ticket is never rolled back by another one's ticket rule (only when dead),
+    /// and every transaction eventually commits.
     Ordered {
         /// How long a pending transaction's record may stay untouched before others treat its
         /// coordinator as dead.
@@ -135,8 +139,17 @@ impl Contender<'_> {
     }
 }
 
+/// How many times [`resolve`] judges a holder again when its record changed under a wound.
+const JUDGEMENTS: u32 = 3;
+
 /// Resolves a lock held by `owner` on an item `me` needs: decides the owner if it is pending (per the
 /// policy) and completes it, so that the item is released, or says to wait for it.
+///
+/// A wound (rolling the owner back) decides exactly what was judged: the owner's record still
+/// pending at the version read, and still as the judgement found it (dead: the same last-update
+/// time; younger: no ticket or a younger one than ours), and our own record still pending (see
+/// [`record::roll_back_judged`]). If anything changed, the owner is judged again on its record as
+/// it now is (a bounded number of times).
 #[tracing::instrument(level = "debug", name = "contention", skip_all, fields(tx = %me.id, holder = %owner, table))]
 pub(crate) async fn resolve(
     mgr: &TransactionManager,
@@ -147,51 +160,109 @@ pub(crate) async fn resolve(
     grace_left: bool,
 ) -> Result<Resolution> {
     let inner = &mgr.inner;
-    let header = record::load_header(&inner.client, &inner.tx_table, owner).await?;
-    let h = match header {
-        None => {
-            steal_orphan(mgr, owner, table, key).await?;
+    // The owner's header as a failed wound found it (saves a read when judging again).
+    let mut found: Option<Option<Header>> = None;
+    let mut last_err = None;
+    for _ in 0..JUDGEMENTS {
+        let header = match found.take() {
+            Some(h) => h,
+            None => record::load_header(&inner.client, &inner.tx_table, owner).await?,
+        };
+        let h = match header {
+            None => {
+                steal_orphan(mgr, owner, table, key).await?;
+                return Ok(Resolution::Retry);
+            }
+            Some(h) => h,
+        };
+        if h.state != TxState::Pending {
+            complete_decided(mgr, owner, table, key).await?;
             return Ok(Resolution::Retry);
         }
-        Some(h) => h,
-    };
-    if h.state != TxState::Pending {
-        // Decided: finish it (also when finalized: its lock on this item may have been taken late).
-        match mgr.complete_transaction(owner).await {
-            Ok(_) | Err(Error::UnknownOutcome { .. }) => {}
-            Err(Error::TransactionNotFound { .. }) => steal_orphan(mgr, owner, table, key).await?,
+        let mut judged = Judged {
+            version: h.version,
+            idle_since: None,
+            younger_than: None,
+        };
+        if let ContentionPolicy::Ordered { dead_after, .. } = inner.settings.contention {
+            let idle_ms = crate::ddb::now_millis().saturating_sub(h.updated_ms);
+            if idle_ms > dead_after.as_millis() as u64 {
+                // Dead: rolled back whatever its ticket, but only if still untouched.
+                judged.idle_since = Some(h.updated_ms);
+            } else {
+                let mine = me.ticket(mgr).await?;
+                if let Some(theirs) = h.ticket.filter(|&theirs| theirs < mine) {
+                    debug!(tx = %me.id, other = %owner, "waiting for an older transaction");
+                    return Ok(Resolution::Wait { on: theirs });
+                }
+                // Younger: it must yield, but rolling it back wastes its work. If it is blocked by
+                // a transaction older than us, wait with it: waits then still only ever point
+                // (through the holder) at older transactions, so no cycle can form. If it is
+                // running, give it a moment to finish.
+                if let Some(on) = h.waiting_on.filter(|&on| on < mine) {
+                    return Ok(Resolution::Wait { on });
+                }
+                if grace_left && h.waiting_on.is_none() {
+                    return Ok(Resolution::Grace);
+                }
+                judged.younger_than = Some(mine);
+            }
+        }
+        debug!(tx = %me.id, other = %owner, "rolling back a contending transaction");
+        let c = &inner.client;
+        last_err = None;
+        match record::roll_back_judged(c, &inner.tx_table, owner, &judged, Some(me.id)).await {
+            Ok(JudgedRollback::Decided) => {
+                complete_decided(mgr, owner, table, key).await?;
+                return Ok(Resolution::Retry);
+            }
+            // Not as judged (it moved on, recorded a ticket, or was decided): judge it again on
+            // its record as found (read again if the failure did not return it: an absent header
+            // is never taken for a vanished record).
+            Ok(JudgedRollback::Changed(h)) => found = h.map(Some),
+            // We were rolled back (by an older transaction or the sweeper) since we judged: a
+            // rolled-back transaction decides nothing.
+            Ok(JudgedRollback::DeciderNotPending) => {
+                return Err(Error::RolledBack {
+                    tx_id: me.id.clone(),
+                });
+            }
+            Ok(JudgedRollback::Cancelled(why)) => {
+                debug!(tx = %me.id, other = %owner, ?why, "wound cancelled; judging again");
+            }
+            // The answer was lost: the wound may have landed. The record, read again, tells (a
+            // landed wound shows it rolled back, to be completed); a wound that did not land is
+            // judged anew, never repeated blindly.
+            Err(
+                e @ Error::DynamoDb {
+                    ambiguous: true, ..
+                },
+            ) => {
+                debug!(tx = %me.id, other = %owner, error = %e, "wound answer lost; judging again");
+                last_err = Some(e);
+            }
             Err(e) => return Err(e),
         }
-        return Ok(Resolution::Retry);
     }
-    if let ContentionPolicy::Ordered { dead_after, .. } = inner.settings.contention {
-        let idle_ms = crate::ddb::now_millis().saturating_sub(h.updated_ms);
-        let dead = idle_ms > dead_after.as_millis() as u64;
-        if !dead {
-            let mine = me.ticket(mgr).await?;
-            if let Some(theirs) = h.ticket.filter(|&theirs| theirs < mine) {
-                debug!(tx = %me.id, other = %owner, "waiting for an older transaction");
-                return Ok(Resolution::Wait { on: theirs });
-            }
-            // Younger: it must yield, but rolling it back wastes its work. If it is blocked by a
-            // transaction older than us, wait with it: waits then still only ever point (through
-            // the holder) at older transactions, so no cycle can form. If it is running, give it a
-            // moment to finish.
-            if let Some(on) = h.waiting_on.filter(|&on| on < mine) {
-                return Ok(Resolution::Wait { on });
-            }
-            if grace_left && h.waiting_on.is_none() {
-                return Ok(Resolution::Grace);
-            }
-        }
+    match last_err {
+        Some(e) => Err(e),
+        None => Ok(Resolution::Retry),
     }
-    debug!(tx = %me.id, other = %owner, "rolling back a contending transaction");
-    match mgr.rollback_transaction(owner).await {
-        Ok(()) | Err(Error::AlreadyCommitted { .. }) | Err(Error::UnknownOutcome { .. }) => {}
-        Err(Error::TransactionNotFound { .. }) => steal_orphan(mgr, owner, table, key).await?,
-        Err(e) => return Err(e),
+}
+
+/// Drives the decided transaction `owner` to completion (releasing its lock on the item).
+async fn complete_decided(
+    mgr: &TransactionManager,
+    owner: &TxId,
+    table: &str,
+    key: &Item,
+) -> Result<()> {
+    // Also when finalized: its lock on this item may have been taken late.
+    match mgr.complete_transaction(owner).await {
+        Ok(_) | Err(Error::UnknownOutcome { .. }) => Ok(()),
+        Err(Error::TransactionNotFound { .. }) => steal_orphan(mgr, owner, table, key).await,
+        Err(e) => Err(e),
     }
-    Ok(Resolution::Retry)
 }
 
 /// The owner's record is gone. Its lock can be released if its write was never applied; an applied

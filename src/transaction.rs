@@ -1747,24 +1747,27 @@ impl Transaction {
                 return Ok(false);
             };
             let c = &self.mgr.inner.client;
-            let flipped = record::roll_back_idle(
-                c,
-                &self.mgr.inner.tx_table,
-                &self.id,
-                meta.version,
-                judged_updated_ms,
-            )
-            .await?;
+            let judged = record::Judged {
+                version: meta.version,
+                idle_since: Some(judged_updated_ms),
+                younger_than: None,
+            };
+            let flipped =
+                record::roll_back_judged(c, &self.mgr.inner.tx_table, &self.id, &judged, None)
+                    .await?;
             match flipped {
-                Flipped::Ok => {
+                record::JudgedRollback::Decided => {
                     st.outcome = Some(TxState::RolledBack);
                     self.complete(&mut st, TxState::RolledBack, false).await?;
                     Ok(true)
                 }
-                Flipped::Failed(None) => Err(Error::UnknownOutcome {
+                // (Only a contender's rollback checks a decider or can be cancelled.)
+                record::JudgedRollback::Changed(None)
+                | record::JudgedRollback::DeciderNotPending
+                | record::JudgedRollback::Cancelled(_) => Err(Error::UnknownOutcome {
                     tx_id: self.id.clone(),
                 }),
-                Flipped::Failed(Some(h)) => match h.state {
+                record::JudgedRollback::Changed(Some(h)) => match h.state {
                     TxState::Pending => Ok(false),
                     TxState::RolledBack => {
                         self.finish_decided(&mut st, TxState::RolledBack).await?;

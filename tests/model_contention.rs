@@ -14,7 +14,15 @@
 //! - meeting a pending holder: wait if the holder's recorded ticket is older, or if the holder
 //!   records (`_TxW`) that it waits for a transaction older than us (the wait is recorded in our
 //!   `_TxW`); otherwise wound it: roll it back (a separate step, so the holder may change between
-//!   the read and the rollback);
+//!   the read and the rollback) with one conditional request that decides exactly what was judged
+//!   (`record::roll_back_judged`): the holder still pending at the version read, still without a
+//!   ticket or with a younger one than ours (or, for a `dead_after` takeover, with no write to its
+//!   record since it was judged dead), and the wounder's own record still pending; when the
+//!   condition fails nothing is written and the contender judges again at its next step;
+//! - every write a coordinator makes to its record: an append (a new request; here in one step
+//!   with the item's lock, and not for an item the transaction holds already), a ticket
+//!   (`set_ticket`), a recorded wait (`_TxW`, a heartbeat) and its clearing change its last-update
+//!   time `_TxD`; appends also change its version;
 //! - coordinators that crash between any two steps, and resumption of a pending transaction by a
 //!   new handle built from its record (`TransactionManager::resume`), also while the first handle
 //!   still runs (two live handles of one transaction);
@@ -30,21 +38,23 @@
 //!   item of another member and would, polling again, keep waiting. Polls are replayed until the
 //!   recorded `_TxW` values settle, so a transient cycle built from a stale `_TxW` (which the next
 //!   poll breaks) is not a deadlock, but any cycle that survives its members' polls is;
-//! - **the oldest is never wounded**: a pending transaction never rolls back, by the ticket rule,
-//!   the pending transaction with the oldest recorded ticket, if that ticket was in the victim's
-//!   record when the wounder read it. (The model found that the condition is needed: a
-//!   transaction meeting contention for the first time takes its ticket from the counter and then
-//!   records it; a contender that reads its record in between sees no ticket and may roll it back
-//!   although its ticket is the oldest. A one-time loss: a `run` retry records the kept ticket
-//!   when it creates its record. Likewise a wounder rolled back after deciding still carries the
-//!   wound out, as `resolve` does not re-read its own record; that is not counted as "by a
-//!   pending one".)
+//! - **the oldest is never wounded**: the pending transaction with the oldest recorded ticket is
+//!   never rolled back by the ticket rule (only a `dead_after` takeover may roll it back), whoever
+//!   the wounder and whenever its ticket was recorded. (Without the wound's conditions the model
+//!   finds two ways: a transaction meeting contention for the first time takes its ticket from the
+//!   counter and then records it, and a contender that read its record in between saw no ticket;
+//!   and a wounder rolled back after it decided still carried the wound out);
+//! - **wounds land only as judged**: when a wound lands, the wounder is pending and the victim,
+//!   as it is then, may be rolled back by it: a younger or no ticket (ticket rule), or no write to
+//!   its record since it was judged dead (takeover).
 //!
 //! `sometimes` properties show that waits, wounds, resumption under contention and commits of
 //! every transaction are reached, and `buggy_contention_is_caught` puts back the bug found by the
 //! outside review (a resumed handle ignores its record's ticket and contends with a fresh, younger
-//! one) and a variant (a handle keeps its own ticket when its record already had another) and
-//! expects a counterexample for each.
+//! one), a variant (a handle keeps its own ticket when its record already had another), the
+//! unconditional wound (`rollback_transaction(owner)`, as `resolve` did before) and the wound
+//! without each of its conditions in turn (the wounder pending, the ticket order, the takeover's
+//! `_TxD`), and expects a counterexample for each.
 //!
 //! Abstractions: a lock attempt, and the `_TxW` clear that follows a successful one, are one step;
 //! a handle learns that its transaction was decided at its next step (the protocol model covers the
@@ -78,12 +88,14 @@ enum Phase {
     Run,
     /// Decided to wait for (a transaction with) ticket `on`, and recorded that in `_TxW`.
     Waiting { on: Ticket },
-    /// Decided to roll back `victim` (`dead`: as a `dead_after` takeover), whose record had ticket
-    /// `seen` when read.
+    /// Decided to roll back `victim` (`dead`: as a `dead_after` takeover). `appended`: the victim
+    /// appended to its record since (a new version); `touched`: any write to its record since (a
+    /// new `_TxD`).
     Wounding {
         victim: Tx,
         dead: bool,
-        seen: Option<Ticket>,
+        appended: bool,
+        touched: bool,
     },
     /// Finished: committed, or learned that its transaction was decided.
     Done,
@@ -116,6 +128,7 @@ struct State {
     resumes_left: u8,
     // Ghost variables for the properties.
     oldest_wounded: bool,
+    misjudged_wound: bool,
 }
 
 /// Deliberate bugs, to show the checker catches them.
@@ -128,6 +141,15 @@ enum Bug {
     /// A handle contends with the ticket it took even when its record already had another one
     /// (recorded first by another handle of the same transaction).
     KeepsOwnTicket,
+    /// The wound decides the victim whatever happened since the judgement (`resolve` calling
+    /// `rollback_transaction(owner)`, before the wound's conditions).
+    UnconditionalWound,
+    /// The wound without the check that the wounder's own record is still pending.
+    WoundIgnoresWounder,
+    /// The wound without the ticket condition (version only, as if a ticket write changed it).
+    WoundIgnoresTicket,
+    /// The takeover without the `_TxD` condition (version only).
+    TakeoverIgnoresTouch,
 }
 
 #[derive(Clone, Debug)]
@@ -198,22 +220,64 @@ impl ContentionModel {
         }
     }
 
+    /// A write of transaction `tx` to its own record (`append`: a new version as well as a new
+    /// `_TxD`), as seen by the contenders that judged it.
+    fn wrote(s: &mut State, tx: Tx, append: bool) {
+        for h in s.handles.iter_mut() {
+            if let Phase::Wounding {
+                victim,
+                appended,
+                touched,
+                ..
+            } = &mut h.phase
+                && *victim == tx
+            {
+                *touched = true;
+                *appended |= append;
+            }
+        }
+    }
+
     fn step(&self, s: &mut State, k: Slot) {
         let h = s.handles[k];
         let tx = h.tx;
-        if let Phase::Wounding { victim, dead, seen } = h.phase {
-            // `rollback_transaction(owner)`: decides the victim if it is still pending (also when
-            // the wounder itself was rolled back since it decided: nothing checks in between).
-            if Self::pending(s, victim) {
-                if !dead && seen.is_some() && Self::pending(s, tx) {
-                    let v = s.records[victim as usize].ticket;
-                    let oldest = v.is_some_and(|v| {
-                        s.records
-                            .iter()
-                            .all(|r| r.status != Status::Pending || r.ticket.is_none_or(|t| t >= v))
-                    });
-                    s.oldest_wounded |= oldest;
-                }
+        if let Phase::Wounding {
+            victim,
+            dead,
+            appended,
+            touched,
+        } = h.phase
+        {
+            // `record::roll_back_judged`, one `TransactWriteItems`: our record pending (condition
+            // check), the victim pending at the version judged, and still a younger (or no) ticket
+            // than ours, or (takeover) the `_TxD` judged dead. Nothing written otherwise: the next
+            // step judges again.
+            let v = s.records[victim as usize].ticket;
+            let bug = self.cfg.bug;
+            let as_judged = !appended
+                && if dead {
+                    !touched || bug == Some(Bug::TakeoverIgnoresTouch)
+                } else {
+                    v.is_none_or(|v| h.mine.is_some_and(|m| v > m))
+                        || bug == Some(Bug::WoundIgnoresTicket)
+                };
+            let conditions =
+                (Self::pending(s, tx) || bug == Some(Bug::WoundIgnoresWounder)) && as_judged;
+            if Self::pending(s, victim)
+                && (conditions || self.cfg.bug == Some(Bug::UnconditionalWound))
+            {
+                let oldest = v.is_some_and(|v| {
+                    s.records
+                        .iter()
+                        .all(|r| r.status != Status::Pending || r.ticket.is_none_or(|t| t >= v))
+                });
+                s.oldest_wounded |= !dead && oldest;
+                let may = if dead {
+                    !touched
+                } else {
+                    v.is_none_or(|v| h.mine.is_some_and(|m| v > m))
+                };
+                s.misjudged_wound |= !Self::pending(s, tx) || !may;
                 Self::decide_now(s, victim, Status::RolledBack);
             }
             s.handles[k].phase = Phase::Run;
@@ -238,8 +302,15 @@ impl ContentionModel {
             Some(o) => Some(o),
         };
         let Some(o) = holder else {
+            // A new request is appended to the record (a new version); an item this transaction
+            // holds already (a resumed handle re-driving its record) is in it. A recorded wait is
+            // cleared (`clear_waiting`). Either is a write to the record.
+            let new = s.locks[item] != Some(tx);
+            let waited = s.records[tx as usize].waiting_on.take().is_some();
             s.locks[item] = Some(tx);
-            s.records[tx as usize].waiting_on = None;
+            if new || waited {
+                Self::wrote(s, tx, new);
+            }
             let h = &mut s.handles[k];
             h.pc += 1;
             h.phase = Phase::Run;
@@ -257,9 +328,10 @@ impl ContentionModel {
                     // `set_ticket`: `_TxK = if_not_exists(_TxK, p)`, returning the record's ticket.
                     let r = &mut s.records[tx as usize];
                     let recorded = *r.ticket.get_or_insert(p);
+                    Self::wrote(s, tx, false);
                     s.handles[k].mine = Some(match self.cfg.bug {
                         Some(Bug::ResumeTakesFreshTicket | Bug::KeepsOwnTicket) => p,
-                        None => recorded,
+                        _ => recorded,
                     });
                 }
             }
@@ -271,13 +343,15 @@ impl ContentionModel {
             Some(on) => {
                 // Recorded in `_TxW` (with a heartbeat) before backing off.
                 s.records[tx as usize].waiting_on = Some(on);
+                Self::wrote(s, tx, false);
                 s.handles[k].phase = Phase::Waiting { on };
             }
             None => {
                 s.handles[k].phase = Phase::Wounding {
                     victim: o,
                     dead: false,
-                    seen: theirs.ticket,
+                    appended: false,
+                    touched: false,
                 };
             }
         }
@@ -394,6 +468,7 @@ impl Model for ContentionModel {
             crashes_left: self.cfg.crashes,
             resumes_left: self.cfg.resumes,
             oldest_wounded: false,
+            misjudged_wound: false,
         }]
     }
 
@@ -436,7 +511,8 @@ impl Model for ContentionModel {
                 s.handles[k].phase = Phase::Wounding {
                     victim,
                     dead: true,
-                    seen: None,
+                    appended: false,
+                    touched: false,
                 };
             }
             Action::Crash(k) => {
@@ -485,6 +561,10 @@ impl Model for ContentionModel {
             Property::always(
                 "the oldest pending transaction is never wounded",
                 |_: &ContentionModel, s: &State| !s.oldest_wounded,
+            ),
+            Property::always(
+                "wounds land only as judged",
+                |_: &ContentionModel, s: &State| !s.misjudged_wound,
             ),
             Property::sometimes("a transaction waits", |_: &ContentionModel, s: &State| {
                 s.handles
@@ -648,13 +728,13 @@ fn three_transactions_two_items() {
 }
 
 #[test]
-#[ignore = "larger run (0.56M states, ~20 s in debug): cargo test --test model_contention -- --ignored"]
+#[ignore = "larger run (0.75M states, ~3 s in debug): cargo test --test model_contention -- --ignored"]
 fn three_transactions_two_items_full() {
     assert_model_holds(three_by_two());
 }
 
 #[test]
-#[ignore = "larger run (5.7M states, ~3 min in debug): cargo test --test model_contention -- --ignored"]
+#[ignore = "larger run (7.8M states, ~40 s in debug): cargo test --test model_contention -- --ignored"]
 fn three_transactions_three_items() {
     assert_model_holds(three_by_three());
 }
@@ -664,6 +744,10 @@ fn buggy_contention_is_caught() {
     let cases = [
         (Bug::ResumeTakesFreshTicket, crossing()),
         (Bug::KeepsOwnTicket, second_handles()),
+        (Bug::UnconditionalWound, crossing()),
+        (Bug::WoundIgnoresWounder, three_by_two_small()),
+        (Bug::WoundIgnoresTicket, crossing()),
+        (Bug::TakeoverIgnoresTouch, crossing()),
     ];
     for (bug, mut cfg) in cases {
         cfg.bug = Some(bug);
