@@ -171,6 +171,7 @@ pub(crate) async fn resolve(
             let mine = me.ticket(mgr).await?;
             if let Some(theirs) = h.ticket.filter(|&theirs| theirs < mine) {
                 debug!(tx = %me.id, other = %owner, "waiting for an older transaction");
+                crate::metrics::contention_wait();
                 return Ok(Resolution::Wait { on: theirs });
             }
             // Younger: it must yield, but rolling it back wastes its work. If it is blocked by a
@@ -178,6 +179,7 @@ pub(crate) async fn resolve(
             // the holder) at older transactions, so no cycle can form. If it is running, give it a
             // moment to finish.
             if let Some(on) = h.waiting_on.filter(|&on| on < mine) {
+                crate::metrics::contention_wait();
                 return Ok(Resolution::Wait { on });
             }
             if grace_left && h.waiting_on.is_none() {
@@ -186,6 +188,7 @@ pub(crate) async fn resolve(
         }
     }
     debug!(tx = %me.id, other = %owner, "rolling back a contending transaction");
+    crate::metrics::contention_wound();
     match mgr.rollback_transaction(owner).await {
         Ok(()) | Err(Error::AlreadyCommitted { .. }) | Err(Error::UnknownOutcome { .. }) => {}
         Err(Error::TransactionNotFound { .. }) => steal_orphan(mgr, owner, table, key).await?,

@@ -24,6 +24,7 @@ mod item_lock;
 mod keys;
 pub mod lock;
 mod manager;
+mod metrics;
 mod record;
 mod request;
 pub mod sweeper;

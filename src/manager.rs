@@ -384,6 +384,7 @@ impl TransactionManager {
                     .await;
             }
             tracing::debug!(tx = %id, attempt, error = %err, "retrying unit of work");
+            crate::metrics::retry(crate::metrics::RUN_ATTEMPT);
             crate::contention::backoff(&self.inner.settings, attempt).await;
         }
     }

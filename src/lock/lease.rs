@@ -424,6 +424,7 @@ impl LeaseLock {
                         .expect("poisoned")
                         .insert(name.to_string());
                     self.remove_strays(name, &strays);
+                    crate::metrics::lock_acquired(crate::metrics::LEASE_LOCK, takeover.is_some());
                     return Ok(self.granted(name, owner, rid, shared, &item, sent_at));
                 }
                 Err(e) => match update_failure(e) {
@@ -453,6 +454,7 @@ impl LeaseLock {
                             if inner.fail_closed || left >= inner.lease / 2 {
                                 tracing::debug!(lock = name, "an ambiguous acquire had landed");
                                 self.remove_strays(name, &strays);
+                                crate::metrics::lock_acquired(crate::metrics::LEASE_LOCK, false);
                                 return Ok(self.granted(name, id, rid, shared, &item, first_sent));
                             }
                             // Too little of that lease is left to hand out: take our own write
@@ -492,6 +494,7 @@ impl LeaseLock {
                             }
                             (_, Some(d)) if now >= d => {
                                 self.remove_strays(name, &strays);
+                                crate::metrics::lock_timeout(crate::metrics::LEASE_LOCK);
                                 return Err(LockError::Timeout {
                                     name: name.to_string(),
                                     waited: start.elapsed(),
@@ -1030,6 +1033,7 @@ impl LeaseGuard {
         match r {
             Ok(true) => {
                 tracing::debug!(lock = %self.name, fence = self.fence, "lease lock released");
+                crate::metrics::lock_released(crate::metrics::LEASE_LOCK);
                 Ok(())
             }
             Ok(false) => Err(LockError::Lost {

@@ -323,10 +323,12 @@ impl QueueLock {
         match self.wait_turn(&entry, wait, deadline, start).await {
             Ok(()) => {
                 tracing::debug!(lock = name, ticket = entry.ticket, waited = ?start.elapsed(), "queue lock acquired");
+                crate::metrics::lock_acquired(crate::metrics::QUEUE_LOCK, false);
                 Ok(entry.into_guard())
             }
             Err(e) => {
                 tracing::debug!(lock = name, ticket = entry.ticket, error = %e, "giving up; leaving the queue");
+                crate::metrics::lock_failed(crate::metrics::QUEUE_LOCK, &e);
                 entry.remove().await;
                 Err(e)
             }
@@ -1111,6 +1113,7 @@ impl QueueGuard {
         match deleted {
             Ok(true) => {
                 tracing::debug!(lock = %self.name, ticket = self.ticket, "queue lock released");
+                crate::metrics::lock_released(crate::metrics::QUEUE_LOCK);
                 Ok(())
             }
             Ok(false) => Err(LockError::Lost {
