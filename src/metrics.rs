@@ -223,6 +223,13 @@ pub(crate) fn error_kind(e: &Error) -> &'static str {
     }
 }
 
+/// Records the outcome of `run` (and how many attempts it made) on its span; returns `r`.
+pub(crate) fn run_result<T>(r: Result<T, Error>, attempts: u32) -> Result<T, Error> {
+    tracing::Span::current().record("attempts", attempts);
+    record_outcome(&r, "committed");
+    r
+}
+
 /// Records `outcome` (`committed`, `rolled_back` or `failed`) and, for an error, `error.kind` on
 /// the current span (fields the span declared `Empty`).
 pub(crate) fn record_outcome<T>(r: &Result<T, Error>, ok: &'static str) {

@@ -607,6 +607,32 @@ async fn a_failed_commit_span_carries_its_id_outcome_and_error_kind() {
     assert_eq!(good.get("outcome").map(String::as_str), Some("committed"));
     assert_eq!(good.get("error.kind"), None);
 
+    // `run`'s span says how its last attempt ended and how many attempts it made.
+    let table = env.table.clone();
+    let err = env
+        .manager
+        .run(async |tx| {
+            tx.delete_item()
+                .table_name(&table)
+                .key("Id", s("never-there"))
+                .condition_expression("attribute_exists(Id)")
+                .send()
+                .await?;
+            Ok(())
+        })
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::ConditionFailed { .. }), "{err:?}");
+    let runs = captured.spans("run");
+    assert!(
+        runs.iter().any(
+            |f| f.get("outcome").map(String::as_str) == Some("rolled_back")
+                && f.get("error.kind").map(String::as_str) == Some("condition_failed")
+                && f.get("attempts").map(String::as_str) == Some("1")
+        ),
+        "{runs:?}"
+    );
+
     let rollbacks = captured.spans("rollback");
     let rolled = rollbacks
         .iter()
