@@ -30,7 +30,7 @@ pub(crate) const RETRIES: &str = "dynamodb_tx_retries_total";
 pub(crate) const DROPPED: &str = "dynamodb_tx_dropped_handles_total";
 /// Sweeper actions, by `action`.
 pub(crate) const SWEEPER_ACTIONS: &str = "dynamodb_tx_sweeper_actions_total";
-/// Distributed locks acquired, by `lock` and `takeover`.
+/// Distributed locks acquired, by `lock` and `how`.
 pub(crate) const LOCK_ACQUISITIONS: &str = "dynamodb_tx_lock_acquisitions_total";
 /// Distributed locks released by their holder, by `lock`.
 pub(crate) const LOCK_RELEASES: &str = "dynamodb_tx_lock_releases_total";
@@ -146,10 +146,15 @@ pub(crate) fn sweep_report(r: &crate::sweeper::SweepReport) {
     }
 }
 
-/// Counts an acquired distributed lock; `takeover`: taken over from a holder judged dead.
-pub(crate) fn lock_acquired(lock: &'static str, takeover: bool) {
-    let takeover = if takeover { "true" } else { "false" };
-    counter!(LOCK_ACQUISITIONS, "lock" => lock, "takeover" => takeover).increment(1);
+/// Counts an acquired distributed lock, by how: taken over from a holder judged dead
+/// (`takeover`), handed over after waiting for a live holder (`handoff`), or found free (`free`).
+pub(crate) fn lock_acquired(lock: &'static str, takeover: bool, waited: bool) {
+    let how = match (takeover, waited) {
+        (true, _) => "takeover",
+        (false, true) => "handoff",
+        (false, false) => "free",
+    };
+    counter!(LOCK_ACQUISITIONS, "lock" => lock, "how" => how).increment(1);
 }
 
 /// Counts a released distributed lock.

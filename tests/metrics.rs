@@ -415,7 +415,19 @@ async fn lock_acquisitions_releases_and_timeouts_are_counted() {
         .acquire("q", Wait::For(Duration::from_millis(200)))
         .await;
     assert!(timed_out.is_err());
+    // A waiter queued behind the holder gets the lock handed over when it is released.
+    let waiter = {
+        let queue = queue.clone();
+        tokio::spawn(async move { queue.acquire("q", Wait::For(Duration::from_secs(30))).await })
+    };
+    let mut polls = 0;
+    while queue_rows(&client, &table, "q").await < 2 {
+        polls += 1;
+        assert!(polls < 400, "the waiter never queued");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
     g.release().await.unwrap();
+    waiter.await.unwrap().unwrap().release().await.unwrap();
 
     let lease = LeaseLock::builder(client.clone())
         .table(&table)
@@ -444,18 +456,36 @@ async fn lock_acquisitions_releases_and_timeouts_are_counted() {
 
     let seen = Seen::take(&snap);
     seen.assert_well_named();
+    assert_eq!(
+        seen.counter(
+            "dynamodb_tx_lock_acquisitions_total",
+            &[("lock", "queue"), ("how", "handoff")]
+        ),
+        1
+    );
+    assert_eq!(
+        seen.counter("dynamodb_tx_lock_releases_total", &[("lock", "queue")]),
+        2
+    );
+    assert_eq!(
+        seen.counter("dynamodb_tx_lock_releases_total", &[("lock", "lease")]),
+        1
+    );
     for lock in ["queue", "lease"] {
         assert_eq!(
             seen.counter(
                 "dynamodb_tx_lock_acquisitions_total",
-                &[("lock", lock), ("takeover", "false")]
+                &[("lock", lock), ("how", "free")]
             ),
             1,
             "{lock}"
         );
         assert_eq!(
-            seen.counter("dynamodb_tx_lock_releases_total", &[("lock", lock)]),
-            1,
+            seen.counter(
+                "dynamodb_tx_lock_acquisitions_total",
+                &[("lock", lock), ("how", "takeover")]
+            ),
+            0,
             "{lock}"
         );
         assert_eq!(
@@ -465,6 +495,22 @@ async fn lock_acquisitions_releases_and_timeouts_are_counted() {
         );
     }
     assert_eq!(seen.counter("dynamodb_tx_lock_lost_total", &[]), 0);
+}
+
+/// How many queue rows lock `name` has (holder and waiters), read consistently.
+async fn queue_rows(client: &aws_sdk_dynamodb::Client, table: &str, name: &str) -> usize {
+    client
+        .query()
+        .table_name(table)
+        .key_condition_expression("pk = :pk AND begins_with(sk, :p)")
+        .expression_attribute_values(":pk", s(name))
+        .expression_attribute_values(":p", s("#q#"))
+        .consistent_read(true)
+        .send()
+        .await
+        .expect("Query")
+        .items()
+        .len()
 }
 
 /// The fields of every closed span named `commit` or `rollback`, as `name -> field -> value`.

@@ -360,6 +360,7 @@ impl LeaseLock {
         let mut strays: Vec<String> = Vec::new();
         let mut rid = owner.clone();
         let mut failures = 0u32;
+        let mut waited = false;
         loop {
             if shared && !inner.records.lock().expect("poisoned").contains(name) {
                 self.ensure_record(name).await?;
@@ -424,7 +425,11 @@ impl LeaseLock {
                         .expect("poisoned")
                         .insert(name.to_string());
                     self.remove_strays(name, &strays);
-                    crate::metrics::lock_acquired(crate::metrics::LEASE_LOCK, takeover.is_some());
+                    crate::metrics::lock_acquired(
+                        crate::metrics::LEASE_LOCK,
+                        takeover.is_some(),
+                        waited,
+                    );
                     return Ok(self.granted(name, owner, rid, shared, &item, sent_at));
                 }
                 Err(e) => match update_failure(e) {
@@ -454,7 +459,11 @@ impl LeaseLock {
                             if inner.fail_closed || left >= inner.lease / 2 {
                                 tracing::debug!(lock = name, "an ambiguous acquire had landed");
                                 self.remove_strays(name, &strays);
-                                crate::metrics::lock_acquired(crate::metrics::LEASE_LOCK, false);
+                                crate::metrics::lock_acquired(
+                                    crate::metrics::LEASE_LOCK,
+                                    false,
+                                    waited,
+                                );
                                 return Ok(self.granted(name, id, rid, shared, &item, first_sent));
                             }
                             // Too little of that lease is left to hand out: take our own write
@@ -511,6 +520,7 @@ impl LeaseLock {
                         if let Some(d) = deadline {
                             pause = pause.min(d.saturating_duration_since(now));
                         }
+                        waited = true;
                         tokio::time::sleep(pause).await;
                     }
                     WriteFailure::Other(e) => {

@@ -323,7 +323,6 @@ impl QueueLock {
         match self.wait_turn(&entry, wait, deadline, start).await {
             Ok(()) => {
                 tracing::debug!(lock = name, ticket = entry.ticket, waited = ?start.elapsed(), "queue lock acquired");
-                crate::metrics::lock_acquired(crate::metrics::QUEUE_LOCK, false);
                 Ok(entry.into_guard())
             }
             Err(e) => {
@@ -628,6 +627,7 @@ impl QueueLock {
             name: entry.name.clone(),
         };
         let mut failures = 0u32;
+        let mut waited = false;
         loop {
             let hb = entry
                 .heartbeat
@@ -659,6 +659,7 @@ impl QueueLock {
                 if hb.is_lost() {
                     return Err(lost());
                 }
+                crate::metrics::lock_acquired(crate::metrics::QUEUE_LOCK, false, waited);
                 return Ok(());
             }
             let now = Instant::now();
@@ -686,6 +687,7 @@ impl QueueLock {
                 pause = pause.min(d.saturating_duration_since(now));
             }
             tracing::trace!(lock = %entry.name, ticket = entry.ticket, ahead = scan.live_ahead, ?pause, "waiting in queue");
+            waited = true;
             tokio::time::sleep(pause).await;
         }
     }
