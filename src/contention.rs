@@ -193,6 +193,7 @@ pub(crate) async fn resolve(
                 let mine = me.ticket(mgr).await?;
                 if let Some(theirs) = h.ticket.filter(|&theirs| theirs < mine) {
                     debug!(tx = %me.id, other = %owner, "waiting for an older transaction");
+                    crate::metrics::contention_wait();
                     return Ok(Resolution::Wait { on: theirs });
                 }
                 // Younger: it must yield, but rolling it back wastes its work. If it is blocked by
@@ -200,6 +201,7 @@ pub(crate) async fn resolve(
                 // (through the holder) at older transactions, so no cycle can form. If it is
                 // running, give it a moment to finish.
                 if let Some(on) = h.waiting_on.filter(|&on| on < mine) {
+                    crate::metrics::contention_wait();
                     return Ok(Resolution::Wait { on });
                 }
                 if grace_left && h.waiting_on.is_none() {
@@ -213,6 +215,8 @@ pub(crate) async fn resolve(
         last_err = None;
         match record::roll_back_judged(c, &inner.tx_table, owner, &judged, Some(me.id)).await {
             Ok(JudgedRollback::Decided) => {
+                crate::metrics::contention_wound();
+                crate::metrics::rolled_back(crate::metrics::WOUNDED);
                 complete_decided(mgr, owner, table, key).await?;
                 return Ok(Resolution::Retry);
             }

@@ -6,6 +6,30 @@
 //! A [`Transaction`] coordinator records its requests in a TX record, locks each item, applies the
 //! changes and commits with one conditional write on the record's version; any coordinator can resume,
 //! finish or roll back any transaction. See `docs/PROTOCOL.md` for the protocol.
+//!
+//! ## Observability
+//!
+//! **Tracing.** The library emits [`tracing`] spans and events and installs no subscriber. Each
+//! transaction's `commit`, `rollback` and [`run`](TransactionManager::run) span (level `info`)
+//! carries its id (`tx`) and, when it ends, its `outcome` (`committed`, `rolled_back`, `unknown`,
+//! `failed`) and, on failure, `error.kind` (`condition_failed`, `rolled_back`, `dynamodb`, ...);
+//! the protocol's phases have `debug` spans below it. To see them, install a subscriber, e.g. with
+//! `tracing-subscriber` (features `fmt`, `env-filter`):
+//!
+//! ```
+//! tracing_subscriber::fmt()
+//!     .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+//!     .init();
+//! ```
+//!
+//! and run with `RUST_LOG=dynamodb_transactions=debug`.
+//!
+//! **Metrics.** Counters and a phase-latency histogram go through the [`metrics`](::metrics)
+//! facade, all named `dynamodb_tx_...`: commits by path, rollbacks by cause, contention waits and
+//! wounds, retries, sweeper actions, lock acquisitions, releases, timeouts and losses. Nothing is
+//! recorded until the application installs a recorder or exporter (for example
+//! `metrics-exporter-prometheus`); `examples/metrics.rs` shows one, and `docs/OPERATIONS.md`
+//! ("Observability") lists every metric with its labels.
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 // Errors carry the table, key and current item a caller needs to act; like the AWS SDK's own
@@ -24,6 +48,7 @@ mod item_lock;
 mod keys;
 pub mod lock;
 mod manager;
+mod metrics;
 mod record;
 mod request;
 pub mod sweeper;

@@ -337,6 +337,7 @@ impl TransactionManager {
     /// # Cancel safety
     /// Dropping the future midway leaves the current attempt's transaction pending (never half
     /// applied); it is rolled back by whoever meets its locks, or by the sweeper.
+    #[tracing::instrument(level = "info", skip_all, fields(attempts = tracing::field::Empty, outcome = tracing::field::Empty, error.kind = tracing::field::Empty))]
     pub async fn run<T, F>(&self, mut work: F) -> Result<T>
     where
         F: AsyncFnMut(&Transaction) -> Result<T>,
@@ -351,12 +352,16 @@ impl TransactionManager {
             let id = tx.id().clone();
             let err = match work(&tx).await {
                 Ok(v) => match tx.commit().await {
-                    Ok(()) => return Ok(v),
-                    Err(e) if e.is_undetermined() => return Err(e),
+                    Ok(()) => return crate::metrics::run_result(Ok(v), attempt),
+                    Err(e) if e.is_undetermined() => {
+                        return crate::metrics::run_result(Err(e), attempt);
+                    }
                     Err(e) => {
                         // Leave nothing pending behind; a commit that landed after all wins.
                         match self.rollback_transaction(&id).await {
-                            Err(Error::AlreadyCommitted { .. }) => return Ok(v),
+                            Err(Error::AlreadyCommitted { .. }) => {
+                                return crate::metrics::run_result(Ok(v), attempt);
+                            }
                             _ => e,
                         }
                     }
@@ -371,7 +376,7 @@ impl TransactionManager {
                 }
             };
             if !err.is_retryable() || attempt >= attempts {
-                return Err(err);
+                return crate::metrics::run_result(Err(err), attempt);
             }
             // Rolled back by a competitor before meeting contention itself: take a ticket now, so
             // the next attempt is ordered.
@@ -384,6 +389,7 @@ impl TransactionManager {
                     .await;
             }
             tracing::debug!(tx = %id, attempt, error = %err, "retrying unit of work");
+            crate::metrics::retry(crate::metrics::RUN_ATTEMPT);
             crate::contention::backoff(&self.inner.settings, attempt).await;
         }
     }

@@ -1165,7 +1165,10 @@ impl TransactionManager {
     /// finishes.
     pub async fn sweep(&self, options: &SweepOptions) -> Result<SweepReport> {
         let span = info_span!("sweep", tx_table = %self.inner.tx_table, dry_run = options.dry_run);
-        self.sweep_inner(options).instrument(span).await
+        self.sweep_inner(options)
+            .instrument(span)
+            .await
+            .inspect(crate::metrics::sweep_report)
     }
 
     async fn sweep_inner(&self, opts: &SweepOptions) -> Result<SweepReport> {

@@ -154,6 +154,8 @@ struct State {
     ambiguous_commits: u32,
     /// The last transient failure (throttling, conflict) a commit attempt backed off from.
     transient: Option<Error>,
+    /// Why this handle rolls back (a metric label); `None`: a `rollback` call.
+    rollback_cause: Option<&'static str>,
 }
 
 #[derive(Debug, Clone)]
@@ -432,6 +434,8 @@ impl Transaction {
     /// Records buffered requests in the TX record.
     #[instrument(level = "debug", name = "record", skip_all, fields(tx = %self.id, new_requests = st.requests.len() - st.recorded))]
     async fn flush(&self, st: &mut State) -> Result<()> {
+        let _timer = (st.recorded < st.requests.len())
+            .then(|| crate::metrics::PhaseTimer::start(crate::metrics::RECORD));
         for _ in 0..PROTOCOL_ATTEMPTS {
             if st.recorded == st.requests.len() {
                 return Ok(());
@@ -587,6 +591,7 @@ impl Transaction {
     /// Locks every item not yet locked by this coordinator, concurrently.
     #[instrument(level = "debug", name = "lock", skip_all, fields(tx = %self.id, items = st.items.len()))]
     async fn lock_all(&self, st: &mut State) -> Result<()> {
+        let _timer = crate::metrics::PhaseTimer::start(crate::metrics::LOCK);
         let todo: Vec<(ItemRef, String, Item)> = st
             .items
             .iter()
@@ -651,6 +656,7 @@ impl Transaction {
                 ) if tries + 1 < settings.lock_attempts => {
                     // The lock may have landed: the next attempt recognises our own lock.
                     debug!(tx = %self.id, error = %e, "ambiguous lock attempt; retrying");
+                    crate::metrics::retry(crate::metrics::LOCK_AMBIGUOUS);
                     tries += 1;
                     continue;
                 }
@@ -828,6 +834,7 @@ impl Transaction {
                     }
                     let index = e.index();
                     let item = if is_check { None } else { obs.visible() };
+                    st.rollback_cause = Some(crate::metrics::CONDITION_FAILED);
                     self.rollback_locked(st).await?;
                     return Err(Error::ConditionFailed {
                         tx_id: self.id.clone(),
@@ -843,6 +850,7 @@ impl Transaction {
                     ..
                 }) if code == "ValidationException" => {
                     let index = e.index();
+                    st.rollback_cause = Some(crate::metrics::REQUEST_REJECTED);
                     self.rollback_locked(st).await?;
                     return Err(Error::RequestRejected {
                         tx_id: self.id.clone(),
@@ -970,9 +978,11 @@ impl Transaction {
     /// midway leaves the transaction pending (or already committed). It is never left half-applied:
     /// any coordinator can finish it with [`TransactionManager::resume`], and contending transactions or
     /// the sweeper roll it back.
-    #[instrument(level = "info", skip_all, fields(tx = %self.id))]
+    #[instrument(level = "info", skip_all, fields(tx = %self.id, outcome = tracing::field::Empty, error.kind = tracing::field::Empty))]
     pub async fn commit(self) -> Result<()> {
         let r = self.commit_inner().await;
+        crate::metrics::commit_result(&r);
+        crate::metrics::record_outcome(&r, "committed");
         self.finished.store(true, Ordering::SeqCst);
         r
     }
@@ -1000,7 +1010,10 @@ impl Transaction {
         match self.commit_attempts(&mut st).await {
             // Our fast-path request created the record committed after all (the locking
             // protocol's record creation found it).
-            Err(Error::AlreadyCommitted { .. }) if st.fast_path_sent && st.meta.is_none() => Ok(()),
+            Err(Error::AlreadyCommitted { .. }) if st.fast_path_sent && st.meta.is_none() => {
+                crate::metrics::committed(crate::metrics::FAST_PATH);
+                Ok(())
+            }
             Err(e) if st.decision_in_doubt && !is_outcome(&e) => {
                 self.resolve_in_doubt_commit(&mut st, e).await
             }
@@ -1015,6 +1028,8 @@ impl Transaction {
     /// the race). If even that fails: `Undetermined`.
     async fn resolve_in_doubt_commit(&self, st: &mut State, cause: Error) -> Result<()> {
         warn!(tx = %self.id, error = %cause, "commit gave up after a commit request may have landed; resolving");
+        crate::metrics::commit_in_doubt();
+        st.rollback_cause = Some(crate::metrics::IN_DOUBT);
         let undetermined = |cause: Error| Error::Undetermined {
             tx_id: self.id.clone(),
             source: Box::new(cause),
@@ -1064,7 +1079,10 @@ impl Transaction {
             }
             if self.fast_path_fits(st) {
                 match self.commit_write_only(st).await? {
-                    Some(CommitStep::Done) => return Ok(()),
+                    Some(CommitStep::Done) => {
+                        crate::metrics::committed(crate::metrics::FAST_PATH);
+                        return Ok(());
+                    }
                     // An item is locked (or the batch was refused): use the locking protocol.
                     _ => st.fast_path_failed = true,
                 }
@@ -1073,6 +1091,7 @@ impl Transaction {
             if let Err(e) = self.lock_all(st).await {
                 if matches!(e, Error::InvalidRequest { .. }) {
                     // An item with no room for a lock: leave nothing pending.
+                    st.rollback_cause = Some(crate::metrics::INVALID_REQUEST);
                     let _ = self.rollback_locked(st).await;
                 }
                 return Err(e);
@@ -1084,8 +1103,15 @@ impl Transaction {
                 self.commit_phased(st).await?
             };
             match step {
-                CommitStep::Done => return Ok(()),
-                CommitStep::Again => continue,
+                CommitStep::Done if one_shot => {
+                    crate::metrics::committed(crate::metrics::ONE_REQUEST);
+                    return Ok(());
+                }
+                CommitStep::Done => {
+                    crate::metrics::committed(crate::metrics::PHASED);
+                    return Ok(());
+                }
+                CommitStep::Again => crate::metrics::retry(crate::metrics::COMMIT_ATTEMPT),
             }
         }
         // Still throttled (or in conflict) after every attempt: a retryable error.
@@ -1124,6 +1150,7 @@ impl Transaction {
     /// (and on the request's own condition). `None`: it did not commit; fall back to locking.
     #[instrument(level = "debug", name = "commit_write_only", skip_all, fields(tx = %self.id, items = st.items.len()))]
     async fn commit_write_only(&self, st: &mut State) -> Result<Option<CommitStep>> {
+        let _timer = crate::metrics::PhaseTimer::start(crate::metrics::COMMIT);
         let inner = &self.mgr.inner;
         let mut writes = vec![record::committed_record_write(
             &inner.tx_table,
@@ -1325,6 +1352,7 @@ impl Transaction {
     /// final write.
     #[instrument(level = "debug", name = "commit_one_request", skip_all, fields(tx = %self.id, items = st.items.len()))]
     async fn commit_one_shot(&self, st: &mut State) -> Result<CommitStep> {
+        let _timer = crate::metrics::PhaseTimer::start(crate::metrics::COMMIT);
         let meta = st.meta.expect("flushed");
         let (item_writes, owners) = self.final_writes(st)?;
         let mut writes = vec![record::decide_final_write(
@@ -1482,6 +1510,7 @@ impl Transaction {
                         return Ok(CommitStep::Again);
                     }
                     // The request's own condition is false.
+                    st.rollback_cause = Some(crate::metrics::CONDITION_FAILED);
                     self.rollback_locked(st).await?;
                     return Err(Error::ConditionFailed {
                         tx_id: self.id.clone(),
@@ -1492,6 +1521,7 @@ impl Transaction {
                     });
                 }
                 "ValidationError" => {
+                    st.rollback_cause = Some(crate::metrics::REQUEST_REJECTED);
                     self.rollback_locked(st).await?;
                     return Err(Error::RequestRejected {
                         tx_id: self.id.clone(),
@@ -1565,6 +1595,7 @@ impl Transaction {
     /// the record, unlock every item, finalize.
     #[instrument(level = "debug", name = "commit_phased", skip_all, fields(tx = %self.id, items = st.items.len()))]
     async fn commit_phased(&self, st: &mut State) -> Result<CommitStep> {
+        let _timer = crate::metrics::PhaseTimer::start(crate::metrics::COMMIT);
         let meta = st.meta.expect("flushed");
         // 1. Apply.
         let mut writes = Vec::new();
@@ -1630,6 +1661,7 @@ impl Transaction {
                     };
                     let e2 = st.items[&k].clone();
                     let req = e2.request(&st.requests).clone();
+                    st.rollback_cause = Some(crate::metrics::REQUEST_REJECTED);
                     self.rollback_locked(st).await?;
                     return Err(Error::RequestRejected {
                         tx_id: self.id.clone(),
@@ -1720,7 +1752,7 @@ impl Transaction {
     /// Dropping the future midway leaves the transaction pending or rolled back but not fully cleaned;
     /// calling `rollback` again on a resumed handle, any contending transaction, or the sweeper finishes
     /// it.
-    #[instrument(level = "info", skip_all, fields(tx = %self.id))]
+    #[instrument(level = "info", skip_all, fields(tx = %self.id, outcome = tracing::field::Empty, error.kind = tracing::field::Empty))]
     pub async fn rollback(self) -> Result<()> {
         let r = async {
             let mut st = self.state.lock().await;
@@ -1733,6 +1765,7 @@ impl Transaction {
         }
         .await;
         self.finished.store(true, Ordering::SeqCst);
+        crate::metrics::record_outcome(&r, "rolled_back");
         r
     }
 
@@ -1757,6 +1790,7 @@ impl Transaction {
                     .await?;
             match flipped {
                 record::JudgedRollback::Decided => {
+                    crate::metrics::rolled_back(crate::metrics::SWEEPER);
                     st.outcome = Some(TxState::RolledBack);
                     self.complete(&mut st, TxState::RolledBack, false).await?;
                     Ok(true)
@@ -1844,6 +1878,9 @@ impl Transaction {
             .await?
             {
                 Flipped::Ok => {
+                    crate::metrics::rolled_back(
+                        st.rollback_cause.unwrap_or(crate::metrics::REQUESTED),
+                    );
                     st.outcome = Some(TxState::RolledBack);
                     return self.complete(st, TxState::RolledBack, false).await;
                 }
@@ -1897,6 +1934,7 @@ impl Transaction {
     /// knowledge is fresh (it just applied everything), so items need not be read first.
     #[instrument(level = "debug", name = "complete", skip_all, fields(tx = %self.id, state = %decided, items = st.items.len()))]
     async fn complete(&self, st: &mut State, decided: TxState, trust_memory: bool) -> Result<()> {
+        let _timer = crate::metrics::PhaseTimer::start(crate::metrics::SETTLE);
         let committed = decided == TxState::Committed;
         let c = &self.mgr.inner.client;
         let mut keys: Vec<ItemRef> = st.items.keys().cloned().collect();
@@ -2142,6 +2180,7 @@ impl Drop for Transaction {
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
             let mgr = self.mgr.clone();
             let id = self.id.clone();
+            crate::metrics::dropped_handle();
             handle.spawn(async move {
                 match mgr.rollback_transaction(&id).await {
                     // Committed meanwhile, or the record's creation never landed: nothing to undo.

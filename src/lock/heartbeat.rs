@@ -46,6 +46,7 @@ impl Core {
     fn set_lost(&self, why: &str) {
         if !*self.lost_tx.borrow() {
             tracing::warn!(lock = %self.name, why, "lock lost");
+            crate::metrics::lock_lost();
         }
         self.lost_tx.send_replace(true);
     }

@@ -360,6 +360,7 @@ impl LeaseLock {
         let mut strays: Vec<String> = Vec::new();
         let mut rid = owner.clone();
         let mut failures = 0u32;
+        let mut waited = false;
         loop {
             if shared && !inner.records.lock().expect("poisoned").contains(name) {
                 self.ensure_record(name).await?;
@@ -424,6 +425,11 @@ impl LeaseLock {
                         .expect("poisoned")
                         .insert(name.to_string());
                     self.remove_strays(name, &strays);
+                    crate::metrics::lock_acquired(
+                        crate::metrics::LEASE_LOCK,
+                        takeover.is_some(),
+                        waited,
+                    );
                     return Ok(self.granted(name, owner, rid, shared, &item, sent_at));
                 }
                 Err(e) => match update_failure(e) {
@@ -453,6 +459,11 @@ impl LeaseLock {
                             if inner.fail_closed || left >= inner.lease / 2 {
                                 tracing::debug!(lock = name, "an ambiguous acquire had landed");
                                 self.remove_strays(name, &strays);
+                                crate::metrics::lock_acquired(
+                                    crate::metrics::LEASE_LOCK,
+                                    false,
+                                    waited,
+                                );
                                 return Ok(self.granted(name, id, rid, shared, &item, first_sent));
                             }
                             // Too little of that lease is left to hand out: take our own write
@@ -492,6 +503,7 @@ impl LeaseLock {
                             }
                             (_, Some(d)) if now >= d => {
                                 self.remove_strays(name, &strays);
+                                crate::metrics::lock_timeout(crate::metrics::LEASE_LOCK);
                                 return Err(LockError::Timeout {
                                     name: name.to_string(),
                                     waited: start.elapsed(),
@@ -508,6 +520,7 @@ impl LeaseLock {
                         if let Some(d) = deadline {
                             pause = pause.min(d.saturating_duration_since(now));
                         }
+                        waited = true;
                         tokio::time::sleep(pause).await;
                     }
                     WriteFailure::Other(e) => {
@@ -1030,6 +1043,7 @@ impl LeaseGuard {
         match r {
             Ok(true) => {
                 tracing::debug!(lock = %self.name, fence = self.fence, "lease lock released");
+                crate::metrics::lock_released(crate::metrics::LEASE_LOCK);
                 Ok(())
             }
             Ok(false) => Err(LockError::Lost {

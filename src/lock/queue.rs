@@ -327,6 +327,7 @@ impl QueueLock {
             }
             Err(e) => {
                 tracing::debug!(lock = name, ticket = entry.ticket, error = %e, "giving up; leaving the queue");
+                crate::metrics::lock_failed(crate::metrics::QUEUE_LOCK, &e);
                 entry.remove().await;
                 Err(e)
             }
@@ -626,6 +627,7 @@ impl QueueLock {
             name: entry.name.clone(),
         };
         let mut failures = 0u32;
+        let mut waited = false;
         loop {
             let hb = entry
                 .heartbeat
@@ -657,6 +659,7 @@ impl QueueLock {
                 if hb.is_lost() {
                     return Err(lost());
                 }
+                crate::metrics::lock_acquired(crate::metrics::QUEUE_LOCK, false, waited);
                 return Ok(());
             }
             let now = Instant::now();
@@ -684,6 +687,7 @@ impl QueueLock {
                 pause = pause.min(d.saturating_duration_since(now));
             }
             tracing::trace!(lock = %entry.name, ticket = entry.ticket, ahead = scan.live_ahead, ?pause, "waiting in queue");
+            waited = true;
             tokio::time::sleep(pause).await;
         }
     }
@@ -1111,6 +1115,7 @@ impl QueueGuard {
         match deleted {
             Ok(true) => {
                 tracing::debug!(lock = %self.name, ticket = self.ticket, "queue lock released");
+                crate::metrics::lock_released(crate::metrics::QUEUE_LOCK);
                 Ok(())
             }
             Ok(false) => Err(LockError::Lost {
