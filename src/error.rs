@@ -246,7 +246,7 @@ impl Error {
     /// True when running the unit of work again may succeed: the transaction lost contention or was
     /// rolled back, or DynamoDB throttled, reported a conflict or failed transiently — what the
     /// SDK's retry classifier calls throttling or transient (throttling codes, 5xx answers,
-    /// timeouts), and `TransactWriteItems` cancellation reasons that mean the same
+    /// timeouts, a connection that could not be set up), and `TransactWriteItems` cancellation reasons that mean the same
     /// (`ThrottlingError`, `ProvisionedThroughputExceeded`, `TransactionConflict`). `commit` never
     /// returns a retryable error for a commit request that may have landed (see
     /// [`Transaction::commit`](crate::Transaction::commit)).
@@ -256,8 +256,16 @@ impl Error {
                 true
             }
             Error::DynamoDb {
-                code, ambiguous, ..
-            } => *ambiguous || code.as_deref().is_some_and(is_transient_code),
+                code,
+                ambiguous,
+                source,
+                ..
+            } => {
+                *ambiguous
+                    || code.as_deref().is_some_and(is_transient_code)
+                    // A connection that could not be set up: transient for the SDK too.
+                    || find_source::<NeverSent>(source.as_ref()).is_some()
+            }
             _ => false,
         }
     }
@@ -503,7 +511,7 @@ impl aws_smithy_types::config_bag::Storable for Sends {
 
 /// An interceptor the manager adds to its client: it marks a dispatch failure as never sent
 /// ([`NeverSent`] in its chain) when every attempt of the operation that reached the HTTP client
-/// failed while connecting. An attempt that timed out, or failed in any other way after it was
+/// failed while connecting, or when no attempt reached it (no credentials, no endpoint). An attempt that timed out, or failed in any other way after it was
 /// handed to the HTTP client, may have been sent: then nothing is marked and the error stays
 /// ambiguous. (The SDK retries a refused connection; an earlier attempt may have been sent and
 /// lost, so the last attempt's error alone proves nothing.)
@@ -556,21 +564,45 @@ impl aws_smithy_runtime_api::client::interceptors::Intercept for SendTracker {
         use aws_smithy_runtime_api::client::orchestrator::OrchestratorError;
         use aws_smithy_runtime_api::client::result::ConnectorError;
         let s = cfg.load::<Sends>().copied().unwrap_or_default();
-        if s.transmitted == 0 || s.never_sent != s.transmitted {
-            return Ok(());
-        }
+        let serialized = ctx.request().is_some();
         let Some(r) = ctx.output_or_error_mut() else {
             return Ok(());
         };
-        if !matches!(r, Err(e) if e.as_connector_error().is_some_and(|c| connect_failed(c))) {
+        let Err(e) = r else {
+            return Ok(());
+        };
+        let never_sent = if s.transmitted == 0 {
+            // No attempt reached the HTTP client: it failed after the request was built and before
+            // it could be handed over (no credentials, no endpoint, signing). Only such "other"
+            // errors: an interceptor's error (or a timeout) is left as it is.
+            serialized
+                && !(e.is_operation_error()
+                    || e.is_interceptor_error()
+                    || e.is_timeout_error()
+                    || e.is_response_error()
+                    || e.is_connector_error())
+        } else {
+            s.never_sent == s.transmitted
+                && e.as_connector_error().is_some_and(|c| connect_failed(c))
+        };
+        if !never_sent {
             return Ok(());
         }
-        let placeholder = Err(OrchestratorError::other("replaced by SendTracker"));
-        if let Err(e) = std::mem::replace(r, placeholder) {
-            *r = Err(OrchestratorError::connector(ConnectorError::io(Box::new(
-                NeverSent(Box::new(e)),
-            ))));
-        }
+        // The same kind of connector error as before (callers classify by it), with the proof
+        // in front of the original error.
+        type Make = fn(BoxError) -> ConnectorError;
+        let make: Box<dyn FnOnce(BoxError) -> ConnectorError> = match e.as_connector_error() {
+            Some(c) if c.is_io() => Box::new(ConnectorError::io as Make),
+            Some(c) if c.is_timeout() => Box::new(ConnectorError::timeout as Make),
+            Some(c) if c.is_user() => Box::new(ConnectorError::user as Make),
+            Some(c) => {
+                let kind = c.as_other();
+                Box::new(move |b| ConnectorError::other(b, kind))
+            }
+            None => Box::new(|b| ConnectorError::other(b, None)),
+        };
+        let original = std::mem::replace(e, OrchestratorError::other("replaced by SendTracker"));
+        *e = OrchestratorError::connector(make(Box::new(NeverSent(Box::new(original)))));
         Ok(())
     }
 }

@@ -369,6 +369,12 @@ impl TransactionManager {
     /// record. [`Error::Undetermined`] when the commit's outcome could not be learned: the work may
     /// or may not have taken effect, exactly once at most; `run` returns it at once.
     ///
+    /// [`Error::transaction_outcome`] of the error `run` returns: `Undetermined` as just said;
+    /// otherwise the last attempt did not commit (a commit that landed makes `run` return `Ok`)
+    /// and `run` rolled it back — `RolledBack` or `Pending` by the error's kind (`Pending`: the
+    /// rollback may have failed too; then contenders or the sweeper roll it back). An error of
+    /// `work` itself is returned as it is, after the attempt was rolled back.
+    ///
     /// # Cancel safety
     /// Dropping the future midway leaves the current attempt's transaction pending (never half
     /// applied); it is rolled back by whoever meets its locks, or by the sweeper.

@@ -93,7 +93,8 @@ async fn a_refused_connection_is_not_ambiguous_and_reads_as_one_line() {
     ] {
         let err = manager_for(&endpoint).verify_tables().await.unwrap_err();
         assert!(!ambiguous(&err), "{endpoint}: {err:?}");
-        assert!(!err.is_retryable(), "{endpoint}: {err}");
+        // Transient for the SDK (the endpoint may come back): retryable, but not ambiguous.
+        assert!(err.is_retryable(), "{endpoint}: {err}");
         assert_one_readable_line(&err);
         let line = err.to_string();
         assert!(
@@ -101,6 +102,25 @@ async fn a_refused_connection_is_not_ambiguous_and_reads_as_one_line() {
             "{line}"
         );
     }
+}
+
+/// No credentials: the request was built but never signed, so never handed to the HTTP client.
+/// Not ambiguous. (The endpoint is a live local server, to show nothing reached it.)
+#[tokio::test]
+async fn a_request_without_credentials_is_not_ambiguous() {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let endpoint = format!("http://{}", l.local_addr().unwrap());
+    let conf = aws_sdk_dynamodb::Config::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .endpoint_url(&endpoint)
+        .region(Region::new("us-east-1"))
+        .build();
+    let m = TransactionManager::builder(Client::from_conf(conf)).build();
+    let err = m.verify_tables().await.unwrap_err();
+    assert!(!ambiguous(&err), "{err:?}");
+    assert_one_readable_line(&err);
+    let accepted = tokio::time::timeout(Duration::from_millis(100), l.accept()).await;
+    assert!(accepted.is_err(), "nothing connected");
 }
 
 /// A server that reads the request and closes the connection without answering: the request was
