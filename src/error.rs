@@ -401,13 +401,17 @@ impl Error {
 }
 
 /// The messages of an error and its sources on one line, `outer: inner: innermost`, skipping a
-/// message its predecessor already includes (many errors repeat their source's message).
+/// message its predecessor already includes (many errors repeat their source's message) or that
+/// came earlier (`io error` of two connector errors).
 fn cause_chain(e: &(dyn std::error::Error + 'static)) -> String {
     let mut parts: Vec<String> = Vec::new();
     let mut cur = Some(e);
     while let Some(c) = cur {
         let msg = one_line(&c.to_string());
-        if !msg.is_empty() && !parts.last().is_some_and(|p| p.contains(&msg)) {
+        if !msg.is_empty()
+            && !parts.last().is_some_and(|p| p.contains(&msg))
+            && !parts.contains(&msg)
+        {
             parts.push(msg);
         }
         cur = c.source();
@@ -469,7 +473,8 @@ impl fmt::Display for NeverSent {
 
 impl std::error::Error for NeverSent {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(self.0.as_ref())
+        // The orchestrator's wrapper says nothing: go on with what it wraps.
+        self.0.source().or(Some(self.0.as_ref()))
     }
 }
 

@@ -98,7 +98,9 @@ async fn a_refused_connection_is_not_ambiguous_and_reads_as_one_line() {
         assert_one_readable_line(&err);
         let line = err.to_string();
         assert!(
-            line.starts_with("DynamoDB DescribeTable failed: ") && line.contains("refused"),
+            line.starts_with("DynamoDB DescribeTable failed: dispatch failure: ")
+                && line.contains("the request was never sent")
+                && line.to_lowercase().contains("connection refused"),
             "{line}"
         );
     }
