@@ -1145,11 +1145,13 @@ impl Transaction {
         let token = Some(self.id.0.clone());
         st.fast_path_sent = true;
         let mut out = ddb::transact_with_token(&inner.client, &writes, token.clone()).await;
+        let mut maybe_landed = false;
         for _ in 0..3 {
             match &out {
                 Err(Error::DynamoDb {
                     ambiguous: true, ..
                 }) => {
+                    maybe_landed = true;
                     out = ddb::transact_with_token(&inner.client, &writes, token.clone()).await;
                 }
                 Err(e) if e.dynamodb_code() == Some("TransactionInProgressException") => {
@@ -1158,6 +1160,11 @@ impl Transaction {
                 }
                 _ => break,
             }
+        }
+        // A repeat that failed without landing (never sent) says nothing about an earlier call
+        // that may have landed: still ambiguous.
+        if let (true, Err(Error::DynamoDb { ambiguous, .. })) = (maybe_landed, &mut out) {
+            *ambiguous = true;
         }
         match out {
             Ok(Transacted::Ok) => {

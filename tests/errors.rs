@@ -238,6 +238,118 @@ async fn a_commit_that_cannot_connect_leaves_nothing_decided() {
     p.abort();
 }
 
+/// A proxy to DynamoDB Local that forwards every request, but once a request containing
+/// `trigger` has been forwarded it loses the answer: it closes every connection and stops
+/// listening (later connections are refused). Returns the port.
+async fn losing_proxy(trigger: &'static str) -> u16 {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use tokio::io::AsyncWriteExt;
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = l.local_addr().unwrap().port();
+    let upstream = endpoint()
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_string();
+    let stop = Arc::new(tokio::sync::Notify::new());
+    tokio::spawn(async move {
+        let mut conns = tokio::task::JoinSet::new();
+        loop {
+            let (down, _) = tokio::select! {
+                r = l.accept() => r.unwrap(),
+                _ = stop.notified() => break,
+            };
+            let up = tokio::net::TcpStream::connect(upstream.clone())
+                .await
+                .unwrap();
+            let (mut dr, mut dw) = down.into_split();
+            let (mut ur, mut uw) = up.into_split();
+            let cut = Arc::new(AtomicBool::new(false));
+            let cut2 = cut.clone();
+            conns.spawn(async move {
+                let mut buf = vec![0u8; 64 * 1024];
+                loop {
+                    let n = dr.read(&mut buf).await.unwrap_or(0);
+                    if n == 0 {
+                        return;
+                    }
+                    if buf[..n]
+                        .windows(trigger.len())
+                        .any(|w| w == trigger.as_bytes())
+                    {
+                        cut2.store(true, Ordering::SeqCst);
+                    }
+                    if uw.write_all(&buf[..n]).await.is_err() {
+                        return;
+                    }
+                }
+            });
+            let stop2 = stop.clone();
+            conns.spawn(async move {
+                let mut buf = vec![0u8; 64 * 1024];
+                loop {
+                    let n = ur.read(&mut buf).await.unwrap_or(0);
+                    if n == 0 {
+                        return;
+                    }
+                    if cut.load(Ordering::SeqCst) {
+                        // The request landed; its answer is lost, and the endpoint goes away.
+                        stop2.notify_one();
+                        return;
+                    }
+                    if dw.write_all(&buf[..n]).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+        conns.abort_all();
+    });
+    port
+}
+
+/// The write-only fast path's request lands, its answer is lost and the endpoint goes away: the
+/// SDK's retries and the fast path's own repeats of the request are refused (never sent). A
+/// repeat that was never sent says nothing about the first request, which committed: `commit`
+/// must not report "nothing decided".
+#[tokio::test]
+async fn a_refused_repeat_of_a_landed_fast_path_commit_is_not_pending() {
+    let env = TestEnv::new("fp-refused").await;
+    let port = losing_proxy("TransactWriteItems").await;
+    let m = TransactionManager::builder(client_for(&format!("http://127.0.0.1:{port}")))
+        .transactions_table(env.manager.transactions_table())
+        .images_table(env.manager.images_table())
+        .configure(|s| s.write_only_fast_path = true)
+        .build();
+    let tx = m.begin();
+    let id = tx.id().clone();
+    tx.put_item()
+        .table_name(&env.table)
+        .item("Id", s("a"))
+        .send()
+        .await
+        .unwrap(); // buffered
+    let err = tx.commit().await.unwrap_err();
+    // The fast path's request landed.
+    assert_eq!(
+        env.manager
+            .transaction_state(&id)
+            .await
+            .unwrap()
+            .map(|s| s.state),
+        Some(TxState::Committed)
+    );
+    assert!(env.raw_get(&env.table, &key("a")).await.is_some());
+    assert!(
+        matches!(
+            err.transaction_outcome(),
+            Some(TxOutcome::Undetermined | TxOutcome::Committed)
+        ),
+        "committed, but the error says {:?}: {err}",
+        err.transaction_outcome()
+    );
+}
+
 /// `Display` of each shape of DynamoDB error: a service error (code and message), a
 /// cancellation reason, and an error with neither.
 #[test]
