@@ -251,14 +251,19 @@ async fn main() {
     let ids = abandoned.lock().await.clone();
     let (mut rec_committed, mut rec_rolled_back) = (0, 0);
     for txid in &ids {
-        match recovery.transaction_state(txid).await.expect("read record") {
+        match recovery
+            .transaction_state(txid)
+            .await
+            .expect("read record")
+            .map(|s| s.state)
+        {
             None => rec_rolled_back += 1, // crashed before its record existed: nothing happened
-            Some((TxState::Pending, _)) => match recovery.rollback_transaction(txid).await {
+            Some(TxState::Pending) => match recovery.rollback_transaction(txid).await {
                 Ok(()) => rec_rolled_back += 1,
                 Err(Error::AlreadyCommitted { .. }) => rec_committed += 1,
                 Err(e) => panic!("recovering {txid}: {e}"),
             },
-            Some((state, _)) => {
+            Some(state) => {
                 recovery.complete_transaction(txid).await.expect("complete");
                 if state == TxState::Committed {
                     rec_committed += 1;

@@ -72,7 +72,10 @@ pub enum Error {
     },
 
     /// A transaction writes each item at most once; this request writes an item again.
-    #[error("transaction {tx_id} already writes this item of table {table}: {key:?}")]
+    #[error(
+        "transaction {tx_id} already writes this item of table {table}: key {}",
+        DisplayKey(key)
+    )]
     DuplicateRequest {
         /// The transaction.
         tx_id: TxId,
@@ -90,7 +93,10 @@ pub enum Error {
     },
 
     /// The item is locked by another transaction, and contention resolution gave up.
-    #[error("item of table {table} is locked by transaction {owner}: {key:?}")]
+    #[error(
+        "item of table {table} (key {}) is locked by transaction {owner}",
+        DisplayKey(key)
+    )]
     ItemLocked {
         /// Table of the item.
         table: String,
@@ -101,7 +107,10 @@ pub enum Error {
     },
 
     /// A request's `ConditionExpression` was false. The transaction was rolled back.
-    #[error("condition of request {request_index} on table {table} failed (key {key:?})")]
+    #[error(
+        "condition of request {request_index} on table {table} failed (key {})",
+        DisplayKey(key)
+    )]
     ConditionFailed {
         /// The transaction.
         tx_id: TxId,
@@ -164,7 +173,13 @@ pub enum Error {
     },
 
     /// A DynamoDB request failed.
-    #[error("DynamoDB {operation} failed{}: {}", code.as_deref().map(|c| format!(" ({c})")).unwrap_or_default(), message.as_deref().unwrap_or("no message"))]
+    ///
+    /// Displayed on one line as `DynamoDB <operation> failed (<code>): <message>`; for a failure
+    /// without an answer (no connection, a timeout) the message is the chain of causes, e.g.
+    /// `DynamoDB DescribeTable failed: dispatch failure: io error: client error (Connect): tcp
+    /// connect error: Connection refused (os error 111)`. The SDK error stays available as the
+    /// [`source`](std::error::Error::source).
+    #[error("DynamoDB {operation} failed{}: {}", code.as_deref().map(|c| format!(" ({c})")).unwrap_or_default(), one_line(message.as_deref().unwrap_or("no message")))]
     DynamoDb {
         /// The operation, e.g. `"UpdateItem"`.
         operation: &'static str,
@@ -173,7 +188,10 @@ pub enum Error {
         /// DynamoDB's message.
         message: Option<String>,
         /// True when the request may have been applied although it failed (timeout, lost response,
-        /// 5xx answer).
+        /// 5xx answer). False when DynamoDB answered with a 4xx error, when the request could not
+        /// be built, and when the client proves that no attempt of it left the machine (the
+        /// connection was refused or could not be set up: DNS failure, TLS handshake, connect
+        /// timeout). A reset or timeout after the request was sent is ambiguous.
         ambiguous: bool,
         /// The SDK error.
         #[source]
@@ -190,11 +208,45 @@ pub enum Error {
     Invariant(String),
 }
 
+/// What happened to a transaction whose `commit`, `rollback` or `run` failed, as
+/// [`Error::transaction_outcome`] reads it from the error alone.
+///
+/// The answer is about this call: another coordinator may decide a [`Pending`](TxOutcome::Pending)
+/// transaction later (roll it back, or resume and commit it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum TxOutcome {
+    /// The transaction is committed: every write took effect (or will once its completion,
+    /// which any coordinator or the sweeper finishes, releases the locks). Do not run the work
+    /// again.
+    Committed,
+    /// The transaction is rolled back (or nothing of it was ever written): none of its writes
+    /// took effect. Running the work again is safe.
+    RolledBack,
+    /// Nothing was decided: the transaction is not committed, and no commit request of this call
+    /// can still land. It may hold locks (pending) or have been rolled back meanwhile by a
+    /// contender. Roll it back ([`TransactionManager::rollback_transaction`], or `rollback` on a
+    /// resumed handle), resume it to try again, or leave it to contenders and the sweeper, which
+    /// roll it back. Running the work again in a new transaction is safe once it is rolled back;
+    /// [`TransactionManager::run`] does exactly that.
+    ///
+    /// [`TransactionManager::rollback_transaction`]: crate::TransactionManager::rollback_transaction
+    /// [`TransactionManager::run`]: crate::TransactionManager::run
+    Pending,
+    /// Whether the transaction committed cannot be known from here: a commit request may have
+    /// landed and the record could not be read back (or is gone). It is applied at most once;
+    /// resume it (or read [`TransactionManager::transaction_state`]) later to learn the outcome.
+    /// Do not simply run the work again.
+    ///
+    /// [`TransactionManager::transaction_state`]: crate::TransactionManager::transaction_state
+    Undetermined,
+}
+
 impl Error {
     /// True when running the unit of work again may succeed: the transaction lost contention or was
     /// rolled back, or DynamoDB throttled, reported a conflict or failed transiently — what the
     /// SDK's retry classifier calls throttling or transient (throttling codes, 5xx answers,
-    /// timeouts), and `TransactWriteItems` cancellation reasons that mean the same
+    /// timeouts, a connection that could not be set up), and `TransactWriteItems` cancellation reasons that mean the same
     /// (`ThrottlingError`, `ProvisionedThroughputExceeded`, `TransactionConflict`). `commit` never
     /// returns a retryable error for a commit request that may have landed (see
     /// [`Transaction::commit`](crate::Transaction::commit)).
@@ -204,8 +256,16 @@ impl Error {
                 true
             }
             Error::DynamoDb {
-                code, ambiguous, ..
-            } => *ambiguous || code.as_deref().is_some_and(is_transient_code),
+                code,
+                ambiguous,
+                source,
+                ..
+            } => {
+                *ambiguous
+                    || code.as_deref().is_some_and(is_transient_code)
+                    // A connection that could not be set up: transient for the SDK too.
+                    || find_source::<NeverSent>(source.as_ref()).is_some()
+            }
             _ => false,
         }
     }
@@ -239,6 +299,49 @@ impl Error {
         )
     }
 
+    /// What this error says about the transaction's outcome, when [`Transaction::commit`],
+    /// [`Transaction::rollback`] or [`TransactionManager::run`] returned it (`None` for an error
+    /// that says nothing about a transaction, e.g. [`Error::TransactionFinished`] or a table
+    /// error).
+    ///
+    /// | Error | Outcome |
+    /// |---|---|
+    /// | [`AlreadyCommitted`](Error::AlreadyCommitted) | [`Committed`](TxOutcome::Committed) |
+    /// | [`RolledBack`](Error::RolledBack), [`ConditionFailed`](Error::ConditionFailed), [`RequestRejected`](Error::RequestRejected) | [`RolledBack`](TxOutcome::RolledBack) |
+    /// | [`Undetermined`](Error::Undetermined), [`UnknownOutcome`](Error::UnknownOutcome), [`Invariant`](Error::Invariant) | [`Undetermined`](TxOutcome::Undetermined) |
+    /// | [`ItemLocked`](Error::ItemLocked), [`DynamoDb`](Error::DynamoDb) (retryable or not), [`ReadContention`](Error::ReadContention), [`InvalidRequest`](Error::InvalidRequest), [`DuplicateRequest`](Error::DuplicateRequest), [`Serde`](Error::Serde) | [`Pending`](TxOutcome::Pending) |
+    /// | [`TransactionFinished`](Error::TransactionFinished), [`TransactionNotFound`](Error::TransactionNotFound), [`TableNotFound`](Error::TableNotFound), [`TableMismatch`](Error::TableMismatch) | `None` |
+    ///
+    /// A DynamoDB error is never "committed or not": `commit` resolves every failure after a commit
+    /// request may have landed (by reading the record, or rolling back conditionally on its
+    /// version) into `Ok`, [`Error::RolledBack`] or [`Error::Undetermined`], so a DynamoDB error it
+    /// returns was met before any commit request could land.
+    ///
+    /// [`Transaction::commit`]: crate::Transaction::commit
+    /// [`Transaction::rollback`]: crate::Transaction::rollback
+    /// [`TransactionManager::run`]: crate::TransactionManager::run
+    pub fn transaction_outcome(&self) -> Option<TxOutcome> {
+        Some(match self {
+            Error::AlreadyCommitted { .. } => TxOutcome::Committed,
+            Error::RolledBack { .. }
+            | Error::ConditionFailed { .. }
+            | Error::RequestRejected { .. } => TxOutcome::RolledBack,
+            Error::Undetermined { .. } | Error::UnknownOutcome { .. } | Error::Invariant(_) => {
+                TxOutcome::Undetermined
+            }
+            Error::ItemLocked { .. }
+            | Error::DynamoDb { .. }
+            | Error::ReadContention { .. }
+            | Error::InvalidRequest { .. }
+            | Error::DuplicateRequest { .. }
+            | Error::Serde(_) => TxOutcome::Pending,
+            Error::TransactionFinished { .. }
+            | Error::TransactionNotFound { .. }
+            | Error::TableNotFound { .. }
+            | Error::TableMismatch { .. } => return None,
+        })
+    }
+
     /// The DynamoDB error code, if this is a DynamoDB error.
     pub fn dynamodb_code(&self) -> Option<&str> {
         match self {
@@ -259,22 +362,25 @@ impl Error {
 
     /// Wraps an SDK error, keeping its code and message and whether the request may have landed:
     /// a timeout, a failure to read the answer, or a 5xx answer (DynamoDB, or something before it,
-    /// failed after receiving the request, which may have been applied).
+    /// failed after receiving the request, which may have been applied). A dispatch failure is
+    /// not ambiguous only when [`SendTracker`] proved that no attempt of the request was sent.
     pub(crate) fn sdk<E, R>(operation: &'static str, err: SdkError<E, R>) -> Error
     where
         E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
         R: fmt::Debug + Send + Sync + 'static,
     {
         let ambiguous = match &err {
-            SdkError::TimeoutError(_)
-            | SdkError::DispatchFailure(_)
-            | SdkError::ResponseError(_) => true,
+            SdkError::DispatchFailure(d) => d
+                .as_connector_error()
+                .is_none_or(|c| find_source::<NeverSent>(c).is_none()),
+            SdkError::TimeoutError(_) | SdkError::ResponseError(_) => true,
             SdkError::ServiceError(s) => {
                 let raw: &dyn std::any::Any = s.raw();
                 raw.downcast_ref::<aws_smithy_runtime_api::http::Response>()
                     .is_some_and(|r| r.status().is_server_error())
                     || s.err().code().is_some_and(is_server_error_code)
             }
+            // ConstructionFailure: the request was never built, so never sent.
             _ => false,
         };
         let (code, message) = match &err {
@@ -282,10 +388,7 @@ impl Error {
                 s.err().code().map(String::from),
                 s.err().message().map(String::from),
             ),
-            other => (
-                None,
-                Some(aws_sdk_dynamodb::error::DisplayErrorContext(other).to_string()),
-            ),
+            other => (None, Some(cause_chain(other))),
         };
         Error::DynamoDb {
             operation,
@@ -295,6 +398,228 @@ impl Error {
             source: Box::new(err),
         }
     }
+}
+
+/// The messages of an error and its sources on one line, `outer: inner: innermost`, skipping a
+/// message its predecessor already includes (many errors repeat their source's message) or that
+/// came earlier (`io error` of two connector errors).
+fn cause_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut cur = Some(e);
+    while let Some(c) = cur {
+        let msg = one_line(&c.to_string());
+        if !msg.is_empty()
+            && !parts.last().is_some_and(|p| p.contains(&msg))
+            && !parts.contains(&msg)
+        {
+            parts.push(msg);
+        }
+        cur = c.source();
+    }
+    parts.join(": ")
+}
+
+/// Collapses line breaks and runs of white space into single spaces.
+fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// The first error of type `T` in the chain that starts at `e`.
+fn find_source<'a, T: std::error::Error + 'static>(
+    e: &'a (dyn std::error::Error + 'static),
+) -> Option<&'a T> {
+    let mut cur = Some(e);
+    while let Some(c) = cur {
+        if let Some(t) = c.downcast_ref::<T>() {
+            return Some(t);
+        }
+        cur = c.source();
+    }
+    None
+}
+
+/// A key (or item) on one line: `Id = "a", Sort = 5`, attributes in name order.
+struct DisplayKey<'a>(&'a Item);
+
+impl fmt::Display for DisplayKey<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut names: Vec<&String> = self.0.keys().collect();
+        names.sort();
+        for (i, n) in names.into_iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            match &self.0[n] {
+                AttributeValue::S(v) => write!(f, "{n} = {v:?}")?,
+                AttributeValue::N(v) => write!(f, "{n} = {v}")?,
+                AttributeValue::B(v) => write!(f, "{n} = <{} bytes>", v.as_ref().len())?,
+                other => write!(f, "{n} = {}", one_line(&format!("{other:?}")))?,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The proof, put in the error chain by [`SendTracker`], that no attempt of a request left the
+/// machine: every attempt that reached the HTTP client failed while connecting.
+#[derive(Debug)]
+struct NeverSent(BoxError);
+
+impl fmt::Display for NeverSent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("the request was never sent")
+    }
+}
+
+impl std::error::Error for NeverSent {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        // The orchestrator's wrapper says nothing: go on with what it wraps.
+        self.0.source().or(Some(self.0.as_ref()))
+    }
+}
+
+/// True when the connector error proves that the connection was never set up, so the request
+/// was not sent: the SDK's HTTP client (hyper-util's legacy client, the one the SDK's default
+/// HTTPS client is built on) reports a connect-phase error (DNS, TCP connect, TLS handshake,
+/// connect timeout), or the OS refused the connection (`ECONNREFUSED` only answers a connection
+/// attempt; a connection reset after sending is `ECONNRESET`). Anything else — a reset, a
+/// timeout after sending, an unknown error — proves nothing.
+fn connect_failed(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur = Some(e);
+    while let Some(c) = cur {
+        if c.downcast_ref::<hyper_util::client::legacy::Error>()
+            .is_some_and(|h| h.is_connect())
+        {
+            return true;
+        }
+        if c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused)
+        {
+            return true;
+        }
+        cur = c.source();
+    }
+    false
+}
+
+/// Per operation: how many attempts reached the HTTP client, and how many of them provably
+/// failed while connecting.
+#[derive(Debug, Clone, Copy, Default)]
+struct Sends {
+    transmitted: u32,
+    never_sent: u32,
+}
+
+impl aws_smithy_types::config_bag::Storable for Sends {
+    type Storer = aws_smithy_types::config_bag::StoreReplace<Self>;
+}
+
+/// An interceptor the manager adds to its client: it marks a dispatch failure as never sent
+/// ([`NeverSent`] in its chain) when every attempt of the operation that reached the HTTP client
+/// failed while connecting, or when no attempt reached it (no credentials, no endpoint). An attempt that timed out, or failed in any other way after it was
+/// handed to the HTTP client, may have been sent: then nothing is marked and the error stays
+/// ambiguous. (The SDK retries a refused connection; an earlier attempt may have been sent and
+/// lost, so the last attempt's error alone proves nothing.)
+#[derive(Debug)]
+pub(crate) struct SendTracker;
+
+impl aws_smithy_runtime_api::client::interceptors::Intercept for SendTracker {
+    fn name(&self) -> &'static str {
+        "dynamodb_transactions::SendTracker"
+    }
+
+    fn read_before_transmit(
+        &self,
+        _ctx: &aws_smithy_runtime_api::client::interceptors::context::BeforeTransmitInterceptorContextRef<'_>,
+        _rc: &aws_smithy_runtime_api::client::runtime_components::RuntimeComponents,
+        cfg: &mut aws_smithy_types::config_bag::ConfigBag,
+    ) -> Result<(), BoxError> {
+        let mut s = cfg.load::<Sends>().copied().unwrap_or_default();
+        s.transmitted += 1;
+        cfg.interceptor_state().store_put(s);
+        Ok(())
+    }
+
+    fn read_after_attempt(
+        &self,
+        ctx: &aws_smithy_runtime_api::client::interceptors::context::FinalizerInterceptorContextRef<
+            '_,
+        >,
+        _rc: &aws_smithy_runtime_api::client::runtime_components::RuntimeComponents,
+        cfg: &mut aws_smithy_types::config_bag::ConfigBag,
+    ) -> Result<(), BoxError> {
+        let Some(mut s) = cfg.load::<Sends>().copied() else {
+            return Ok(()); // this attempt never reached the HTTP client
+        };
+        let refused = matches!(ctx.output_or_error(), Some(Err(e))
+            if e.as_connector_error().is_some_and(|c| connect_failed(c)));
+        if refused && s.never_sent < s.transmitted {
+            s.never_sent += 1;
+            cfg.interceptor_state().store_put(s);
+        }
+        Ok(())
+    }
+
+    fn modify_before_completion(
+        &self,
+        ctx: &mut aws_smithy_runtime_api::client::interceptors::context::FinalizerInterceptorContextMut<'_>,
+        _rc: &aws_smithy_runtime_api::client::runtime_components::RuntimeComponents,
+        cfg: &mut aws_smithy_types::config_bag::ConfigBag,
+    ) -> Result<(), BoxError> {
+        use aws_smithy_runtime_api::client::orchestrator::OrchestratorError;
+        use aws_smithy_runtime_api::client::result::ConnectorError;
+        let s = cfg.load::<Sends>().copied().unwrap_or_default();
+        let serialized = ctx.request().is_some();
+        let Some(r) = ctx.output_or_error_mut() else {
+            return Ok(());
+        };
+        let Err(e) = r else {
+            return Ok(());
+        };
+        let never_sent = if s.transmitted == 0 {
+            // No attempt reached the HTTP client: it failed after the request was built and before
+            // it could be handed over (no credentials, no endpoint, signing). Only such "other"
+            // errors: an interceptor's error (or a timeout) is left as it is.
+            serialized
+                && !(e.is_operation_error()
+                    || e.is_interceptor_error()
+                    || e.is_timeout_error()
+                    || e.is_response_error()
+                    || e.is_connector_error())
+        } else {
+            s.never_sent == s.transmitted
+                && e.as_connector_error().is_some_and(|c| connect_failed(c))
+        };
+        if !never_sent {
+            return Ok(());
+        }
+        // The same kind of connector error as before (callers classify by it), with the proof
+        // in front of the original error.
+        type Make = fn(BoxError) -> ConnectorError;
+        let make: Box<dyn FnOnce(BoxError) -> ConnectorError> = match e.as_connector_error() {
+            Some(c) if c.is_io() => Box::new(ConnectorError::io as Make),
+            Some(c) if c.is_timeout() => Box::new(ConnectorError::timeout as Make),
+            Some(c) if c.is_user() => Box::new(ConnectorError::user as Make),
+            Some(c) => {
+                let kind = c.as_other();
+                Box::new(move |b| ConnectorError::other(b, kind))
+            }
+            None => Box::new(|b| ConnectorError::other(b, None)),
+        };
+        let original = std::mem::replace(e, OrchestratorError::other("replaced by SendTracker"));
+        *e = OrchestratorError::connector(make(Box::new(NeverSent(Box::new(original)))));
+        Ok(())
+    }
+}
+
+/// The client with a [`SendTracker`]: what the manager uses for every request.
+pub(crate) fn track_sends(client: aws_sdk_dynamodb::Client) -> aws_sdk_dynamodb::Client {
+    let conf = client
+        .config()
+        .to_builder()
+        .interceptor(SendTracker)
+        .build();
+    aws_sdk_dynamodb::Client::from_conf(conf)
 }
 
 /// Error codes of a failure inside DynamoDB: the request may have been applied.

@@ -57,14 +57,14 @@ mod transaction;
 mod typed;
 
 pub use contention::ContentionPolicy;
-pub use error::{BoxError, Error, Item, Result};
+pub use error::{BoxError, Error, Item, Result, TxOutcome};
 pub use isolation::{
     BatchGetOutput, IsolatedBatchGetItemBuilder, IsolatedGetItemBuilder, IsolatedQueryBuilder,
     IsolatedScanBuilder, IsolationLevel, Page,
 };
 pub use manager::{
     DEFAULT_IMAGES_TABLE, DEFAULT_TRANSACTIONS_TABLE, Settings, TransactionManager,
-    TransactionManagerBuilder,
+    TransactionManagerBuilder, TransactionStatus,
 };
 pub use record::TxState;
 pub use transaction::{

@@ -157,7 +157,7 @@ impl TransactionManagerBuilder {
     pub fn build(self) -> TransactionManager {
         TransactionManager {
             inner: Arc::new(Inner {
-                client: self.client,
+                client: crate::error::track_sends(self.client),
                 tx_table: self.tx_table,
                 image_table: self.image_table,
                 settings: self.settings,
@@ -284,16 +284,51 @@ impl TransactionManager {
         record::delete(&self.inner.client, &self.inner.tx_table, id).await
     }
 
-    /// The state of a transaction, `None` if its record does not exist.
+    /// The state of a transaction as its record says, `None` if its record does not exist.
     ///
     /// # Cancel safety
     /// Read-only; safe to drop.
-    pub async fn transaction_state(&self, id: &TxId) -> Result<Option<(TxState, bool)>> {
+    pub async fn transaction_state(&self, id: &TxId) -> Result<Option<TransactionStatus>> {
         Ok(
             record::load_header(&self.inner.client, &self.inner.tx_table, id)
                 .await?
-                .map(|h| (h.state, h.finalized)),
+                .map(|h| TransactionStatus {
+                    state: h.state,
+                    finalized: h.finalized,
+                }),
         )
+    }
+}
+
+/// What a transaction's record says, as [`TransactionManager::transaction_state`] reads it.
+///
+/// Compares equal to a `(TxState, bool)` pair of the same state and `finalized`, e.g.
+/// `status == (TxState::Committed, true)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct TransactionStatus {
+    /// Pending, committed or rolled back.
+    pub state: TxState,
+    /// True once the transaction is finished: decided, every item settled (locks released or
+    /// before-images restored) and its images deleted. Only then may the record be deleted.
+    pub finalized: bool,
+}
+
+impl TransactionStatus {
+    /// Pending, committed or rolled back.
+    pub fn state(&self) -> TxState {
+        self.state
+    }
+
+    /// True once the transaction is finished (decided and every item settled).
+    pub fn is_finalized(&self) -> bool {
+        self.finalized
+    }
+}
+
+impl PartialEq<(TxState, bool)> for TransactionStatus {
+    fn eq(&self, other: &(TxState, bool)) -> bool {
+        (self.state, self.finalized) == *other
     }
 }
 
@@ -333,6 +368,12 @@ impl TransactionManager {
     /// timeouts). A commit request that landed is never retried: its outcome is read from the
     /// record. [`Error::Undetermined`] when the commit's outcome could not be learned: the work may
     /// or may not have taken effect, exactly once at most; `run` returns it at once.
+    ///
+    /// [`Error::transaction_outcome`] of the error `run` returns: `Undetermined` as just said;
+    /// otherwise the last attempt did not commit (a commit that landed makes `run` return `Ok`)
+    /// and `run` rolled it back — `RolledBack` or `Pending` by the error's kind (`Pending`: the
+    /// rollback may have failed too; then contenders or the sweeper roll it back). An error of
+    /// `work` itself is returned as it is, after the attempt was rolled back.
     ///
     /// # Cancel safety
     /// Dropping the future midway leaves the current attempt's transaction pending (never half

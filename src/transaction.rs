@@ -944,29 +944,34 @@ impl Transaction {
     /// committed. Once it returns `Ok`, every write is durable and visible.
     ///
     /// # Errors
-    /// Every error says what happened to the transaction:
-    /// - [`Error::ConditionFailed`] / [`Error::RequestRejected`]: a request's condition was false or
+    /// Every error says what happened to the transaction; [`Error::transaction_outcome`] reads it
+    /// from the error alone (the [`TxOutcome`](crate::TxOutcome) is in brackets):
+    /// - [`Error::ConditionFailed`] / [`Error::RequestRejected`] (`RolledBack`): a request's condition was false or
     ///   DynamoDB rejected it; the transaction was rolled back. Not retryable.
-    /// - [`Error::RolledBack`]: the transaction was rolled back — by another transaction that needed
+    /// - [`Error::RolledBack`] (`RolledBack`): the transaction was rolled back — by another transaction that needed
     ///   its items, or by this `commit` after a commit request failed in a way that said nothing
     ///   about whether it landed and the record still showed it pending (rolling back, conditional
     ///   on the record's version, makes sure no such request lands later). Nothing was applied;
     ///   running the unit of work again is safe.
-    /// - [`Error::Undetermined`]: a commit request failed ambiguously and the record could not be
+    /// - [`Error::Undetermined`] (`Undetermined`): a commit request failed ambiguously and the record could not be
     ///   read back (or the rollback that would settle it failed); the transaction may or may not
     ///   have committed, exactly once at most. Resume it later to learn the outcome; do not simply
     ///   run the work again.
-    /// - [`Error::UnknownOutcome`]: the record was deleted meanwhile.
-    /// - [`Error::AlreadyCommitted`]: the transaction **is committed**; do not run the work again.
+    /// - [`Error::UnknownOutcome`] (`Undetermined`): the record was deleted meanwhile.
+    /// - [`Error::AlreadyCommitted`] (`Committed`): the transaction **is committed**; do not run the work again.
     ///   Either releasing its locks and finalizing its record kept failing after a few retries
     ///   (readers see through the locks; the next coordinator that meets them, or the sweeper,
     ///   finishes), or another coordinator committed the record before this handle's unrecorded
     ///   requests were added (those requests were not applied).
-    /// - [`Error::ItemLocked`], or a [`Error::DynamoDb`] error for which
-    ///   [`is_retryable`](Error::is_retryable) is true (throttling, a transaction conflict, a
-    ///   5xx or timeout before any commit request was sent): nothing was decided and no commit
-    ///   request can land any more; the transaction is still pending with its locks (roll it back,
-    ///   or leave it to contenders and the sweeper). Retrying the unit of work is safe.
+    /// - [`Error::ItemLocked`], or a [`Error::DynamoDb`] error (`Pending`) — retryable
+    ///   ([`is_retryable`](Error::is_retryable): throttling, a transaction conflict, a 5xx or
+    ///   timeout before any commit request was sent, a commit request that provably never left
+    ///   the machine — `ambiguous: false`) or not (access denied): nothing was decided and no commit request can
+    ///   land any more; the transaction is still pending with its locks (roll it back, or leave
+    ///   it to contenders and the sweeper), unless this `commit` or a contender already rolled it
+    ///   back. Retrying the unit of work is safe once it is rolled back. `InvalidRequest`,
+    ///   `Serde` and `ReadContention` are `Pending` too; `Invariant` (a broken protocol
+    ///   invariant) is `Undetermined`.
     ///
     /// `Ok` always means finished: every write applied, every lock released and the record
     /// finalized. A commit request that landed is never reported as a retryable error: when any commit request (the
@@ -1167,11 +1172,13 @@ impl Transaction {
         let token = Some(self.id.0.clone());
         st.fast_path_sent = true;
         let mut out = ddb::transact_with_token(&inner.client, &writes, token.clone()).await;
+        let mut maybe_landed = false;
         for _ in 0..3 {
             match &out {
                 Err(Error::DynamoDb {
                     ambiguous: true, ..
                 }) => {
+                    maybe_landed = true;
                     out = ddb::transact_with_token(&inner.client, &writes, token.clone()).await;
                 }
                 Err(e) if e.dynamodb_code() == Some("TransactionInProgressException") => {
@@ -1180,6 +1187,11 @@ impl Transaction {
                 }
                 _ => break,
             }
+        }
+        // A repeat that failed without landing (never sent) says nothing about an earlier call
+        // that may have landed: still ambiguous.
+        if let (true, Err(Error::DynamoDb { ambiguous, .. })) = (maybe_landed, &mut out) {
+            *ambiguous = true;
         }
         match out {
             Ok(Transacted::Ok) => {
@@ -1744,9 +1756,11 @@ impl Transaction {
     /// creation landed, which is then rolled back).
     ///
     /// # Errors
-    /// [`Error::AlreadyCommitted`] if it committed first (its completion is then driven to the end).
-    /// Other errors leave the transaction pending (or rolled back but not yet settled); calling
-    /// `rollback` again on a resumed handle finishes it.
+    /// [`Error::AlreadyCommitted`] if it committed first (its completion is then driven to the end):
+    /// [`Error::transaction_outcome`] is `Committed`. Other errors leave the transaction pending (or
+    /// rolled back but not yet settled) and read `Pending` (`Undetermined` for
+    /// [`Error::UnknownOutcome`], the record being gone, and for `Invariant`); calling `rollback`
+    /// again on a resumed handle finishes it.
     ///
     /// # Cancel safety
     /// Dropping the future midway leaves the transaction pending or rolled back but not fully cleaned;

@@ -70,7 +70,11 @@ async fn a_younger_transaction_waits_for_an_older_one_and_never_rolls_it_back() 
     assert!(matches!(err, Error::ItemLocked { .. }), "{err:?}");
     assert!(err.is_retryable());
     assert_eq!(
-        env.manager.transaction_state(old.id()).await.unwrap(),
+        env.manager
+            .transaction_state(old.id())
+            .await
+            .unwrap()
+            .map(|s| (s.state, s.finalized)),
         Some((TxState::Pending, false))
     );
     let raw = env.raw_get(&env.table, &key("k")).await.unwrap();
@@ -143,7 +147,11 @@ async fn an_older_transaction_rolls_back_a_younger_one() {
         "the younger one's applied write was undone"
     );
     assert_eq!(
-        env.manager.transaction_state(young.id()).await.unwrap(),
+        env.manager
+            .transaction_state(young.id())
+            .await
+            .unwrap()
+            .map(|s| (s.state, s.finalized)),
         Some((TxState::RolledBack, true))
     );
     assert!(young.commit().await.unwrap_err().is_rolled_back());
@@ -179,7 +187,11 @@ async fn a_dead_transaction_is_rolled_back_whatever_its_ticket() {
         .await
         .unwrap();
     assert_eq!(
-        env.manager.transaction_state(&old_id).await.unwrap(),
+        env.manager
+            .transaction_state(&old_id)
+            .await
+            .unwrap()
+            .map(|s| (s.state, s.finalized)),
         Some((TxState::RolledBack, true))
     );
     young.commit().await.unwrap();
@@ -213,7 +225,11 @@ async fn roll_back_others_policy_rolls_back_the_holder_whatever_its_age() {
         .await
         .unwrap();
     assert_eq!(
-        env.manager.transaction_state(old.id()).await.unwrap(),
+        env.manager
+            .transaction_state(old.id())
+            .await
+            .unwrap()
+            .map(|s| (s.state, s.finalized)),
         Some((TxState::RolledBack, true))
     );
     assert!(old.commit().await.unwrap_err().is_rolled_back());
@@ -386,7 +402,11 @@ async fn crossing_with_the_older_transaction_wins(
     t.commit().await.unwrap();
     assert!(young.commit().await.unwrap_err().is_rolled_back());
     assert_eq!(
-        env.manager.transaction_state(&t_id).await.unwrap(),
+        env.manager
+            .transaction_state(&t_id)
+            .await
+            .unwrap()
+            .map(|s| (s.state, s.finalized)),
         Some((TxState::Committed, true))
     );
     assert_eq!(
@@ -394,7 +414,7 @@ async fn crossing_with_the_older_transaction_wins(
             .transaction_state(&young_id)
             .await
             .unwrap()
-            .map(|s| s.0),
+            .map(|s| s.state),
         Some(TxState::RolledBack)
     );
     for k in ["a", "b"] {
@@ -458,7 +478,7 @@ async fn a_second_handle_adopts_the_ticket_another_handle_recorded() {
             .transaction_state(&x_id)
             .await
             .unwrap()
-            .map(|s| s.0),
+            .map(|s| s.state),
         Some(TxState::RolledBack)
     );
     // U, younger than T, locks "b".

@@ -303,7 +303,12 @@ async fn one_run(
         } else {
             committed_view(&ids)
         };
-        let state = env.manager.transaction_state(&id).await.unwrap();
+        let state = env
+            .manager
+            .transaction_state(&id)
+            .await
+            .unwrap()
+            .map(|s| (s.state, s.finalized));
         if w != Workload::RolledBack {
             assert_eq!(
                 state.map(|s| s.0),
@@ -363,7 +368,13 @@ async fn one_run(
                 );
                 // A transaction whose locks the competitor never met (none left) is the sweeper's
                 // job: roll back a pending one, finalize a decided one.
-                match env.manager.transaction_state(&id).await.unwrap() {
+                match env
+                    .manager
+                    .transaction_state(&id)
+                    .await
+                    .unwrap()
+                    .map(|s| (s.state, s.finalized))
+                {
                     Some((TxState::Pending, _)) => m2.rollback_transaction(&id).await.unwrap(),
                     Some((_, false)) => {
                         m2.complete_transaction(&id).await.unwrap();
@@ -379,7 +390,12 @@ async fn one_run(
     for it in view.iter().flatten() {
         assert!(!has_tx_attrs(it), "{label}: lock attributes left: {it:?}");
     }
-    let state = env.manager.transaction_state(&id).await.unwrap();
+    let state = env
+        .manager
+        .transaction_state(&id)
+        .await
+        .unwrap()
+        .map(|s| (s.state, s.finalized));
     match state {
         Some((TxState::Committed, fin)) => {
             assert!(fin, "{label}: committed record not finalized");

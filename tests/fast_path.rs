@@ -78,7 +78,11 @@ async fn write_only_transactions_commit_in_one_request() {
     );
     assert!(env.raw_get(&env.table, &key("gone")).await.is_none());
     assert_eq!(
-        env.manager.transaction_state(&id).await.unwrap(),
+        env.manager
+            .transaction_state(&id)
+            .await
+            .unwrap()
+            .map(|s| (s.state, s.finalized)),
         Some((TxState::Committed, true))
     );
 }
@@ -121,7 +125,11 @@ async fn a_false_condition_applies_nothing() {
     }
     assert_eq!(env.raw_get(&env.table, &key("a")).await.unwrap()["n"], n(1));
     assert_eq!(
-        env.manager.transaction_state(&id).await.unwrap(),
+        env.manager
+            .transaction_state(&id)
+            .await
+            .unwrap()
+            .map(|s| (s.state, s.finalized)),
         None,
         "no record was written"
     );
@@ -160,7 +168,11 @@ async fn a_locked_item_falls_back_to_the_locking_protocol() {
         item(&[("Id", s("a")), ("n", n(2))])
     );
     assert_eq!(
-        env.manager.transaction_state(holder.id()).await.unwrap(),
+        env.manager
+            .transaction_state(holder.id())
+            .await
+            .unwrap()
+            .map(|s| (s.state, s.finalized)),
         Some((TxState::RolledBack, true))
     );
     assert!(holder.commit().await.unwrap_err().is_rolled_back());
@@ -191,7 +203,11 @@ async fn a_lost_response_is_repeated_without_applying_twice() {
         "applied once"
     );
     assert_eq!(
-        env.manager.transaction_state(&id).await.unwrap(),
+        env.manager
+            .transaction_state(&id)
+            .await
+            .unwrap()
+            .map(|s| (s.state, s.finalized)),
         Some((TxState::Committed, true))
     );
 }
@@ -215,10 +231,18 @@ async fn a_coordinator_that_dies_after_sending_reports_an_undetermined_outcome()
     env.faults.crash_at(1, FaultMode::AfterSend);
     let err = tx.commit().await.unwrap_err();
     assert!(err.is_undetermined(), "{err:?}");
+    assert_eq!(
+        err.transaction_outcome(),
+        Some(dynamodb_transactions::TxOutcome::Undetermined)
+    );
     env.faults.disarm();
     // The record tells what happened: it landed.
     assert_eq!(
-        env.manager.transaction_state(&id).await.unwrap(),
+        env.manager
+            .transaction_state(&id)
+            .await
+            .unwrap()
+            .map(|s| (s.state, s.finalized)),
         Some((TxState::Committed, true))
     );
     assert_eq!(
@@ -271,7 +295,11 @@ async fn a_landed_commit_answered_with_a_5xx_is_reported_committed() {
             "{what}: applied once"
         );
         assert_eq!(
-            env.manager.transaction_state(&tx_id).await.unwrap(),
+            env.manager
+                .transaction_state(&tx_id)
+                .await
+                .unwrap()
+                .map(|s| (s.state, s.finalized)),
             Some((TxState::Committed, true)),
             "{what}"
         );

@@ -229,7 +229,12 @@ async fn pending_delete_of_an_absent_item_reads_as_absent() {
         let marked = raw
             .as_ref()
             .is_some_and(|r| r.get("_TxA") == Some(&s("D")) && r.contains_key("_TxT"));
-        let state = env.manager.transaction_state(&tx_id).await.unwrap();
+        let state = env
+            .manager
+            .transaction_state(&tx_id)
+            .await
+            .unwrap()
+            .map(|s| (s.state, s.finalized));
         if marked && matches!(state, Some((TxState::Pending, _))) {
             assert_reads(&env, UNCOMMITTED, "gone", None).await;
             assert_reads(&env, COMMITTED, "gone", None).await;
@@ -262,7 +267,12 @@ async fn committed_not_unlocked(env: &TestEnv, id: &str) -> TxId {
         env.faults.crash_at(k, FaultMode::BeforeSend);
         let res = tx.commit().await;
         env.faults.disarm();
-        let state = env.manager.transaction_state(&tx_id).await.unwrap();
+        let state = env
+            .manager
+            .transaction_state(&tx_id)
+            .await
+            .unwrap()
+            .map(|s| (s.state, s.finalized));
         let raw = env.raw_get(&env.table, &key(id)).await.unwrap();
         // (commit reports AlreadyCommitted once the record is committed but unlocking failed.)
         let _ = res;
@@ -407,7 +417,7 @@ async fn rolled_back_but_not_restored_serves_the_image() {
             .transaction_state(&id)
             .await
             .unwrap()
-            .map(|s| s.0),
+            .map(|s| s.state),
         Some(TxState::RolledBack)
     );
     assert!(
@@ -1205,7 +1215,13 @@ async fn committed_readers_never_see_uncommitted_tags() {
                     let _ = tx.rollback().await;
                 }
                 // The outcome, as recorded (a competitor may have rolled it back).
-                match env.manager.transaction_state(&id).await.unwrap() {
+                match env
+                    .manager
+                    .transaction_state(&id)
+                    .await
+                    .unwrap()
+                    .map(|s| (s.state, s.finalized))
+                {
                     Some((TxState::Committed, _)) => committed.lock().unwrap().insert(tag),
                     Some((TxState::RolledBack, _)) => rolled_back.lock().unwrap().insert(tag),
                     other => panic!("transaction {id} left {other:?}"),

@@ -736,7 +736,7 @@ async fn condition_failures_carry_no_lock_attributes() {
                     .transaction_state(&tx_id)
                     .await
                     .unwrap()
-                    .map(|s| s.0),
+                    .map(|s| s.state),
                 Some(TxState::RolledBack)
             );
             assert_eq!(env.raw_get(&t, &key(id)).await, Some(original(id)));
@@ -868,7 +868,11 @@ async fn a_resumed_finished_transaction_accepts_no_new_request() {
             record_before
         );
         assert_eq!(
-            env.manager.transaction_state(&id).await.unwrap(),
+            env.manager
+                .transaction_state(&id)
+                .await
+                .unwrap()
+                .map(|s| (s.state, s.finalized)),
             Some((state, true))
         );
     }

@@ -79,7 +79,11 @@ async fn thousand_item_transaction_commits_with_chunked_record() {
     assert!(chunks >= 1, "requests spread over chunk rows");
     assert_eq!(rows.len() as i64, 1 + chunks);
     assert_eq!(
-        env.manager.transaction_state(&id).await.unwrap(),
+        env.manager
+            .transaction_state(&id)
+            .await
+            .unwrap()
+            .map(|s| (s.state, s.finalized)),
         Some((TxState::Committed, true))
     );
     assert!(env.manager.delete_transaction(&id).await.unwrap());
@@ -137,7 +141,11 @@ async fn large_transaction_rolls_back_after_resume() {
         assert!(!has_tx_attrs(&it));
     }
     assert_eq!(
-        env.manager.transaction_state(&id).await.unwrap(),
+        env.manager
+            .transaction_state(&id)
+            .await
+            .unwrap()
+            .map(|s| (s.state, s.finalized)),
         Some((TxState::RolledBack, true))
     );
 }
@@ -224,7 +232,11 @@ async fn condition_expressions_decide_the_whole_transaction() {
             n(30)
         );
         assert_eq!(
-            env.manager.transaction_state(&id).await.unwrap(),
+            env.manager
+                .transaction_state(&id)
+                .await
+                .unwrap()
+                .map(|s| (s.state, s.finalized)),
             Some((TxState::RolledBack, true))
         );
 
@@ -266,7 +278,12 @@ async fn condition_expressions_decide_the_whole_transaction() {
             .send()
             .await
             .unwrap();
-        assert!(tx.commit().await.unwrap_err().is_condition_failed());
+        let err = tx.commit().await.unwrap_err();
+        assert!(err.is_condition_failed());
+        assert_eq!(
+            err.transaction_outcome(),
+            Some(dynamodb_transactions::TxOutcome::RolledBack)
+        );
         assert!(env.raw_get(&env.table, &key("new")).await.is_some());
         assert_clean(&env).await;
     }
@@ -297,12 +314,16 @@ async fn a_request_dynamodb_rejects_rolls_back_cleanly() {
             .await
             .unwrap();
         match tx.commit().await {
-            Err(Error::RequestRejected {
-                request_index: 1,
-                message,
-                ..
-            }) => {
-                assert!(!message.is_empty());
+            Err(
+                e @ Error::RequestRejected {
+                    request_index: 1, ..
+                },
+            ) => {
+                assert_eq!(
+                    e.transaction_outcome(),
+                    Some(dynamodb_transactions::TxOutcome::RolledBack)
+                );
+                assert!(matches!(e, Error::RequestRejected { message, .. } if !message.is_empty()));
             }
             other => panic!("expected RequestRejected, got {other:?}"),
         }
@@ -565,7 +586,14 @@ async fn empty_transaction_commits_without_writing() {
     let id = tx.id().clone();
     tx.commit().await.unwrap();
     assert_eq!(env.counter.total(), 0);
-    assert_eq!(env.manager.transaction_state(&id).await.unwrap(), None);
+    assert_eq!(
+        env.manager
+            .transaction_state(&id)
+            .await
+            .unwrap()
+            .map(|s| (s.state, s.finalized)),
+        None
+    );
 }
 
 #[tokio::test]
@@ -751,7 +779,12 @@ async fn dropping_an_unfinished_transaction_rolls_it_back_in_the_background() {
     // The rollback runs on the runtime; wait for its outcome (bounded).
     let mut state = None;
     for _ in 0..100 {
-        state = env.manager.transaction_state(&id).await.unwrap();
+        state = env
+            .manager
+            .transaction_state(&id)
+            .await
+            .unwrap()
+            .map(|s| (s.state, s.finalized));
         if state == Some((TxState::RolledBack, true)) {
             break;
         }
@@ -790,6 +823,10 @@ async fn a_committed_delete_not_yet_executed_reads_as_absent() {
         .crash_at(5, dynamodb_transactions::fault::FaultMode::BeforeSend);
     // Committed, but the crash stops the cleanup: commit says "committed, not finished".
     let r = tx.commit().await;
+    assert_eq!(
+        r.as_ref().err().and_then(|e| e.transaction_outcome()),
+        Some(dynamodb_transactions::TxOutcome::Committed)
+    );
     assert!(
         matches!(
             r,
@@ -799,7 +836,11 @@ async fn a_committed_delete_not_yet_executed_reads_as_absent() {
     );
     env.faults.disarm();
     assert_eq!(
-        env.manager.transaction_state(&id).await.unwrap(),
+        env.manager
+            .transaction_state(&id)
+            .await
+            .unwrap()
+            .map(|s| (s.state, s.finalized)),
         Some((TxState::Committed, false))
     );
     let raw = env.raw_get(&env.table, &key("d")).await.unwrap();
@@ -1060,7 +1101,10 @@ async fn a_landed_commit_answered_with_a_5xx_is_reported_committed() {
             assert_eq!(faults.requests_seen(), attempts + others, "{what}");
             assert!(r.is_ok(), "{what}: {r:?}");
             assert_eq!(
-                m.transaction_state(&tx_id).await.unwrap(),
+                m.transaction_state(&tx_id)
+                    .await
+                    .unwrap()
+                    .map(|s| (s.state, s.finalized)),
                 Some((TxState::Committed, true)),
                 "{what}"
             );
@@ -1173,10 +1217,25 @@ async fn a_commit_throttled_throughout_returns_a_retryable_error() {
         faults.disarm();
         assert!(err.is_retryable(), "one_shot={one_shot}: {err:?}");
         assert!(!err.is_undetermined(), "one_shot={one_shot}: {err:?}");
-        match m.transaction_state(&tx_id).await.unwrap() {
-            Some((TxState::RolledBack, true)) => {}
-            Some((TxState::Pending, false)) => m.rollback_transaction(&tx_id).await.unwrap(),
-            other => panic!("one_shot={one_shot}: {other:?}"),
+        // The outcome read from the error agrees with the record: rolled back, or nothing decided
+        // (pending, or already rolled back by this commit).
+        use dynamodb_transactions::TxOutcome;
+        let outcome = err.transaction_outcome();
+        match (
+            m.transaction_state(&tx_id)
+                .await
+                .unwrap()
+                .map(|s| (s.state, s.finalized)),
+            outcome,
+        ) {
+            (
+                Some((TxState::RolledBack, true)),
+                Some(TxOutcome::RolledBack | TxOutcome::Pending),
+            ) => {}
+            (Some((TxState::Pending, false)), Some(TxOutcome::Pending)) => {
+                m.rollback_transaction(&tx_id).await.unwrap()
+            }
+            other => panic!("one_shot={one_shot}: {other:?}: {err:?}"),
         }
         assert_eq!(
             counts(&env, &[&id]).await,
@@ -1225,7 +1284,11 @@ async fn a_call_retried_after_a_lost_record_creation_is_applied_once() {
     tx.commit().await.unwrap();
     assert_eq!(counts(&env, &["x"]).await, vec![n(1)]);
     assert_eq!(
-        env.manager.transaction_state(&tx_id).await.unwrap(),
+        env.manager
+            .transaction_state(&tx_id)
+            .await
+            .unwrap()
+            .map(|s| (s.state, s.finalized)),
         Some((TxState::Committed, true))
     );
 }
@@ -1261,7 +1324,12 @@ async fn a_rollback_after_a_lost_record_creation_leaves_nothing_pending() {
             .await;
         assert!(r.is_err() && env.faults.struck(), "{mode:?}");
         tx.rollback().await.unwrap();
-        let state = env.manager.transaction_state(&tx_id).await.unwrap();
+        let state = env
+            .manager
+            .transaction_state(&tx_id)
+            .await
+            .unwrap()
+            .map(|s| (s.state, s.finalized));
         assert!(
             state == Some((TxState::RolledBack, true))
                 || (mode == FaultMode::BeforeSend && state.is_none()),
@@ -1320,7 +1388,11 @@ async fn a_chunked_record_cut_short_then_appended_by_a_second_handle_commits_onc
         other.abandon();
         tx.commit().await.unwrap();
         assert_eq!(
-            env.manager.transaction_state(&tx_id).await.unwrap(),
+            env.manager
+                .transaction_state(&tx_id)
+                .await
+                .unwrap()
+                .map(|s| (s.state, s.finalized)),
             Some((TxState::Committed, true)),
             "{mode:?}"
         );
@@ -1372,7 +1444,11 @@ async fn dropping_a_resumed_handle_that_wrote_nothing_leaves_the_transaction_alo
     drop(b);
     let_background_tasks_run().await;
     assert_eq!(
-        env.manager.transaction_state(&id).await.unwrap(),
+        env.manager
+            .transaction_state(&id)
+            .await
+            .unwrap()
+            .map(|s| (s.state, s.finalized)),
         Some((TxState::Pending, false)),
         "the dropped inspection handle decided the transaction"
     );
@@ -1397,7 +1473,12 @@ async fn dropping_a_resumed_handle_that_wrote_nothing_leaves_the_transaction_alo
     drop(resumed);
     let mut state = None;
     for _ in 0..100 {
-        state = env.manager.transaction_state(&id).await.unwrap();
+        state = env
+            .manager
+            .transaction_state(&id)
+            .await
+            .unwrap()
+            .map(|s| (s.state, s.finalized));
         if state == Some((TxState::RolledBack, true)) {
             break;
         }
@@ -1519,7 +1600,11 @@ async fn an_image_saved_before_a_crash_is_removed_by_whoever_finishes() {
         .await
         .unwrap();
     assert_eq!(
-        env.manager.transaction_state(&id).await.unwrap(),
+        env.manager
+            .transaction_state(&id)
+            .await
+            .unwrap()
+            .map(|s| (s.state, s.finalized)),
         Some((TxState::RolledBack, true))
     );
     assert_big_item(&env, "sweep", 1).await;
@@ -1584,7 +1669,7 @@ async fn a_crash_on_the_image_delete_leaves_no_image() {
             .transaction_state(&id)
             .await
             .unwrap()
-            .map(|s| s.0),
+            .map(|s| s.state),
         Some(TxState::Committed)
     );
     let _ = other_coordinator(&env, true)
@@ -1594,7 +1679,11 @@ async fn a_crash_on_the_image_delete_leaves_no_image() {
         .commit()
         .await;
     assert_eq!(
-        env.manager.transaction_state(&id).await.unwrap(),
+        env.manager
+            .transaction_state(&id)
+            .await
+            .unwrap()
+            .map(|s| (s.state, s.finalized)),
         Some((TxState::Committed, true))
     );
     assert_big_item(&env, "c", 2).await;
@@ -1628,7 +1717,11 @@ async fn a_crash_on_the_image_delete_leaves_no_image() {
         .await
         .unwrap();
     assert_eq!(
-        env.manager.transaction_state(&id).await.unwrap(),
+        env.manager
+            .transaction_state(&id)
+            .await
+            .unwrap()
+            .map(|s| (s.state, s.finalized)),
         Some((TxState::RolledBack, true))
     );
     assert_big_item(&env, "r", 1).await;
@@ -1662,7 +1755,11 @@ async fn the_one_request_commit_writes_the_record_ttl_in_the_commit() {
     env.faults.disarm();
     assert_eq!(env.counter.get("TransactWriteItems"), 1);
     assert_eq!(
-        env.manager.transaction_state(&id).await.unwrap(),
+        env.manager
+            .transaction_state(&id)
+            .await
+            .unwrap()
+            .map(|s| (s.state, s.finalized)),
         Some((TxState::Committed, true))
     );
     let header = env
@@ -1839,7 +1936,7 @@ async fn items_near_the_size_limit() {
                 .transaction_state(&id)
                 .await
                 .unwrap()
-                .map(|s| s.0),
+                .map(|s| s.state),
             Some(TxState::RolledBack)
         );
 
@@ -1863,7 +1960,7 @@ async fn items_near_the_size_limit() {
                 .transaction_state(&id)
                 .await
                 .unwrap()
-                .map(|s| s.0),
+                .map(|s| s.state),
             Some(TxState::Pending),
             "nothing left pending"
         );

@@ -311,7 +311,9 @@ async fn state_json(ctx: &Ctx, id: &TxId) -> CliResult<Value> {
         .await
         .map_err(|e| explain(ctx, &e))?;
     Ok(match st {
-        Some((s, f)) => json!({ "id": id.as_str(), "state": s.to_string(), "finalized": f }),
+        Some(s) => {
+            json!({ "id": id.as_str(), "state": s.state.to_string(), "finalized": s.finalized })
+        }
         None => json!({ "id": id.as_str(), "state": Value::Null, "finalized": Value::Null }),
     })
 }
