@@ -587,7 +587,11 @@ async fn holder_commits(env: &TestEnv, holder: dynamodb_transactions::Transactio
     let id = holder.id().clone();
     holder.commit().await.unwrap();
     assert_eq!(
-        env.manager.transaction_state(&id).await.unwrap(),
+        env.manager
+            .transaction_state(&id)
+            .await
+            .unwrap()
+            .map(|s| (s.state, s.finalized)),
         Some((TxState::Committed, true))
     );
     assert_eq!(
@@ -649,7 +653,11 @@ async fn a_holder_judged_dead_that_appends_before_the_wound_is_not_rolled_back()
     let err = r.unwrap_err();
     assert!(matches!(err, Error::ItemLocked { .. }), "{err:?}");
     assert_eq!(
-        env.manager.transaction_state(&holder_id).await.unwrap(),
+        env.manager
+            .transaction_state(&holder_id)
+            .await
+            .unwrap()
+            .map(|s| (s.state, s.finalized)),
         Some((TxState::Pending, false)),
         "the holder, alive after all, was not rolled back"
     );
@@ -705,7 +713,11 @@ async fn a_holder_judged_dead_that_heartbeats_before_the_wound_is_not_rolled_bac
     let err = r.unwrap_err();
     assert!(matches!(err, Error::ItemLocked { .. }), "{err:?}");
     assert_eq!(
-        env.manager.transaction_state(&holder_id).await.unwrap(),
+        env.manager
+            .transaction_state(&holder_id)
+            .await
+            .unwrap()
+            .map(|s| (s.state, s.finalized)),
         Some((TxState::Pending, false)),
         "the holder, alive after all, was not rolled back"
     );
@@ -782,7 +794,11 @@ async fn a_victim_recording_an_older_ticket_before_the_wound_is_not_rolled_back(
     assert_eq!(ticket_of(&env, victim.id()).await, older);
     assert!(older < ticket_of(&env, contender.id()).await);
     assert_eq!(
-        env.manager.transaction_state(victim.id()).await.unwrap(),
+        env.manager
+            .transaction_state(victim.id())
+            .await
+            .unwrap()
+            .map(|s| (s.state, s.finalized)),
         Some((TxState::Pending, false)),
         "the older victim was not rolled back"
     );
@@ -835,11 +851,19 @@ async fn a_wounder_rolled_back_before_its_wound_rolls_back_nobody() {
         "the wounder learns it was rolled back: {err:?}"
     );
     assert_eq!(
-        env.manager.transaction_state(wounder.id()).await.unwrap(),
+        env.manager
+            .transaction_state(wounder.id())
+            .await
+            .unwrap()
+            .map(|s| (s.state, s.finalized)),
         Some((TxState::RolledBack, true))
     );
     assert_eq!(
-        env.manager.transaction_state(holder.id()).await.unwrap(),
+        env.manager
+            .transaction_state(holder.id())
+            .await
+            .unwrap()
+            .map(|s| (s.state, s.finalized)),
         Some((TxState::Pending, false)),
         "the rolled-back wounder's wound did not land"
     );
