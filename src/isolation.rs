@@ -725,8 +725,13 @@ impl IsolatedGetItemBuilder<'_> {
         self
     }
 
-    /// Strongly consistent read of the item (default false, as in DynamoDB). Follow-up reads the
-    /// library makes (TX records, images, re-reads) are always consistent.
+    /// Strongly consistent read of the item. **Default `false`: eventually consistent, as in
+    /// DynamoDB**, and at every isolation level. At [`IsolationLevel::Committed`] that never shows an
+    /// uncommitted or rolled-back value (what the first read returns is decided with strongly
+    /// consistent reads of the owner's TX record and image), but it may show an older *committed*
+    /// version of the item, exactly as an eventually consistent `GetItem` may. Set `true` to read the
+    /// latest committed version (twice the read cost of the first read). Follow-up reads the library
+    /// makes (TX records, images, re-reads) are always strongly consistent.
     pub fn consistent_read(mut self, c: bool) -> Self {
         self.consistent = c;
         self
@@ -1183,8 +1188,11 @@ macro_rules! list_builder_methods {
             self
         }
 
-        /// Strongly consistent reads (not on global indexes). Follow-up reads the library makes are
-        /// always consistent.
+        /// Strongly consistent reads (not on global indexes). Default `false` (eventually
+        /// consistent, as in DynamoDB): at `Committed` a page never shows a value of a transaction
+        /// that did not commit, but may show an older committed version of an item (see
+        /// "Consistency of the first read" in `docs/ISOLATION.md`). Follow-up reads the library
+        /// makes are always consistent.
         pub fn consistent_read(mut self, c: bool) -> Self {
             self.spec.consistent = Some(c);
             self
