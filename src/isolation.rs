@@ -1422,7 +1422,7 @@ impl TransactionManager {
 /// Client-side evaluation of DynamoDB condition expressions (`FilterExpression`,
 /// `KeyConditionExpression`), for item versions DynamoDB did not evaluate itself: before-images served
 /// at `Committed`, and base items re-read for a global secondary index.
-mod cond {
+pub(crate) mod cond {
     use std::cmp::Ordering;
     use std::collections::{HashMap, HashSet};
 
@@ -1430,7 +1430,6 @@ mod cond {
 
     use crate::error::{Error, Item, Result};
     use crate::expr::PathElem;
-    use crate::keys::normalize_number;
 
     #[derive(Debug, Clone, PartialEq)]
     enum Tok {
@@ -1788,18 +1787,9 @@ mod cond {
 
     /// Numeric order of two DynamoDB numbers (any spelling).
     pub(crate) fn num_cmp(a: &str, b: &str) -> Option<Ordering> {
-        let parse = |n: &str| -> Option<(bool, String, i64)> {
-            let s = normalize_number(n)?;
-            if s == "0" {
-                return Some((false, String::new(), 0));
-            }
-            let (neg, s) = match s.strip_prefix('-') {
-                Some(r) => (true, r.to_string()),
-                None => (false, s),
-            };
-            let (d, e) = s.split_once('e')?;
-            Some((neg, d.to_string(), e.parse().ok()?))
-        };
+        // (sign, significant digits without leading or trailing zeros, exponent); zero is
+        // (false, "", 0).
+        let parse = crate::keys::decompose;
         let (an, ad, ae) = parse(a)?;
         let (bn, bd, be) = parse(b)?;
         let sign = |neg: bool, d: &str| -> i8 {

@@ -221,7 +221,7 @@ fn canonical(v: &AttributeValue, out: &mut String) {
 
 /// A DynamoDB number taken apart: sign, significant digits (no leading or trailing zeros, empty for
 /// zero) and exponent, so that the value is `digits × 10^exp`. `None` if `n` is not a number.
-fn decompose(n: &str) -> Option<(bool, String, i64)> {
+pub(crate) fn decompose(n: &str) -> Option<(bool, String, i64)> {
     let n = n.trim();
     let (neg, rest) = match n.as_bytes().first()? {
         b'-' => (true, &n[1..]),

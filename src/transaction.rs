@@ -20,6 +20,7 @@ use crate::TxId;
 use crate::ddb::{self, Transacted, Write, Written};
 use crate::error::{Error, Item, Result};
 use crate::expr;
+use crate::isolation::cond::value_eq;
 use crate::item_lock::{self, ImagePlace, LockInfo, LockOutcome, Observed, Stage};
 use crate::keys::{ItemRef, KeySchema};
 use crate::manager::TransactionManager;
@@ -2269,73 +2270,11 @@ fn same_request(a: &Request, b: &Request) -> bool {
         && same_map(&a.values, &b.values)
 }
 
+/// Items equal as DynamoDB compares values (numbers by value, sets in any order).
 fn same_item(a: &Item, b: &Item) -> bool {
     a.len() == b.len()
         && a.iter()
-            .all(|(k, v)| b.get(k).is_some_and(|w| same_value(v, w)))
-}
-
-fn same_value(a: &AttributeValue, b: &AttributeValue) -> bool {
-    use AttributeValue as V;
-    let sorted = |v: &[String]| {
-        let mut v = v.to_vec();
-        v.sort();
-        v
-    };
-    match (a, b) {
-        (V::N(x), V::N(y)) => canonical_number(x) == canonical_number(y),
-        (V::Ns(x), V::Ns(y)) => {
-            let canon = |v: &[String]| {
-                let mut v: Vec<_> = v.iter().map(|n| canonical_number(n)).collect();
-                v.sort();
-                v
-            };
-            canon(x) == canon(y)
-        }
-        (V::Ss(x), V::Ss(y)) => sorted(x) == sorted(y),
-        (V::Bs(x), V::Bs(y)) => {
-            let mut x = x.clone();
-            let mut y = y.clone();
-            x.sort_by(|p, q| p.as_ref().cmp(q.as_ref()));
-            y.sort_by(|p, q| p.as_ref().cmp(q.as_ref()));
-            x == y
-        }
-        (V::L(x), V::L(y)) => x.len() == y.len() && x.iter().zip(y).all(|(p, q)| same_value(p, q)),
-        (V::M(x), V::M(y)) => same_item(x, y),
-        _ => a == b,
-    }
-}
-
-/// A number's value as (sign, significant digits, exponent of the last digit); the text itself if
-/// it is not a number.
-fn canonical_number(n: &str) -> Result<(bool, String, i64), String> {
-    let t = n.trim();
-    let (neg, t) = match t.strip_prefix('-') {
-        Some(r) => (true, r),
-        None => (false, t.strip_prefix('+').unwrap_or(t)),
-    };
-    let (mantissa, exp) = match t.find(['e', 'E']) {
-        Some(i) => (
-            &t[..i],
-            t[i + 1..].parse::<i64>().map_err(|_| n.to_string())?,
-        ),
-        None => (t, 0),
-    };
-    let (int, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
-    if int.is_empty() && frac.is_empty()
-        || !int.chars().chain(frac.chars()).all(|c| c.is_ascii_digit())
-    {
-        return Err(n.to_string());
-    }
-    let digits = format!("{int}{frac}");
-    let mut exp = exp - frac.len() as i64;
-    let trimmed = digits.trim_start_matches('0');
-    if trimmed.is_empty() {
-        return Ok((false, String::new(), 0));
-    }
-    let sig = trimmed.trim_end_matches('0');
-    exp += (trimmed.len() - sig.len()) as i64;
-    Ok((neg, sig.to_string(), exp))
+            .all(|(k, v)| b.get(k).is_some_and(|w| value_eq(v, w)))
 }
 
 fn cancelled_error(reason: &ddb::Reason) -> Error {
@@ -2678,18 +2617,18 @@ mod same_request_tests {
             ("-0.0", "0"),
             ("1.5e-3", "0.0015"),
         ] {
-            assert!(same_value(&n(a), &n(b)), "{a} = {b}");
+            assert!(value_eq(&n(a), &n(b)), "{a} = {b}");
         }
         for (a, b) in [("1.5", "15"), ("-1", "1"), ("10", "1")] {
-            assert!(!same_value(&n(a), &n(b)), "{a} != {b}");
+            assert!(!value_eq(&n(a), &n(b)), "{a} != {b}");
         }
         let ns = |v: &[&str]| AttributeValue::Ns(v.iter().map(|s| s.to_string()).collect());
-        assert!(same_value(&ns(&["2.0", "1"]), &ns(&["1", "2"])));
+        assert!(value_eq(&ns(&["2.0", "1"]), &ns(&["1", "2"])));
         let ss = |v: &[&str]| AttributeValue::Ss(v.iter().map(|s| s.to_string()).collect());
-        assert!(same_value(&ss(&["b", "a"]), &ss(&["a", "b"])));
-        assert!(!same_value(&ss(&["a"]), &ss(&["a", "b"])));
+        assert!(value_eq(&ss(&["b", "a"]), &ss(&["a", "b"])));
+        assert!(!value_eq(&ss(&["a"]), &ss(&["a", "b"])));
         let m = |v: &str| AttributeValue::M(HashMap::from([("x".to_string(), n(v))]));
-        assert!(same_value(
+        assert!(value_eq(
             &AttributeValue::L(vec![m("1.0")]),
             &AttributeValue::L(vec![m("1")])
         ));
