@@ -450,14 +450,7 @@ impl Delayer {
     /// The SDK's default HTTPS client (hyper 1 with rustls and aws-lc), with delays injected: what
     /// to give `aws_sdk_dynamodb::config::Builder::http_client`. Synchronous.
     pub fn http_client(&self) -> SharedHttpClient {
-        use aws_smithy_http_client::tls;
-        self.wrap(
-            aws_smithy_http_client::Builder::new()
-                .tls_provider(tls::Provider::Rustls(
-                    tls::rustls_provider::CryptoMode::AwsLc,
-                ))
-                .build_https(),
-        )
+        self.wrap(default_https_client())
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, DelayState> {
@@ -653,14 +646,7 @@ impl LateDelivery {
 
     /// The SDK's default HTTPS client with these faults injected (see [`Delayer::http_client`]).
     pub fn http_client(&self) -> SharedHttpClient {
-        use aws_smithy_http_client::tls;
-        self.wrap(
-            aws_smithy_http_client::Builder::new()
-                .tls_provider(tls::Provider::Rustls(
-                    tls::rustls_provider::CryptoMode::AwsLc,
-                ))
-                .build_https(),
-        )
+        self.wrap(default_https_client())
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, LateState> {
@@ -849,14 +835,7 @@ impl CanonicalNumbers {
     /// The SDK's default HTTPS client (as [`Delayer::http_client`]), with numbers canonicalised.
     /// Synchronous.
     pub fn http_client(&self) -> SharedHttpClient {
-        use aws_smithy_http_client::tls;
-        self.wrap(
-            aws_smithy_http_client::Builder::new()
-                .tls_provider(tls::Provider::Rustls(
-                    tls::rustls_provider::CryptoMode::AwsLc,
-                ))
-                .build_https(),
-        )
+        self.wrap(default_https_client())
     }
 
     /// The body with its numbers canonicalised, or `None` when nothing changed (or it is not JSON).
@@ -1251,6 +1230,17 @@ impl Intercept for ServiceFaults {
         *resp.body_mut() = aws_smithy_types::body::SdkBody::from(body);
         Ok(())
     }
+}
+
+/// The SDK's default HTTPS client (hyper 1 with rustls and aws-lc), which the wrapping clients of
+/// this module send through.
+fn default_https_client() -> impl HttpClient + 'static {
+    use aws_smithy_http_client::tls;
+    aws_smithy_http_client::Builder::new()
+        .tls_provider(tls::Provider::Rustls(
+            tls::rustls_provider::CryptoMode::AwsLc,
+        ))
+        .build_https()
 }
 
 #[cfg(test)]
