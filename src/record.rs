@@ -200,41 +200,58 @@ pub(crate) async fn load_header(client: &Client, table: &str, id: &TxId) -> Resu
     out.item.as_ref().map(Header::parse).transpose()
 }
 
-/// Reads the whole record (consistent, paginated Query). `None` if it does not exist.
-pub(crate) async fn load(client: &Client, table: &str, id: &TxId) -> Result<Option<Record>> {
+/// The row number of a row of a record's partition (0 for the header, 1.. for chunk rows).
+fn row_number(row: &Item) -> Option<u32> {
+    row.get(TX_ROW)
+        .and_then(|v| v.as_n().ok())
+        .and_then(|n| n.parse::<u32>().ok())
+}
+
+/// Every row of the record's partition (header and chunk rows), with a consistent, paginated
+/// Query; only their keys when `keys_only`.
+async fn partition_rows(
+    client: &Client,
+    table: &str,
+    id: &TxId,
+    keys_only: bool,
+) -> Result<Vec<Item>> {
     let mut rows: Vec<Item> = Vec::new();
     let mut start = None;
     loop {
-        let page = client
+        let mut query = client
             .query()
             .table_name(table)
             .key_condition_expression("#id = :id")
             .expression_attribute_names("#id", TX_ID)
             .expression_attribute_values(":id", s(id.0.clone()))
             .consistent_read(true)
-            .set_exclusive_start_key(start)
-            .send()
-            .await
-            .map_err(|e| Error::sdk("Query", e))?;
+            .set_exclusive_start_key(start);
+        if keys_only {
+            query = query
+                .projection_expression("#id, #n")
+                .expression_attribute_names("#n", TX_ROW);
+        }
+        let page = query.send().await.map_err(|e| Error::sdk("Query", e))?;
         rows.extend(page.items.unwrap_or_default());
         start = page.last_evaluated_key;
         if start.is_none() {
             break;
         }
     }
-    let row_of = |i: &Item| {
-        i.get(TX_ROW)
-            .and_then(|v| v.as_n().ok())
-            .and_then(|n| n.parse::<u32>().ok())
-    };
-    let Some(head) = rows.iter().find(|r| row_of(r) == Some(0)) else {
+    Ok(rows)
+}
+
+/// Reads the whole record (consistent, paginated Query). `None` if it does not exist.
+pub(crate) async fn load(client: &Client, table: &str, id: &TxId) -> Result<Option<Record>> {
+    let rows = partition_rows(client, table, id, false).await?;
+    let Some(head) = rows.iter().find(|r| row_number(r) == Some(0)) else {
         return Ok(None);
     };
     let header = Header::parse(head)?;
     let mut requests = header.inline.clone();
     let mut chunks: Vec<(u32, &Item)> = rows
         .iter()
-        .filter_map(|r| row_of(r).map(|n| (n, r)))
+        .filter_map(|r| row_number(r).map(|n| (n, r)))
         .filter(|(n, _)| *n >= 1 && *n <= header.chunks)
         .collect();
     chunks.sort_by_key(|(n, _)| *n);
@@ -812,35 +829,9 @@ pub(crate) async fn delete(client: &Client, table: &str, id: &TxId) -> Result<bo
 /// Deletes the rows left in the partition of a record whose header is gone (chunk rows of an
 /// interrupted delete, or of a header deleted by TTL).
 async fn delete_leftover_rows(client: &Client, table: &str, id: &TxId) -> Result<()> {
-    let mut keys: Vec<Item> = Vec::new();
-    let mut start = None;
-    loop {
-        let page = client
-            .query()
-            .table_name(table)
-            .key_condition_expression("#id = :id")
-            .projection_expression("#id, #n")
-            .expression_attribute_names("#id", TX_ID)
-            .expression_attribute_names("#n", TX_ROW)
-            .expression_attribute_values(":id", s(id.0.clone()))
-            .consistent_read(true)
-            .set_exclusive_start_key(start)
-            .send()
-            .await
-            .map_err(|e| Error::sdk("Query", e))?;
-        keys.extend(page.items.unwrap_or_default());
-        start = page.last_evaluated_key;
-        if start.is_none() {
-            break;
-        }
-    }
+    let mut keys = partition_rows(client, table, id, true).await?;
     // Never a header: one written meanwhile would be a new record (ids are never reused).
-    keys.retain(|k| {
-        k.get(TX_ROW)
-            .and_then(|v| v.as_n().ok())
-            .and_then(|n| n.parse::<u64>().ok())
-            .is_some_and(|n| n != 0)
-    });
+    keys.retain(|k| row_number(k).is_some_and(|n| n != 0));
     ddb::batch_delete(client, table, keys).await
 }
 
