@@ -52,27 +52,13 @@ async fn tables_create(ctx: &Ctx, enable_ttl: bool, lock_table: Option<&str>) ->
             .map_err(|e| explain(ctx, &e))?;
     }
     pb.finish_and_clear();
-    let ttl = ttl_status(ctx, &ctx.cli.transactions_table).await?;
-    if ctx.cli.json {
-        print_json(&json!({
-            "status": "ok",
-            "transactions_table": ctx.cli.transactions_table,
-            "images_table": ctx.cli.images_table,
-            "lock_table": lock_table,
-            "record_ttl": ttl,
-        }));
-    } else {
-        outln!(
-            "ok: transactions table {}, images table {}{} are active",
-            ctx.cli.transactions_table,
-            ctx.cli.images_table,
-            lock_table
-                .map(|l| format!(", lock table {l}"))
-                .unwrap_or_default()
-        );
-        outln!("TTL on _TxE: {ttl}");
-    }
-    Ok(0)
+    let line = format!(
+        "ok: transactions table {}, images table {}{} are active",
+        ctx.cli.transactions_table,
+        ctx.cli.images_table,
+        lock_suffix(lock_table)
+    );
+    print_tables_ok(ctx, lock_table, &line, false).await
 }
 
 async fn enable_record_ttl(ctx: &Ctx) -> CliResult {
@@ -123,6 +109,29 @@ async fn tables_verify(ctx: &Ctx, lock_table: Option<&str>) -> CliResult<u8> {
     if let Some(l) = lock_table {
         verify_lock_table(ctx, l).await?;
     }
+    let line = format!(
+        "ok: transactions table {} and images table {}{} have the right keys",
+        ctx.cli.transactions_table,
+        ctx.cli.images_table,
+        lock_suffix(lock_table)
+    );
+    print_tables_ok(ctx, lock_table, &line, true).await
+}
+
+fn lock_suffix(lock_table: Option<&str>) -> String {
+    lock_table
+        .map(|l| format!(", lock table {l}"))
+        .unwrap_or_default()
+}
+
+/// Reports tables that are as they should be (in text: `line`), with the TTL status of the
+/// transactions table (with `ttl_hint`, what an unenabled TTL means).
+async fn print_tables_ok(
+    ctx: &Ctx,
+    lock_table: Option<&str>,
+    line: &str,
+    ttl_hint: bool,
+) -> CliResult<u8> {
     let ttl = ttl_status(ctx, &ctx.cli.transactions_table).await?;
     if ctx.cli.json {
         print_json(&json!({
@@ -132,22 +141,15 @@ async fn tables_verify(ctx: &Ctx, lock_table: Option<&str>) -> CliResult<u8> {
             "lock_table": lock_table,
             "record_ttl": ttl,
         }));
-    } else {
+        return Ok(0);
+    }
+    outln!("{line}");
+    outln!("TTL on _TxE: {ttl}");
+    if ttl_hint && ttl != "ENABLED" {
         outln!(
-            "ok: transactions table {} and images table {}{} have the right keys",
-            ctx.cli.transactions_table,
-            ctx.cli.images_table,
-            lock_table
-                .map(|l| format!(", lock table {l}"))
-                .unwrap_or_default()
+            "  (finalized records stay until `dynamodb-tx sweep --delete-after D` deletes them; \
+             `dynamodb-tx tables create --enable-ttl` lets DynamoDB remove them for free)"
         );
-        outln!("TTL on _TxE: {ttl}");
-        if ttl != "ENABLED" {
-            outln!(
-                "  (finalized records stay until `dynamodb-tx sweep --delete-after D` deletes them; \
-                 `dynamodb-tx tables create --enable-ttl` lets DynamoDB remove them for free)"
-            );
-        }
     }
     Ok(0)
 }
