@@ -45,7 +45,9 @@
 //! a pending holder is rolled back, and the world may roll back at any time), user
 //! `ConditionExpression`s, chunk rows of large records, ticket bookkeeping.
 
-use stateright::{Checker, Expectation, HasDiscoveries, Model, Property};
+mod model_support;
+
+use stateright::{Checker, Expectation, Model, Property};
 
 type Tx = u8;
 /// A coordinator slot: `0..n` the handles that began the transactions, `n..2n` second handles
@@ -1529,51 +1531,13 @@ fn three_by_two() -> Config {
 }
 
 fn check(cfg: Config) -> impl Checker<ProtocolModel> {
-    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
     let bug = cfg.bug.is_some();
-    let builder = ProtocolModel { cfg }.checker().threads(threads);
-    let builder = if bug {
-        builder.finish_when(HasDiscoveries::AnyFailures)
-    } else {
-        builder
-    };
-    builder.spawn_bfs().join()
+    model_support::check(ProtocolModel { cfg }, bug)
 }
 
 fn assert_model_holds(cfg: Config) {
-    let name = cfg.name;
-    let started = std::time::Instant::now();
-    let checker = check(cfg);
-    println!(
-        "{name}: {} states ({} unique), max depth {}, {:.1?}",
-        checker.state_count(),
-        checker.unique_state_count(),
-        checker.max_depth(),
-        started.elapsed()
-    );
-    for p in checker.model().properties() {
-        let found = checker.discovery(p.name);
-        match p.expectation {
-            Expectation::Always | Expectation::Eventually => {
-                if let Some(path) = found {
-                    let last = path.last_state().clone();
-                    let steps: Vec<String> = path
-                        .into_actions()
-                        .iter()
-                        .map(|a| format!("{a:?}"))
-                        .collect();
-                    panic!(
-                        "{name}: `{}` violated after\n  {}\nin state {last:#?}",
-                        p.name,
-                        steps.join("\n  ")
-                    );
-                }
-            }
-            Expectation::Sometimes => {
-                assert!(found.is_some(), "{name}: `{}` never happens", p.name);
-            }
-        }
-    }
+    let (name, bug) = (cfg.name, cfg.bug.is_some());
+    model_support::assert_model_holds(name, ProtocolModel { cfg }, bug);
 }
 
 #[test]

@@ -30,7 +30,9 @@
 //! retry that found the holder's own write, issue 13; a heartbeat counted from its retry; the same
 //! owner id reused across ambiguous attempts) and expects a counterexample for each.
 
-use stateright::{Checker, Expectation, HasDiscoveries, Model, Property};
+mod model_support;
+
+use stateright::{Checker, Model, Property};
 
 /// Ticks in a lease.
 const LEASE: u8 = 3;
@@ -515,51 +517,13 @@ fn config(name: &'static str, expiry: Expiry) -> Config {
 }
 
 fn check(cfg: Config) -> impl Checker<LeaseModel> {
-    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
     let bug = cfg.bug.is_some();
-    let builder = LeaseModel { cfg }.checker().threads(threads);
-    let builder = if bug {
-        builder.finish_when(HasDiscoveries::AnyFailures)
-    } else {
-        builder
-    };
-    builder.spawn_bfs().join()
+    model_support::check(LeaseModel { cfg }, bug)
 }
 
 fn assert_model_holds(cfg: Config) {
-    let name = cfg.name;
-    let started = std::time::Instant::now();
-    let checker = check(cfg);
-    println!(
-        "{name}: {} states ({} unique), max depth {}, {:.1?}",
-        checker.state_count(),
-        checker.unique_state_count(),
-        checker.max_depth(),
-        started.elapsed()
-    );
-    for p in checker.model().properties() {
-        let found = checker.discovery(p.name);
-        match p.expectation {
-            Expectation::Always | Expectation::Eventually => {
-                if let Some(path) = found {
-                    let last = path.last_state().clone();
-                    let steps: Vec<String> = path
-                        .into_actions()
-                        .iter()
-                        .map(|a| format!("{a:?}"))
-                        .collect();
-                    panic!(
-                        "{name}: `{}` violated after\n  {}\nin state {last:#?}",
-                        p.name,
-                        steps.join("\n  ")
-                    );
-                }
-            }
-            Expectation::Sometimes => {
-                assert!(found.is_some(), "{name}: `{}` never happens", p.name);
-            }
-        }
-    }
+    let (name, bug) = (cfg.name, cfg.bug.is_some());
+    model_support::assert_model_holds(name, LeaseModel { cfg }, bug);
 }
 
 #[test]
