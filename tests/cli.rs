@@ -111,11 +111,7 @@ async fn abandoned_pending(env: &TestEnv, id: &str) -> TxId {
 }
 
 async fn state(env: &TestEnv, id: &TxId) -> Option<(TxState, bool)> {
-    env.manager
-        .transaction_state(id)
-        .await
-        .unwrap()
-        .map(|s| (s.state, s.finalized))
+    env.tx_state(id).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -70,11 +70,7 @@ async fn a_younger_transaction_waits_for_an_older_one_and_never_rolls_it_back() 
     assert!(matches!(err, Error::ItemLocked { .. }), "{err:?}");
     assert!(err.is_retryable());
     assert_eq!(
-        env.manager
-            .transaction_state(old.id())
-            .await
-            .unwrap()
-            .map(|s| (s.state, s.finalized)),
+        env.tx_state(old.id()).await,
         Some((TxState::Pending, false))
     );
     let raw = env.raw_get(&env.table, &key("k")).await.unwrap();
@@ -147,11 +143,7 @@ async fn an_older_transaction_rolls_back_a_younger_one() {
         "the younger one's applied write was undone"
     );
     assert_eq!(
-        env.manager
-            .transaction_state(young.id())
-            .await
-            .unwrap()
-            .map(|s| (s.state, s.finalized)),
+        env.tx_state(young.id()).await,
         Some((TxState::RolledBack, true))
     );
     assert!(young.commit().await.unwrap_err().is_rolled_back());
@@ -187,11 +179,7 @@ async fn a_dead_transaction_is_rolled_back_whatever_its_ticket() {
         .await
         .unwrap();
     assert_eq!(
-        env.manager
-            .transaction_state(&old_id)
-            .await
-            .unwrap()
-            .map(|s| (s.state, s.finalized)),
+        env.tx_state(&old_id).await,
         Some((TxState::RolledBack, true))
     );
     young.commit().await.unwrap();
@@ -225,11 +213,7 @@ async fn roll_back_others_policy_rolls_back_the_holder_whatever_its_age() {
         .await
         .unwrap();
     assert_eq!(
-        env.manager
-            .transaction_state(old.id())
-            .await
-            .unwrap()
-            .map(|s| (s.state, s.finalized)),
+        env.tx_state(old.id()).await,
         Some((TxState::RolledBack, true))
     );
     assert!(old.commit().await.unwrap_err().is_rolled_back());
@@ -401,14 +385,7 @@ async fn crossing_with_the_older_transaction_wins(
     let (t_id, young_id) = (t.id().clone(), young.id().clone());
     t.commit().await.unwrap();
     assert!(young.commit().await.unwrap_err().is_rolled_back());
-    assert_eq!(
-        env.manager
-            .transaction_state(&t_id)
-            .await
-            .unwrap()
-            .map(|s| (s.state, s.finalized)),
-        Some((TxState::Committed, true))
-    );
+    assert_eq!(env.tx_state(&t_id).await, Some((TxState::Committed, true)));
     assert_eq!(
         env.manager
             .transaction_state(&young_id)
@@ -586,14 +563,7 @@ fn now_ms() -> u64 {
 async fn holder_commits(env: &TestEnv, holder: dynamodb_transactions::Transaction, wrote_b: bool) {
     let id = holder.id().clone();
     holder.commit().await.unwrap();
-    assert_eq!(
-        env.manager
-            .transaction_state(&id)
-            .await
-            .unwrap()
-            .map(|s| (s.state, s.finalized)),
-        Some((TxState::Committed, true))
-    );
+    assert_eq!(env.tx_state(&id).await, Some((TxState::Committed, true)));
     assert_eq!(
         env.raw_get(&env.table, &key("k")).await.unwrap(),
         item(&[("Id", s("k")), ("v", n(1))]),
@@ -653,11 +623,7 @@ async fn a_holder_judged_dead_that_appends_before_the_wound_is_not_rolled_back()
     let err = r.unwrap_err();
     assert!(matches!(err, Error::ItemLocked { .. }), "{err:?}");
     assert_eq!(
-        env.manager
-            .transaction_state(&holder_id)
-            .await
-            .unwrap()
-            .map(|s| (s.state, s.finalized)),
+        env.tx_state(&holder_id).await,
         Some((TxState::Pending, false)),
         "the holder, alive after all, was not rolled back"
     );
@@ -713,11 +679,7 @@ async fn a_holder_judged_dead_that_heartbeats_before_the_wound_is_not_rolled_bac
     let err = r.unwrap_err();
     assert!(matches!(err, Error::ItemLocked { .. }), "{err:?}");
     assert_eq!(
-        env.manager
-            .transaction_state(&holder_id)
-            .await
-            .unwrap()
-            .map(|s| (s.state, s.finalized)),
+        env.tx_state(&holder_id).await,
         Some((TxState::Pending, false)),
         "the holder, alive after all, was not rolled back"
     );
@@ -794,11 +756,7 @@ async fn a_victim_recording_an_older_ticket_before_the_wound_is_not_rolled_back(
     assert_eq!(ticket_of(&env, victim.id()).await, older);
     assert!(older < ticket_of(&env, contender.id()).await);
     assert_eq!(
-        env.manager
-            .transaction_state(victim.id())
-            .await
-            .unwrap()
-            .map(|s| (s.state, s.finalized)),
+        env.tx_state(victim.id()).await,
         Some((TxState::Pending, false)),
         "the older victim was not rolled back"
     );
@@ -851,19 +809,11 @@ async fn a_wounder_rolled_back_before_its_wound_rolls_back_nobody() {
         "the wounder learns it was rolled back: {err:?}"
     );
     assert_eq!(
-        env.manager
-            .transaction_state(wounder.id())
-            .await
-            .unwrap()
-            .map(|s| (s.state, s.finalized)),
+        env.tx_state(wounder.id()).await,
         Some((TxState::RolledBack, true))
     );
     assert_eq!(
-        env.manager
-            .transaction_state(holder.id())
-            .await
-            .unwrap()
-            .map(|s| (s.state, s.finalized)),
+        env.tx_state(holder.id()).await,
         Some((TxState::Pending, false)),
         "the rolled-back wounder's wound did not land"
     );

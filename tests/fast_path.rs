@@ -77,14 +77,7 @@ async fn write_only_transactions_commit_in_one_request() {
         item(&[("Id", s("new")), ("n", n(7))])
     );
     assert!(env.raw_get(&env.table, &key("gone")).await.is_none());
-    assert_eq!(
-        env.manager
-            .transaction_state(&id)
-            .await
-            .unwrap()
-            .map(|s| (s.state, s.finalized)),
-        Some((TxState::Committed, true))
-    );
+    assert_eq!(env.tx_state(&id).await, Some((TxState::Committed, true)));
 }
 
 #[tokio::test]
@@ -124,15 +117,7 @@ async fn a_false_condition_applies_nothing() {
         other => panic!("expected ConditionFailed, got {other:?}"),
     }
     assert_eq!(env.raw_get(&env.table, &key("a")).await.unwrap()["n"], n(1));
-    assert_eq!(
-        env.manager
-            .transaction_state(&id)
-            .await
-            .unwrap()
-            .map(|s| (s.state, s.finalized)),
-        None,
-        "no record was written"
-    );
+    assert_eq!(env.tx_state(&id).await, None, "no record was written");
 }
 
 #[tokio::test]
@@ -168,11 +153,7 @@ async fn a_locked_item_falls_back_to_the_locking_protocol() {
         item(&[("Id", s("a")), ("n", n(2))])
     );
     assert_eq!(
-        env.manager
-            .transaction_state(holder.id())
-            .await
-            .unwrap()
-            .map(|s| (s.state, s.finalized)),
+        env.tx_state(holder.id()).await,
         Some((TxState::RolledBack, true))
     );
     assert!(holder.commit().await.unwrap_err().is_rolled_back());
@@ -202,14 +183,7 @@ async fn a_lost_response_is_repeated_without_applying_twice() {
         n(1),
         "applied once"
     );
-    assert_eq!(
-        env.manager
-            .transaction_state(&id)
-            .await
-            .unwrap()
-            .map(|s| (s.state, s.finalized)),
-        Some((TxState::Committed, true))
-    );
+    assert_eq!(env.tx_state(&id).await, Some((TxState::Committed, true)));
 }
 
 #[tokio::test]
@@ -237,14 +211,7 @@ async fn a_coordinator_that_dies_after_sending_reports_an_undetermined_outcome()
     );
     env.faults.disarm();
     // The record tells what happened: it landed.
-    assert_eq!(
-        env.manager
-            .transaction_state(&id)
-            .await
-            .unwrap()
-            .map(|s| (s.state, s.finalized)),
-        Some((TxState::Committed, true))
-    );
+    assert_eq!(env.tx_state(&id).await, Some((TxState::Committed, true)));
     assert_eq!(
         env.raw_get(&env.table, &key("c")).await.unwrap(),
         item(&[("Id", s("c")), ("n", n(1))])
@@ -295,11 +262,7 @@ async fn a_landed_commit_answered_with_a_5xx_is_reported_committed() {
             "{what}: applied once"
         );
         assert_eq!(
-            env.manager
-                .transaction_state(&tx_id)
-                .await
-                .unwrap()
-                .map(|s| (s.state, s.finalized)),
+            env.tx_state(&tx_id).await,
             Some((TxState::Committed, true)),
             "{what}"
         );

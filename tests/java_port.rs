@@ -238,11 +238,7 @@ async fn assert_images_empty(env: &TestEnv) {
 
 async fn assert_state(env: &TestEnv, id: &TxId, state: TxState, finalized: bool) {
     assert_eq!(
-        env.manager
-            .transaction_state(id)
-            .await
-            .unwrap()
-            .map(|s| (s.state, s.finalized)),
+        env.tx_state(id).await,
         Some((state, finalized)),
         "state of {id}"
     );
@@ -250,14 +246,7 @@ async fn assert_state(env: &TestEnv, id: &TxId, state: TxState, finalized: bool)
 
 /// Java's `assertTransactionDeleted`.
 async fn assert_tx_deleted(env: &TestEnv, id: &TxId) {
-    assert_eq!(
-        env.manager
-            .transaction_state(id)
-            .await
-            .unwrap()
-            .map(|s| (s.state, s.finalized)),
-        None
-    );
+    assert_eq!(env.tx_state(id).await, None);
     let e = env.manager.resume(id).await.unwrap_err();
     assert!(matches!(e, Error::TransactionNotFound { .. }), "{e:?}");
     let rows = record_rows(env, id).await;
@@ -1295,14 +1284,7 @@ async fn use_committed_transaction() {
     let empty = fx.manager.begin();
     let empty_id = empty.id().clone();
     empty.commit().await.unwrap();
-    assert_eq!(
-        fx.manager
-            .transaction_state(&empty_id)
-            .await
-            .unwrap()
-            .map(|s| (s.state, s.finalized)),
-        None
-    );
+    assert_eq!(fx.tx_state(&empty_id).await, None);
 
     let t1 = fx.manager.begin();
     let id = t1.id().clone();
@@ -2275,14 +2257,7 @@ async fn missing_table_name() {
     assert_not_locked(&fx, &fx.table, &key("item1"), None).await;
     t1.rollback().await.unwrap();
     assert_not_locked(&fx, &fx.table, &key("item1"), None).await;
-    assert_eq!(
-        fx.manager
-            .transaction_state(&id)
-            .await
-            .unwrap()
-            .map(|s| (s.state, s.finalized)),
-        None
-    );
+    assert_eq!(fx.tx_state(&id).await, None);
 }
 
 #[tokio::test]
@@ -2790,14 +2765,7 @@ async fn put_invalid_requests() {
         "_TxA",
     );
     // Nothing was written, and the transaction is still usable.
-    assert_eq!(
-        fx.manager
-            .transaction_state(&id)
-            .await
-            .unwrap()
-            .map(|s| (s.state, s.finalized)),
-        None
-    );
+    assert_eq!(fx.tx_state(&id).await, None);
     put(&t1, &fx.table, &item1()).send().await.unwrap();
     t1.commit().await.unwrap();
     assert_not_locked(&fx, &fx.table, &key("item1"), Some(&item1())).await;
@@ -2925,14 +2893,7 @@ async fn update_and_delete_invalid_requests() {
             .await,
         "_TxI",
     );
-    assert_eq!(
-        fx.manager
-            .transaction_state(&id)
-            .await
-            .unwrap()
-            .map(|s| (s.state, s.finalized)),
-        None
-    );
+    assert_eq!(fx.tx_state(&id).await, None);
     assert_not_locked(&fx, &fx.table, &key("item0"), Some(&fx.item0)).await;
     t1.rollback().await.unwrap();
 }

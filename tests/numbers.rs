@@ -143,14 +143,7 @@ async fn a_false_condition_under_a_stamp_ending_in_zero_is_a_condition_failure()
         other => panic!("expected ConditionFailed, got {other:?}"),
     }
     // Rolled back consistently: record decided and finalized, item unlocked and unchanged.
-    assert_eq!(
-        env.manager
-            .transaction_state(&id)
-            .await
-            .unwrap()
-            .map(|s| (s.state, s.finalized)),
-        Some((TxState::RolledBack, true))
-    );
+    assert_eq!(env.tx_state(&id).await, Some((TxState::RolledBack, true)));
     assert_eq!(env.raw_get(&env.table, &key("a")).await, Some(original));
     assert!(matches!(tx.commit().await, Err(Error::RolledBack { .. })));
 
@@ -241,14 +234,7 @@ async fn spellings_of_a_numeric_key_are_one_item() {
     let (other, _) = env.second_coordinator();
     let resumed = other.resume(&id).await.unwrap();
     resumed.commit().await.unwrap();
-    assert_eq!(
-        env.manager
-            .transaction_state(&id)
-            .await
-            .unwrap()
-            .map(|s| (s.state, s.finalized)),
-        Some((TxState::Committed, true))
-    );
+    assert_eq!(env.tx_state(&id).await, Some((TxState::Committed, true)));
     let items = env.scan_all(&env.range_table).await;
     assert_eq!(items.len(), 2, "{items:?}");
     for i in &items {

@@ -867,13 +867,6 @@ async fn a_resumed_finished_transaction_accepts_no_new_request() {
             env.scan_all(env.manager.transactions_table()).await,
             record_before
         );
-        assert_eq!(
-            env.manager
-                .transaction_state(&id)
-                .await
-                .unwrap()
-                .map(|s| (s.state, s.finalized)),
-            Some((state, true))
-        );
+        assert_eq!(env.tx_state(&id).await, Some((state, true)));
     }
 }

@@ -69,11 +69,7 @@ async fn abandoned_pending(env: &TestEnv, id: &str) -> TxId {
 }
 
 async fn state(env: &TestEnv, id: &TxId) -> Option<(TxState, bool)> {
-    env.manager
-        .transaction_state(id)
-        .await
-        .unwrap()
-        .map(|s| (s.state, s.finalized))
+    env.tx_state(id).await
 }
 
 async fn bal(env: &TestEnv, id: &str) -> Option<Item> {

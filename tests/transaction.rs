@@ -78,14 +78,7 @@ async fn thousand_item_transaction_commits_with_chunked_record() {
     let chunks: i64 = header["_TxC"].as_n().unwrap().parse().unwrap();
     assert!(chunks >= 1, "requests spread over chunk rows");
     assert_eq!(rows.len() as i64, 1 + chunks);
-    assert_eq!(
-        env.manager
-            .transaction_state(&id)
-            .await
-            .unwrap()
-            .map(|s| (s.state, s.finalized)),
-        Some((TxState::Committed, true))
-    );
+    assert_eq!(env.tx_state(&id).await, Some((TxState::Committed, true)));
     assert!(env.manager.delete_transaction(&id).await.unwrap());
     assert!(
         env.scan_all(env.manager.transactions_table())
@@ -140,14 +133,7 @@ async fn large_transaction_rolls_back_after_resume() {
         assert_eq!(it["n"], n(i), "restored from its embedded image");
         assert!(!has_tx_attrs(&it));
     }
-    assert_eq!(
-        env.manager
-            .transaction_state(&id)
-            .await
-            .unwrap()
-            .map(|s| (s.state, s.finalized)),
-        Some((TxState::RolledBack, true))
-    );
+    assert_eq!(env.tx_state(&id).await, Some((TxState::RolledBack, true)));
 }
 
 #[tokio::test]
@@ -231,14 +217,7 @@ async fn condition_expressions_decide_the_whole_transaction() {
             env.raw_get(&env.table, &key("a")).await.unwrap()["bal"],
             n(30)
         );
-        assert_eq!(
-            env.manager
-                .transaction_state(&id)
-                .await
-                .unwrap()
-                .map(|s| (s.state, s.finalized)),
-            Some((TxState::RolledBack, true))
-        );
+        assert_eq!(env.tx_state(&id).await, Some((TxState::RolledBack, true)));
 
         // A condition that needs the item on an absent item fails, with no current item.
         let tx = env.manager.begin();
@@ -586,14 +565,7 @@ async fn empty_transaction_commits_without_writing() {
     let id = tx.id().clone();
     tx.commit().await.unwrap();
     assert_eq!(env.counter.total(), 0);
-    assert_eq!(
-        env.manager
-            .transaction_state(&id)
-            .await
-            .unwrap()
-            .map(|s| (s.state, s.finalized)),
-        None
-    );
+    assert_eq!(env.tx_state(&id).await, None);
 }
 
 #[tokio::test]
@@ -835,14 +807,7 @@ async fn a_committed_delete_not_yet_executed_reads_as_absent() {
         "{r:?}"
     );
     env.faults.disarm();
-    assert_eq!(
-        env.manager
-            .transaction_state(&id)
-            .await
-            .unwrap()
-            .map(|s| (s.state, s.finalized)),
-        Some((TxState::Committed, false))
-    );
+    assert_eq!(env.tx_state(&id).await, Some((TxState::Committed, false)));
     let raw = env.raw_get(&env.table, &key("d")).await.unwrap();
     assert_eq!(
         raw["_TxA"],
@@ -1283,14 +1248,7 @@ async fn a_call_retried_after_a_lost_record_creation_is_applied_once() {
     assert_eq!(out.attributes, Some(item(&[("n", n(1))])));
     tx.commit().await.unwrap();
     assert_eq!(counts(&env, &["x"]).await, vec![n(1)]);
-    assert_eq!(
-        env.manager
-            .transaction_state(&tx_id)
-            .await
-            .unwrap()
-            .map(|s| (s.state, s.finalized)),
-        Some((TxState::Committed, true))
-    );
+    assert_eq!(env.tx_state(&tx_id).await, Some((TxState::Committed, true)));
 }
 
 /// A rollback after a lost answer to the record's creation (or a creation that never landed) rolls
@@ -1388,11 +1346,7 @@ async fn a_chunked_record_cut_short_then_appended_by_a_second_handle_commits_onc
         other.abandon();
         tx.commit().await.unwrap();
         assert_eq!(
-            env.manager
-                .transaction_state(&tx_id)
-                .await
-                .unwrap()
-                .map(|s| (s.state, s.finalized)),
+            env.tx_state(&tx_id).await,
             Some((TxState::Committed, true)),
             "{mode:?}"
         );
@@ -1444,11 +1398,7 @@ async fn dropping_a_resumed_handle_that_wrote_nothing_leaves_the_transaction_alo
     drop(b);
     let_background_tasks_run().await;
     assert_eq!(
-        env.manager
-            .transaction_state(&id)
-            .await
-            .unwrap()
-            .map(|s| (s.state, s.finalized)),
+        env.tx_state(&id).await,
         Some((TxState::Pending, false)),
         "the dropped inspection handle decided the transaction"
     );
@@ -1599,14 +1549,7 @@ async fn an_image_saved_before_a_crash_is_removed_by_whoever_finishes() {
         )
         .await
         .unwrap();
-    assert_eq!(
-        env.manager
-            .transaction_state(&id)
-            .await
-            .unwrap()
-            .map(|s| (s.state, s.finalized)),
-        Some((TxState::RolledBack, true))
-    );
+    assert_eq!(env.tx_state(&id).await, Some((TxState::RolledBack, true)));
     assert_big_item(&env, "sweep", 1).await;
     assert_no_images(&env, "sweep").await;
 }
@@ -1678,14 +1621,7 @@ async fn a_crash_on_the_image_delete_leaves_no_image() {
         .unwrap()
         .commit()
         .await;
-    assert_eq!(
-        env.manager
-            .transaction_state(&id)
-            .await
-            .unwrap()
-            .map(|s| (s.state, s.finalized)),
-        Some((TxState::Committed, true))
-    );
+    assert_eq!(env.tx_state(&id).await, Some((TxState::Committed, true)));
     assert_big_item(&env, "c", 2).await;
     assert_no_images(&env, "commit").await;
 
@@ -1716,14 +1652,7 @@ async fn a_crash_on_the_image_delete_leaves_no_image() {
         .rollback_transaction(&id)
         .await
         .unwrap();
-    assert_eq!(
-        env.manager
-            .transaction_state(&id)
-            .await
-            .unwrap()
-            .map(|s| (s.state, s.finalized)),
-        Some((TxState::RolledBack, true))
-    );
+    assert_eq!(env.tx_state(&id).await, Some((TxState::RolledBack, true)));
     assert_big_item(&env, "r", 1).await;
     assert_no_images(&env, "rollback").await;
 }
@@ -1754,14 +1683,7 @@ async fn the_one_request_commit_writes_the_record_ttl_in_the_commit() {
     tx.commit().await.unwrap();
     env.faults.disarm();
     assert_eq!(env.counter.get("TransactWriteItems"), 1);
-    assert_eq!(
-        env.manager
-            .transaction_state(&id)
-            .await
-            .unwrap()
-            .map(|s| (s.state, s.finalized)),
-        Some((TxState::Committed, true))
-    );
+    assert_eq!(env.tx_state(&id).await, Some((TxState::Committed, true)));
     let header = env
         .scan_all(env.manager.transactions_table())
         .await

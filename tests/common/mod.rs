@@ -280,6 +280,18 @@ impl TestEnv {
         (m, faults)
     }
 
+    /// The state of a transaction's record and whether it is finalized (`None`: no record).
+    pub async fn tx_state(
+        &self,
+        id: &dynamodb_transactions::TxId,
+    ) -> Option<(dynamodb_transactions::TxState, bool)> {
+        self.manager
+            .transaction_state(id)
+            .await
+            .unwrap()
+            .map(|s| (s.state, s.finalized))
+    }
+
     /// Raw consistent read of an item, lock attributes included.
     pub async fn raw_get(&self, table: &str, key: &Item) -> Option<Item> {
         self.client
