@@ -1459,13 +1459,10 @@ fn big_item(id: &str) -> dynamodb_transactions::Item {
     item(&[("Id", s(id)), ("v", n(1)), ("big", s(&"x".repeat(70_000)))])
 }
 
-/// A phased commit of `SET v = :v` on the big item `id` that crashes (as a process would) after
-/// saving the before-image in the images table and before applying: the item is locked, not
-/// applied, and one image exists.
-async fn crash_after_image_save(env: &TestEnv, id: &str) -> dynamodb_transactions::TxId {
+/// Writes the big item `id` (v = 1) and begins a transaction that sets its `v` to 2.
+async fn begin_big_item_update(env: &TestEnv, id: &str) -> dynamodb_transactions::Transaction {
     env.raw_put(&env.table, big_item(id)).await;
     let tx = env.manager.begin();
-    let tx_id = tx.id().clone();
     tx.update_item()
         .table_name(&env.table)
         .key("Id", s(id))
@@ -1474,6 +1471,15 @@ async fn crash_after_image_save(env: &TestEnv, id: &str) -> dynamodb_transaction
         .send()
         .await
         .unwrap();
+    tx
+}
+
+/// A phased commit of `SET v = :v` on the big item `id` that crashes (as a process would) after
+/// saving the before-image in the images table and before applying: the item is locked, not
+/// applied, and one image exists.
+async fn crash_after_image_save(env: &TestEnv, id: &str) -> dynamodb_transactions::TxId {
+    let tx = begin_big_item_update(env, id).await;
+    let tx_id = tx.id().clone();
     // Record (1), lock (2), image PutItem (3), apply (4).
     env.faults
         .crash_at(4, dynamodb_transactions::fault::FaultMode::BeforeSend);
@@ -1559,17 +1565,8 @@ async fn an_image_saved_before_a_crash_is_removed_by_whoever_finishes() {
 #[tokio::test]
 async fn a_lost_answer_to_the_image_save_leaves_no_second_image() {
     let env = TestEnv::with_settings("imglost", |s| s.one_shot_max_items = 0).await;
-    env.raw_put(&env.table, big_item("a")).await;
-    let tx = env.manager.begin();
+    let tx = begin_big_item_update(&env, "a").await;
     let id = tx.id().clone();
-    tx.update_item()
-        .table_name(&env.table)
-        .key("Id", s("a"))
-        .update_expression("SET v = :v")
-        .expression_attribute_values(":v", n(2))
-        .send()
-        .await
-        .unwrap();
     // Record (1), lock (2), image PutItem (3): it lands, its answer is lost.
     env.faults
         .fail_once_at(3, dynamodb_transactions::fault::FaultMode::AfterSend);
@@ -1591,17 +1588,8 @@ async fn a_lost_answer_to_the_image_save_leaves_no_second_image() {
 #[tokio::test]
 async fn a_crash_on_the_image_delete_leaves_no_image() {
     let env = TestEnv::with_settings("imgdel", |s| s.one_shot_max_items = 0).await;
-    env.raw_put(&env.table, big_item("c")).await;
-    let tx = env.manager.begin();
+    let tx = begin_big_item_update(&env, "c").await;
     let id = tx.id().clone();
-    tx.update_item()
-        .table_name(&env.table)
-        .key("Id", s("c"))
-        .update_expression("SET v = :v")
-        .expression_attribute_values(":v", n(2))
-        .send()
-        .await
-        .unwrap();
     // Record (1), lock (2), image (3), apply (4), flip (5), unlock (6), image delete (7).
     env.faults
         .crash_at(7, dynamodb_transactions::fault::FaultMode::BeforeSend);
