@@ -46,6 +46,22 @@ async fn warm(m: &TransactionManager, table: &str) {
         .unwrap();
 }
 
+/// Writes item `id` with `bal` 100 and begins a transaction that adds 10 to it (buffered).
+async fn begin_plus_ten(env: &TestEnv, id: &str) -> dynamodb_transactions::Transaction {
+    env.raw_put(&env.table, item(&[("Id", s(id)), ("bal", n(100))]))
+        .await;
+    let tx = env.manager.begin();
+    tx.update_item()
+        .table_name(&env.table)
+        .key("Id", s(id))
+        .update_expression("SET bal = bal + :x")
+        .expression_attribute_values(":x", n(10))
+        .send()
+        .await
+        .unwrap();
+    tx
+}
+
 /// A transaction that applied `+10` to item `id` (ALL_NEW applies at once) and was abandoned: pending,
 /// its item locked and applied with the before-image embedded.
 async fn abandoned_pending(env: &TestEnv, id: &str) -> TxId {
@@ -96,18 +112,8 @@ async fn abandoned_transactions_in_every_state_end_as_they_should() {
 
     // Committed, not finalized: the phased commit died after the flip, before unlocking.
     // Requests: record PutItem, lock UpdateItem, apply TransactWriteItems, flip UpdateItem, unlock.
-    env.raw_put(&env.table, item(&[("Id", s("committed")), ("bal", n(100))]))
-        .await;
-    let tx = env.manager.begin();
+    let tx = begin_plus_ten(&env, "committed").await;
     let committed = tx.id().clone();
-    tx.update_item()
-        .table_name(&env.table)
-        .key("Id", s("committed"))
-        .update_expression("SET bal = bal + :x")
-        .expression_attribute_values(":x", n(10))
-        .send()
-        .await
-        .unwrap();
     env.faults.crash_at(5, FaultMode::BeforeSend);
     let _ = tx.commit().await;
     assert!(env.faults.struck());
@@ -896,18 +902,8 @@ async fn sweeper_decides_only_the_version_it_judged_idle() {
 async fn phased_commit_with_a_lost_unlock_answer_still_finishes() {
     let env = TestEnv::with_settings("sweep-lost-unlock", |s| s.one_shot_max_items = 0).await;
     warm(&env.manager, &env.table).await;
-    env.raw_put(&env.table, item(&[("Id", s("a")), ("bal", n(100))]))
-        .await;
-    let tx = env.manager.begin();
+    let tx = begin_plus_ten(&env, "a").await;
     let id = tx.id().clone();
-    tx.update_item()
-        .table_name(&env.table)
-        .key("Id", s("a"))
-        .update_expression("SET bal = bal + :x")
-        .expression_attribute_values(":x", n(10))
-        .send()
-        .await
-        .unwrap();
     // Requests: record PutItem, lock UpdateItem, apply TransactWriteItems, flip UpdateItem,
     // unlock UpdateItem (its answer is lost), finalize.
     env.faults.fail_once_at(5, FaultMode::AfterSend);
