@@ -363,7 +363,8 @@ impl Error {
     /// Wraps an SDK error, keeping its code and message and whether the request may have landed:
     /// a timeout, a failure to read the answer, or a 5xx answer (DynamoDB, or something before it,
     /// failed after receiving the request, which may have been applied). A dispatch failure is
-    /// not ambiguous only when [`SendTracker`] proved that no attempt of the request was sent.
+    /// not ambiguous only when the send tracker (`ddb::SendTracker`) proved that no attempt of
+    /// the request was sent.
     pub(crate) fn sdk<E, R>(operation: &'static str, err: SdkError<E, R>) -> Error
     where
         E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
@@ -460,10 +461,10 @@ impl fmt::Display for DisplayKey<'_> {
     }
 }
 
-/// The proof, put in the error chain by [`SendTracker`], that no attempt of a request left the
-/// machine: every attempt that reached the HTTP client failed while connecting.
+/// The proof, put in the error chain by the send tracker (`ddb::SendTracker`), that no attempt of a
+/// request left the machine: every attempt that reached the HTTP client failed while connecting.
 #[derive(Debug)]
-struct NeverSent(BoxError);
+pub(crate) struct NeverSent(pub(crate) BoxError);
 
 impl fmt::Display for NeverSent {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -476,150 +477,6 @@ impl std::error::Error for NeverSent {
         // The orchestrator's wrapper says nothing: go on with what it wraps.
         self.0.source().or(Some(self.0.as_ref()))
     }
-}
-
-/// True when the connector error proves that the connection was never set up, so the request
-/// was not sent: the SDK's HTTP client (hyper-util's legacy client, the one the SDK's default
-/// HTTPS client is built on) reports a connect-phase error (DNS, TCP connect, TLS handshake,
-/// connect timeout), or the OS refused the connection (`ECONNREFUSED` only answers a connection
-/// attempt; a connection reset after sending is `ECONNRESET`). Anything else — a reset, a
-/// timeout after sending, an unknown error — proves nothing.
-fn connect_failed(e: &(dyn std::error::Error + 'static)) -> bool {
-    let mut cur = Some(e);
-    while let Some(c) = cur {
-        if c.downcast_ref::<hyper_util::client::legacy::Error>()
-            .is_some_and(|h| h.is_connect())
-        {
-            return true;
-        }
-        if c.downcast_ref::<std::io::Error>()
-            .is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused)
-        {
-            return true;
-        }
-        cur = c.source();
-    }
-    false
-}
-
-/// Per operation: how many attempts reached the HTTP client, and how many of them provably
-/// failed while connecting.
-#[derive(Debug, Clone, Copy, Default)]
-struct Sends {
-    transmitted: u32,
-    never_sent: u32,
-}
-
-impl aws_smithy_types::config_bag::Storable for Sends {
-    type Storer = aws_smithy_types::config_bag::StoreReplace<Self>;
-}
-
-/// An interceptor the manager adds to its client: it marks a dispatch failure as never sent
-/// ([`NeverSent`] in its chain) when every attempt of the operation that reached the HTTP client
-/// failed while connecting, or when no attempt reached it (no credentials, no endpoint). An attempt that timed out, or failed in any other way after it was
-/// handed to the HTTP client, may have been sent: then nothing is marked and the error stays
-/// ambiguous. (The SDK retries a refused connection; an earlier attempt may have been sent and
-/// lost, so the last attempt's error alone proves nothing.)
-#[derive(Debug)]
-pub(crate) struct SendTracker;
-
-impl aws_smithy_runtime_api::client::interceptors::Intercept for SendTracker {
-    fn name(&self) -> &'static str {
-        "dynamodb_transactions::SendTracker"
-    }
-
-    fn read_before_transmit(
-        &self,
-        _ctx: &aws_smithy_runtime_api::client::interceptors::context::BeforeTransmitInterceptorContextRef<'_>,
-        _rc: &aws_smithy_runtime_api::client::runtime_components::RuntimeComponents,
-        cfg: &mut aws_smithy_types::config_bag::ConfigBag,
-    ) -> Result<(), BoxError> {
-        let mut s = cfg.load::<Sends>().copied().unwrap_or_default();
-        s.transmitted += 1;
-        cfg.interceptor_state().store_put(s);
-        Ok(())
-    }
-
-    fn read_after_attempt(
-        &self,
-        ctx: &aws_smithy_runtime_api::client::interceptors::context::FinalizerInterceptorContextRef<
-            '_,
-        >,
-        _rc: &aws_smithy_runtime_api::client::runtime_components::RuntimeComponents,
-        cfg: &mut aws_smithy_types::config_bag::ConfigBag,
-    ) -> Result<(), BoxError> {
-        let Some(mut s) = cfg.load::<Sends>().copied() else {
-            return Ok(()); // this attempt never reached the HTTP client
-        };
-        let refused = matches!(ctx.output_or_error(), Some(Err(e))
-            if e.as_connector_error().is_some_and(|c| connect_failed(c)));
-        if refused && s.never_sent < s.transmitted {
-            s.never_sent += 1;
-            cfg.interceptor_state().store_put(s);
-        }
-        Ok(())
-    }
-
-    fn modify_before_completion(
-        &self,
-        ctx: &mut aws_smithy_runtime_api::client::interceptors::context::FinalizerInterceptorContextMut<'_>,
-        _rc: &aws_smithy_runtime_api::client::runtime_components::RuntimeComponents,
-        cfg: &mut aws_smithy_types::config_bag::ConfigBag,
-    ) -> Result<(), BoxError> {
-        use aws_smithy_runtime_api::client::orchestrator::OrchestratorError;
-        use aws_smithy_runtime_api::client::result::ConnectorError;
-        let s = cfg.load::<Sends>().copied().unwrap_or_default();
-        let serialized = ctx.request().is_some();
-        let Some(r) = ctx.output_or_error_mut() else {
-            return Ok(());
-        };
-        let Err(e) = r else {
-            return Ok(());
-        };
-        let never_sent = if s.transmitted == 0 {
-            // No attempt reached the HTTP client: it failed after the request was built and before
-            // it could be handed over (no credentials, no endpoint, signing). Only such "other"
-            // errors: an interceptor's error (or a timeout) is left as it is.
-            serialized
-                && !(e.is_operation_error()
-                    || e.is_interceptor_error()
-                    || e.is_timeout_error()
-                    || e.is_response_error()
-                    || e.is_connector_error())
-        } else {
-            s.never_sent == s.transmitted
-                && e.as_connector_error().is_some_and(|c| connect_failed(c))
-        };
-        if !never_sent {
-            return Ok(());
-        }
-        // The same kind of connector error as before (callers classify by it), with the proof
-        // in front of the original error.
-        type Make = fn(BoxError) -> ConnectorError;
-        let make: Box<dyn FnOnce(BoxError) -> ConnectorError> = match e.as_connector_error() {
-            Some(c) if c.is_io() => Box::new(ConnectorError::io as Make),
-            Some(c) if c.is_timeout() => Box::new(ConnectorError::timeout as Make),
-            Some(c) if c.is_user() => Box::new(ConnectorError::user as Make),
-            Some(c) => {
-                let kind = c.as_other();
-                Box::new(move |b| ConnectorError::other(b, kind))
-            }
-            None => Box::new(|b| ConnectorError::other(b, None)),
-        };
-        let original = std::mem::replace(e, OrchestratorError::other("replaced by SendTracker"));
-        *e = OrchestratorError::connector(make(Box::new(NeverSent(Box::new(original)))));
-        Ok(())
-    }
-}
-
-/// The client with a [`SendTracker`]: what the manager uses for every request.
-pub(crate) fn track_sends(client: aws_sdk_dynamodb::Client) -> aws_sdk_dynamodb::Client {
-    let conf = client
-        .config()
-        .to_builder()
-        .interceptor(SendTracker)
-        .build();
-    aws_sdk_dynamodb::Client::from_conf(conf)
 }
 
 /// Error codes of a failure inside DynamoDB: the request may have been applied.

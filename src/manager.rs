@@ -157,7 +157,7 @@ impl TransactionManagerBuilder {
     pub fn build(self) -> TransactionManager {
         TransactionManager {
             inner: Arc::new(Inner {
-                client: crate::error::track_sends(self.client),
+                client: crate::ddb::track_sends(self.client),
                 tx_table: self.tx_table,
                 image_table: self.image_table,
                 settings: self.settings,

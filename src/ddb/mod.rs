@@ -1,5 +1,8 @@
 //! Thin helpers over aws-sdk-dynamodb: conditional writes that report the current item when their
-//! condition fails, and `TransactWriteItems` batches with per-action outcomes.
+//! condition fails, and `TransactWriteItems` batches with per-action outcomes; and the client
+//! interceptor that records whether a failed request was sent ([`send_tracker`]).
+
+mod send_tracker;
 
 use std::collections::HashMap;
 
@@ -12,6 +15,8 @@ use aws_sdk_dynamodb::types::{
 
 use crate::error::{Error, Item, Result};
 use crate::request::{item_size, value_size};
+
+pub(crate) use send_tracker::track_sends;
 
 /// Most actions in one `TransactWriteItems`.
 pub(crate) const MAX_TRANSACT_ACTIONS: usize = 100;
