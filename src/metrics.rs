@@ -10,7 +10,6 @@ use std::time::Instant;
 use ::metrics::{counter, histogram};
 
 use crate::error::Error;
-use crate::lock::LockError;
 
 /// Transactions committed, by `path`.
 pub(crate) const COMMITS: &str = "dynamodb_tx_commits_total";
@@ -81,9 +80,9 @@ pub(crate) const COMMIT: &str = "commit";
 /// `phase` of [`PHASE_SECONDS`]: settling the items of a decided transaction and finalizing.
 pub(crate) const SETTLE: &str = "settle";
 
-/// `lock` label: [`crate::lock::QueueLock`].
+/// `lock` label: the FIFO queue lock (`lock::QueueLock`).
 pub(crate) const QUEUE_LOCK: &str = "queue";
-/// `lock` label: [`crate::lock::LeaseLock`].
+/// `lock` label: the lease lock (`lock::LeaseLock`).
 pub(crate) const LEASE_LOCK: &str = "lease";
 
 /// Counts a commit by its path.
@@ -128,23 +127,11 @@ pub(crate) fn dropped_handle() {
     counter!(DROPPED).increment(1);
 }
 
-/// Counts the actions of one sweep.
-pub(crate) fn sweep_report(r: &crate::sweeper::SweepReport) {
-    if r.dry_run {
-        return;
-    }
-    let actions = [
-        ("rolled_back", r.rolled_back.len() as u64),
-        ("completed", r.completed.len() as u64),
-        ("deleted", r.deleted),
-        ("orphan_chunks_deleted", r.orphan_chunks_deleted),
-        ("orphan_images_deleted", r.orphan_images_deleted),
-        ("stale_locks_completed", r.stale_locks_completed),
-    ];
-    for (action, n) in actions {
-        if n > 0 {
-            counter!(SWEEPER_ACTIONS, "action" => action).increment(n);
-        }
+/// Counts `n` sweeper actions of one kind (`rolled_back`, `completed`, `deleted`, ...); nothing
+/// when `n` is 0.
+pub(crate) fn sweeper_actions(action: &'static str, n: u64) {
+    if n > 0 {
+        counter!(SWEEPER_ACTIONS, "action" => action).increment(n);
     }
 }
 
@@ -165,8 +152,8 @@ pub(crate) fn lock_released(lock: &'static str) {
 }
 
 /// Counts a failed acquisition if it timed out.
-pub(crate) fn lock_failed(lock: &'static str, e: &LockError) {
-    if matches!(e, LockError::Timeout { .. }) {
+pub(crate) fn lock_failed(lock: &'static str, timed_out: bool) {
+    if timed_out {
         lock_timeout(lock);
     }
 }

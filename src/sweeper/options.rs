@@ -1,0 +1,286 @@
+//! What a sweep does and what a listing shows: [`SweepOptions`] and [`ListOptions`].
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::scan::{ProgressFn, ScanProgress};
+use crate::record::TxState;
+
+/// What [`TransactionManager::sweep`] does. Build with [`SweepOptions::new`] (the production
+/// defaults) or [`SweepOptions::finish_everything_now`] (settle everything regardless of age), and
+/// the setters. Thresholds are [`Duration`]s of idleness: how long a record has not changed.
+///
+/// ```
+/// use std::time::Duration;
+/// use dynamodb_transactions::sweeper::SweepOptions;
+/// let options = SweepOptions::new()
+///     .rollback_after(Duration::from_secs(600))
+///     .delete_after(Some(Duration::from_secs(86_400)))
+///     .tables_to_scan(["Accounts"]);
+/// assert_eq!(options.segments_count(), 4);
+/// ```
+///
+/// [`TransactionManager::sweep`]: crate::TransactionManager::sweep
+#[derive(Clone)]
+#[must_use]
+pub struct SweepOptions {
+    pub(super) rollback_after: Duration,
+    pub(super) complete_after: Duration,
+    pub(super) delete_after: Option<Duration>,
+    pub(super) segments: u32,
+    pub(super) concurrency: usize,
+    pub(super) dry_run: bool,
+    pub(super) images: bool,
+    pub(super) tables_to_scan: Vec<String>,
+    pub(super) progress: Option<ProgressFn>,
+}
+
+impl Default for SweepOptions {
+    fn default() -> Self {
+        SweepOptions {
+            rollback_after: Duration::from_secs(300),
+            complete_after: Duration::from_secs(60),
+            delete_after: None,
+            segments: 4,
+            concurrency: 8,
+            dry_run: false,
+            images: true,
+            tables_to_scan: Vec::new(),
+            progress: None,
+        }
+    }
+}
+
+impl fmt::Debug for SweepOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SweepOptions")
+            .field("rollback_after", &self.rollback_after)
+            .field("complete_after", &self.complete_after)
+            .field("delete_after", &self.delete_after)
+            .field("segments", &self.segments)
+            .field("concurrency", &self.concurrency)
+            .field("dry_run", &self.dry_run)
+            .field("images", &self.images)
+            .field("tables_to_scan", &self.tables_to_scan)
+            .field("progress", &self.progress.as_ref().map(|_| "callback"))
+            .finish()
+    }
+}
+
+impl SweepOptions {
+    /// The defaults: roll back pending transactions idle for 5 minutes, complete decided ones idle
+    /// for 1 minute, keep finalized records (for TTL), 4 scan segments, 8 records in flight per
+    /// segment, sweep images, scan no user table.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The preset "finish everything now": roll back every pending transaction and complete every
+    /// decided, unfinalized one, whatever its age ([`rollback_after`](Self::rollback_after) and
+    /// [`complete_after`](Self::complete_after) are zero). Finalized records are kept; add
+    /// `.delete_after(Some(Duration::ZERO))` to delete them too. Everything else is as in
+    /// [`SweepOptions::new`] (orphaned images swept, no user table scanned).
+    ///
+    /// For tests, maintenance windows, and operators once every coordinator has stopped. A pending
+    /// transaction whose coordinator is still at work may be rolled back under it (unless the
+    /// coordinator writes between the sweeper's read and its decision): nothing is lost or left
+    /// half applied, as its coordinator finds the transaction rolled back, but the work is aborted.
+    /// With coordinators running, keep the thresholds above your longest transaction.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use dynamodb_transactions::sweeper::SweepOptions;
+    /// let options = SweepOptions::finish_everything_now();
+    /// assert_eq!(options.rollback_after_value(), Duration::ZERO);
+    /// assert_eq!(options.complete_after_value(), Duration::ZERO);
+    /// assert_eq!(options.delete_after_value(), None);
+    ///
+    /// // Delete the finalized records as well:
+    /// let options = SweepOptions::finish_everything_now().delete_after(Some(Duration::ZERO));
+    /// assert_eq!(options.delete_after_value(), Some(Duration::ZERO));
+    /// ```
+    ///
+    /// ```no_run
+    /// # async fn demo(m: dynamodb_transactions::TransactionManager) -> dynamodb_transactions::Result<()> {
+    /// use dynamodb_transactions::sweeper::SweepOptions;
+    /// // Every coordinator has stopped: settle whatever they left.
+    /// let report = m.sweep(&SweepOptions::finish_everything_now()).await?;
+    /// println!("rolled back {}, completed {}", report.rolled_back.len(), report.completed.len());
+    /// # Ok(()) }
+    /// ```
+    pub fn finish_everything_now() -> Self {
+        Self::new()
+            .rollback_after(Duration::ZERO)
+            .complete_after(Duration::ZERO)
+    }
+
+    /// Roll back a pending transaction once its record has not changed for this long (default 5
+    /// minutes). Must exceed your longest transaction plus the clock skew between machines.
+    pub fn rollback_after(mut self, d: Duration) -> Self {
+        self.rollback_after = d;
+        self
+    }
+
+    /// Complete a committed or rolled-back transaction that is not finalized once its record has not
+    /// changed for this long (default 1 minute), leaving its own coordinator time to finish.
+    pub fn complete_after(mut self, d: Duration) -> Self {
+        self.complete_after = d;
+        self
+    }
+
+    /// Delete finalized records once they have not changed for this long. `None` (the default)
+    /// keeps them: let DynamoDB TTL remove them for free
+    /// ([`Settings::record_ttl`](crate::Settings::record_ttl)), or delete them here.
+    pub fn delete_after(mut self, d: Option<Duration>) -> Self {
+        self.delete_after = d;
+        self
+    }
+
+    /// Parallel scan segments per table (default 4, at least 1).
+    pub fn segments(mut self, n: u32) -> Self {
+        self.segments = n.max(1);
+        self
+    }
+
+    /// Records (or items) handled at once per segment (default 8, at least 1).
+    pub fn concurrency(mut self, n: usize) -> Self {
+        self.concurrency = n.max(1);
+        self
+    }
+
+    /// Only report what would be done; write nothing.
+    pub fn dry_run(mut self, yes: bool) -> Self {
+        self.dry_run = yes;
+        self
+    }
+
+    /// Whether to delete orphaned images from the images table (default true).
+    pub fn sweep_images(mut self, yes: bool) -> Self {
+        self.images = yes;
+        self
+    }
+
+    /// User tables to scan for orphaned locks (locks of transactions whose record is gone, or that
+    /// are decided and finalized). Scanning reads the whole table, so it is opt-in; the default is
+    /// none.
+    pub fn tables_to_scan<I, S>(mut self, tables: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.tables_to_scan = tables.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Called after every scanned page (for progress bars). Must be quick.
+    pub fn progress(mut self, f: impl Fn(&ScanProgress) + Send + Sync + 'static) -> Self {
+        self.progress = Some(Arc::new(f));
+        self
+    }
+
+    /// See [`SweepOptions::rollback_after`].
+    pub fn rollback_after_value(&self) -> Duration {
+        self.rollback_after
+    }
+
+    /// See [`SweepOptions::complete_after`].
+    pub fn complete_after_value(&self) -> Duration {
+        self.complete_after
+    }
+
+    /// See [`SweepOptions::delete_after`].
+    pub fn delete_after_value(&self) -> Option<Duration> {
+        self.delete_after
+    }
+
+    /// See [`SweepOptions::segments`].
+    pub fn segments_count(&self) -> u32 {
+        self.segments
+    }
+
+    /// See [`SweepOptions::dry_run`].
+    pub fn is_dry_run(&self) -> bool {
+        self.dry_run
+    }
+
+    /// See [`SweepOptions::tables_to_scan`].
+    pub fn scanned_tables(&self) -> &[String] {
+        &self.tables_to_scan
+    }
+}
+
+/// Filters and scan settings of [`TransactionManager::list_transactions`].
+///
+/// [`TransactionManager::list_transactions`]: crate::TransactionManager::list_transactions
+#[derive(Clone, Default)]
+#[must_use]
+pub struct ListOptions {
+    pub(super) state: Option<TxState>,
+    pub(super) unfinalized: bool,
+    pub(super) older_than: Option<Duration>,
+    pub(super) segments: Option<u32>,
+    pub(super) progress: Option<ProgressFn>,
+}
+
+impl fmt::Debug for ListOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ListOptions")
+            .field("state", &self.state)
+            .field("unfinalized", &self.unfinalized)
+            .field("older_than", &self.older_than)
+            .field("segments", &self.segments)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ListOptions {
+    /// Every transaction.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Only transactions in this state.
+    pub fn state(mut self, state: Option<TxState>) -> Self {
+        self.state = state;
+        self
+    }
+
+    /// Only transactions that are not finalized (pending, or decided with items still to settle).
+    pub fn unfinalized(mut self, yes: bool) -> Self {
+        self.unfinalized = yes;
+        self
+    }
+
+    /// Only records not updated for at least this long.
+    pub fn older_than(mut self, d: Option<Duration>) -> Self {
+        self.older_than = d;
+        self
+    }
+
+    /// Parallel scan segments (default 4).
+    pub fn segments(mut self, n: u32) -> Self {
+        self.segments = Some(n.max(1));
+        self
+    }
+
+    /// Called after every scanned page.
+    pub fn progress(mut self, f: impl Fn(&ScanProgress) + Send + Sync + 'static) -> Self {
+        self.progress = Some(Arc::new(f));
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_defaults() {
+        let o = SweepOptions::new().segments(0);
+        assert_eq!(o.segments_count(), 1);
+        assert_eq!(o.rollback_after_value(), Duration::from_secs(300));
+        assert_eq!(o.delete_after_value(), None);
+        assert!(!o.is_dry_run());
+    }
+}
