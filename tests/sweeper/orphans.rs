@@ -1,0 +1,192 @@
+//! Orphaned images and locks of deleted records are cleaned; applied orphan locks are reported.
+
+use super::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orphan_images_and_locks_of_deleted_records_are_cleaned() {
+    let env = TestEnv::new("sweep-orphans").await;
+    let images = env.manager.images_table().to_string();
+
+    // A finalized transaction that read-locked "late" (committed), and one still pending.
+    env.raw_put(&env.table, item(&[("Id", s("late")), ("v", s("x"))]))
+        .await;
+    let tx = env.manager.begin();
+    let finalized = tx.id().clone();
+    tx.get_item()
+        .table_name(&env.table)
+        .key("Id", s("late"))
+        .send()
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(
+        state(&env, &finalized).await,
+        Some((TxState::Committed, true))
+    );
+    // A slow coordinator's lock that landed after the transaction finished.
+    env.raw_put(
+        &env.table,
+        item(&[
+            ("Id", s("late")),
+            ("v", s("x")),
+            ("_TxId", s(finalized.as_str())),
+            ("_TxD", n(now_ms())),
+        ]),
+    )
+    .await;
+    let pending = abandoned_pending(&env, "pending").await;
+
+    // Images: of a vanished transaction, of a finalized one, of a pending one.
+    let gone = TxId::new_random();
+    for owner in [&gone, &finalized, &pending] {
+        env.raw_put(
+            &images,
+            item(&[
+                (
+                    "_TxI",
+                    s(&format!("{owner}#{}", uuid::Uuid::new_v4().simple())),
+                ),
+                ("bal", n(1)),
+            ]),
+        )
+        .await;
+    }
+
+    // Request rows of a record whose header is gone (deleted by TTL), and one of a live record.
+    for (owner, row) in [(&gone, 1), (&gone, 2), (&pending, 7)] {
+        env.raw_put(
+            env.manager.transactions_table(),
+            item(&[
+                ("_TxId", s(owner.as_str())),
+                ("_TxN", n(row)),
+                ("_TxR", AttributeValue::L(vec![])),
+            ]),
+        )
+        .await;
+    }
+
+    // Locks of the vanished transaction: unapplied on an existing item, a transient placeholder, and
+    // an applied write (which only an operator can judge).
+    env.raw_put(
+        &env.table,
+        item(&[
+            ("Id", s("held")),
+            ("v", s("keep me")),
+            ("_TxId", s(gone.as_str())),
+            ("_TxD", n(now_ms())),
+        ]),
+    )
+    .await;
+    env.raw_put(
+        &env.table,
+        item(&[
+            ("Id", s("placeholder")),
+            ("_TxId", s(gone.as_str())),
+            ("_TxD", n(now_ms())),
+            ("_TxT", AttributeValue::Bool(true)),
+        ]),
+    )
+    .await;
+    let applied = item(&[
+        ("Id", s("applied")),
+        ("v", s("new")),
+        ("_TxId", s(gone.as_str())),
+        ("_TxD", n(now_ms())),
+        ("_TxA", s("1")),
+        (
+            "_TxG",
+            AttributeValue::M(item(&[("Id", s("applied")), ("v", s("old"))])),
+        ),
+    ]);
+    env.raw_put(&env.table, applied.clone()).await;
+    // The same, with its before-image in the images table: the image must survive for the operator.
+    let kept_image = format!("{gone}#needed");
+    env.raw_put(
+        &images,
+        item(&[
+            ("_TxI", s(&kept_image)),
+            ("Id", s("applied2")),
+            ("v", s("old")),
+        ]),
+    )
+    .await;
+    let applied2 = item(&[
+        ("Id", s("applied2")),
+        ("v", s("new")),
+        ("_TxId", s(gone.as_str())),
+        ("_TxD", n(now_ms())),
+        ("_TxA", s("1")),
+        ("_TxI", s(&kept_image)),
+    ]);
+    env.raw_put(&env.table, applied2.clone()).await;
+    env.raw_put(&env.table, item(&[("Id", s("free")), ("v", s("f"))]))
+        .await;
+
+    let report = env
+        .manager
+        .sweep(
+            &SweepOptions::new()
+                .tables_to_scan([env.table.clone()])
+                .segments(3),
+        )
+        .await
+        .unwrap();
+
+    assert_eq!(report.records_scanned, 2, "{report:?}");
+    assert_eq!(report.orphan_chunks_deleted, 2, "{report:?}");
+    let rows: Vec<(String, String)> = env
+        .scan_all(env.manager.transactions_table())
+        .await
+        .iter()
+        .map(|i| {
+            (
+                i["_TxId"].as_s().unwrap().clone(),
+                i["_TxN"].as_n().unwrap().clone(),
+            )
+        })
+        .filter(|(_, r)| r != "0")
+        .collect();
+    assert_eq!(rows, vec![(pending.to_string(), "7".to_string())]);
+    assert_eq!(report.images_scanned, 4, "{report:?}");
+    assert_eq!(report.orphan_images_deleted, 2, "{report:?}");
+    let mut left: Vec<String> = env
+        .scan_all(&images)
+        .await
+        .iter()
+        .map(|i| i["_TxI"].as_s().unwrap().clone())
+        .collect();
+    left.sort_by_key(|i| i != &kept_image);
+    assert_eq!(left.len(), 2, "{left:?}");
+    assert_eq!(left[0], kept_image);
+    assert!(left[1].starts_with(pending.as_str()), "{left:?}");
+
+    assert_eq!(report.orphan_locks_released, 2, "{report:?}");
+    assert_eq!(report.stale_locks_completed, 1, "{report:?}");
+    let mut orphans = report.applied_orphans.clone();
+    orphans.sort_by_key(|o| o.image_id.is_some());
+    assert_eq!(orphans.len(), 2, "{report:?}");
+    assert!(orphans.iter().all(|o| o.owner == gone));
+    assert_eq!(orphans[0].key, key("applied"));
+    assert_eq!(orphans[0].image_id, None);
+    assert_eq!(orphans[1].key, key("applied2"));
+    assert_eq!(orphans[1].image_id.as_deref(), Some(kept_image.as_str()));
+    assert!(report.errors.is_empty(), "{report:?}");
+    assert_eq!(report.pending_left, 1);
+
+    assert_eq!(
+        bal(&env, "held").await,
+        Some(item(&[("Id", s("held")), ("v", s("keep me"))]))
+    );
+    assert_eq!(bal(&env, "placeholder").await, None);
+    assert_eq!(bal(&env, "applied").await, Some(applied));
+    assert_eq!(bal(&env, "applied2").await, Some(applied2));
+    assert_eq!(
+        bal(&env, "late").await,
+        Some(item(&[("Id", s("late")), ("v", s("x"))]))
+    );
+    // The pending transaction keeps its lock.
+    assert_eq!(
+        bal(&env, "pending").await.unwrap()["_TxId"],
+        s(pending.as_str())
+    );
+}
