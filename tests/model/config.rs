@@ -1,0 +1,135 @@
+//! What a run checks: the transactions' requests and commit paths, the faults allowed, the
+//! deliberate bugs, and the helpers that build a [`Config`].
+
+pub(crate) type Tx = u8;
+/// A coordinator slot: `0..n` the handles that began the transactions, `n..2n` second handles
+/// made by `resume` while the first may still be running.
+pub(crate) type Slot = u8;
+
+/// A request of a transaction on one item.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Op {
+    /// PutItem with `v = x`.
+    Put(u8),
+    /// UpdateItem `SET v = if_not_exists(v, 0) + 1`.
+    Update,
+    /// DeleteItem.
+    Delete,
+    /// A read with `IsolationLevel::ReadLock`.
+    Get,
+}
+
+impl Op {
+    pub(crate) fn is_write(self) -> bool {
+        self != Op::Get
+    }
+
+    /// The item's data after the request, given it before (`None`: absent).
+    pub(crate) fn apply(self, before: Option<u8>) -> Option<u8> {
+        match self {
+            Op::Put(x) => Some(x),
+            Op::Update => Some(before.map_or(1, |v| v + 1)),
+            Op::Delete => None,
+            Op::Get => before,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum CommitPath {
+    /// `Transaction::commit_one_shot`: one TransactWriteItems flips, applies and unlocks.
+    OneRequest,
+    /// `Transaction::commit_phased`: apply batches, flip, unlock, finalize.
+    Phased,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct Entry {
+    pub(crate) item: usize,
+    pub(crate) op: Op,
+    /// Applied at once, as a write asking for `ALL_NEW` is (`Transaction::apply_now`).
+    pub(crate) now: bool,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct Plan {
+    pub(crate) entries: Vec<Entry>,
+    pub(crate) commit: CommitPath,
+    /// Try the write-only fast path first (`Transaction::commit_write_only`).
+    pub(crate) fast: bool,
+}
+
+/// Deliberately broken variants of the protocol, to show the invariants catch real bugs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Bug {
+    /// The Java library's bug: the placeholder of an absent item is written without checking the
+    /// item is still absent, so an item created meanwhile is marked transient (and deleted by a
+    /// rollback).
+    PlaceholderWithoutAbsentCheck,
+    /// The decision is conditional on the state only, not on the record's version.
+    DecideIgnoresVersion,
+    /// The record is finalized without checking every item was settled.
+    FinalizeBeforeSettle,
+    /// Images-table images are deleted as soon as the transaction is decided.
+    DeleteImageBeforeSettle,
+    /// Applies are conditional on the lock's owner only, not on its stamp (before the model check
+    /// found that a second handle's late lock let a stale apply land).
+    ApplyIgnoresLockStamp,
+    /// Settling a rolled-back item releases it without looking at the applied flag (a release
+    /// conditional on the owner only, sent after a stale read).
+    ReleaseIgnoresApplied,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct Config {
+    pub(crate) name: &'static str,
+    /// Initial data of each item (`None`: absent).
+    pub(crate) items: Vec<Option<u8>>,
+    /// Items too large to embed their before-image: it goes to the images table.
+    pub(crate) big: Vec<bool>,
+    pub(crate) txs: Vec<Plan>,
+    pub(crate) crashes: u8,
+    pub(crate) lost_responses: u8,
+    /// A second handle may resume a transaction while its first coordinator still runs (a paused
+    /// process that comes back, or two processes resuming the same id).
+    pub(crate) second_handles: Vec<Tx>,
+    /// Finalized records may be deleted (the sweeper's `delete_after`, TTL, `Transaction::delete`).
+    pub(crate) delete_records: bool,
+    pub(crate) bug: Option<Bug>,
+}
+
+pub(crate) fn entry(item: usize, op: Op) -> Entry {
+    Entry {
+        item,
+        op,
+        now: false,
+    }
+}
+
+pub(crate) fn plan(commit: CommitPath, entries: Vec<Entry>) -> Plan {
+    Plan {
+        entries,
+        commit,
+        fast: false,
+    }
+}
+
+/// A configuration with one crash and one lost response, records deleted once finalized.
+pub(crate) fn config(
+    name: &'static str,
+    items: Vec<Option<u8>>,
+    big: Vec<bool>,
+    txs: Vec<Plan>,
+) -> Config {
+    Config {
+        name,
+        items,
+        big,
+        txs,
+        crashes: 1,
+        lost_responses: 1,
+        second_handles: vec![],
+        delete_records: true,
+        bug: None,
+    }
+}

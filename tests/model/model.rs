@@ -1,0 +1,323 @@
+//! The actions, the model itself and the helpers its steps share (what a coordinator does next,
+//! what a reader at `Committed` sees, when a state is quiescent and clean).
+
+use super::*;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Action {
+    /// `commit_write_only`: one TransactWriteItems creating the record committed and applying every
+    /// write, each conditional on its item not being locked (idempotent by its request token).
+    FastCommit { c: Slot, lost: bool },
+    /// `record::create` / `record::append` (from `Transaction::flush`): PutItem / UpdateItem of the
+    /// header conditional on absence / `_TxS = P AND _TxV = v`.
+    Record { c: Slot, lost: bool },
+    /// `item_lock::lock_write`: lock an existing item (ALL_OLD), or insert the placeholder of an
+    /// absent one, conditional on it still being absent.
+    Lock { c: Slot, entry: u8, lost: bool },
+    /// `apply_now`: `record::load_header` must say pending before an immediate apply.
+    ReadHeader { c: Slot },
+    /// `item_lock::save_table_image` (from `image_place`): a large before-image goes to the images
+    /// table before the apply.
+    SaveImage { c: Slot, entry: u8 },
+    /// `apply_now` (no record check in the write) or a `commit_phased` apply batch (with a
+    /// ConditionCheck that the record is pending): conditional on `_TxId = me AND
+    /// attribute_not_exists(_TxA)`, sets `_TxA` and embeds the before-image.
+    Apply { c: Slot, entry: u8, lost: bool },
+    /// `commit_one_shot`: TransactWriteItems of the decision `P -> C` + `_TxF` on the version and
+    /// every item's final write, conditional on our lock and the applied flag we know.
+    CommitOneRequest { c: Slot, lost: bool },
+    /// `commit_phased` step 2: `record::decide` `P -> C`, conditional on the version.
+    Flip { c: Slot, lost: bool },
+    /// `rollback_locked` of a resumed handle: `record::decide` `P -> R` on the version it read.
+    RollBack { c: Slot, lost: bool },
+    /// The coordinator's process dies.
+    Crash { c: Slot },
+    /// `TransactionManager::resume` after a crash: read the record, then commit or roll back.
+    Resume { c: Slot, intent: Intent },
+    /// `contention::resolve` / `rollback_transaction` / the sweeper / `dead_after`: `P -> R` on the
+    /// version just read.
+    WorldRollBack { tx: Tx },
+    /// One item of `Transaction::complete` (by anybody): `settle_write` for what the item shows.
+    Settle { tx: Tx, item: u8 },
+    /// `complete` after settling (or `after_finalize`, or the sweeper): delete an images-table image.
+    DeleteImage { tx: Tx, item: u8 },
+    /// `record::finalize`, after `complete` settled every item.
+    Finalize { tx: Tx },
+    /// `record::delete` / the sweeper's `delete_after` / TTL, on a finalized record.
+    DeleteRecord { tx: Tx },
+    /// `contention::steal_orphan` / the sweeper: the record is gone, release an unapplied lock.
+    ReleaseOrphan { tx: Tx, item: u8 },
+}
+
+/// What the next step of a running coordinator is.
+pub(crate) enum Next {
+    Fast,
+    Record,
+    Lock(Vec<u8>),
+    SaveImage(Vec<u8>),
+    ReadHeader,
+    Apply(Vec<u8>),
+    CommitOneRequest,
+    Flip,
+    RollBack,
+}
+
+pub(crate) struct ProtocolModel {
+    pub(crate) cfg: Config,
+}
+
+impl ProtocolModel {
+    pub(crate) fn tx_of(&self, k: Slot) -> Tx {
+        let n = self.cfg.txs.len() as Slot;
+        if k < n {
+            k
+        } else {
+            self.cfg.second_handles[(k - n) as usize]
+        }
+    }
+
+    pub(crate) fn plan(&self, tx: Tx) -> &Plan {
+        &self.cfg.txs[tx as usize]
+    }
+
+    pub(crate) fn entry(&self, tx: Tx, e: u8) -> &Entry {
+        &self.plan(tx).entries[e as usize]
+    }
+
+    /// The entry of `tx`'s plan that concerns `item` among the first `n` (what a completer learns
+    /// from the record's requests).
+    pub(crate) fn recorded_op(&self, tx: Tx, item: usize, n: u8) -> Option<Op> {
+        self.plan(tx).entries[..n as usize]
+            .iter()
+            .find(|e| e.item == item)
+            .map(|e| e.op)
+    }
+
+    pub(crate) fn needs_table_image(&self, tx: Tx, e: u8, k: &Knows) -> bool {
+        let entry = self.entry(tx, e);
+        matches!(entry.op, Op::Put(_) | Op::Update)
+            && self.cfg.big[entry.item]
+            && matches!(
+                k,
+                Knows::Locked {
+                    transient: false,
+                    image_ref: false,
+                    ..
+                }
+            )
+    }
+
+    pub(crate) fn next_step(&self, s: &State, k: Slot) -> Next {
+        let tx = self.tx_of(k);
+        let c = &s.coordinators[k as usize];
+        let plan = self.plan(tx);
+        if c.resumed == Some(Intent::Rollback) {
+            return Next::RollBack;
+        }
+        if plan.fast && c.resumed.is_none() && c.version == 0 && !c.fast_failed {
+            return Next::Fast;
+        }
+        let n = c.known;
+        let held = |e: u8| matches!(c.items[e as usize], Knows::Locked { .. });
+        let applied = |e: u8| matches!(c.items[e as usize], Knows::Locked { applied: true, .. });
+        // Interactive writes are recorded, locked and applied one by one, in order.
+        let now = (0..n).find(|&e| c.resumed.is_none() && self.entry(tx, e).now && !applied(e));
+        let target = now.map_or(n, |e| e + 1);
+        if c.recorded < target {
+            return Next::Record;
+        }
+        if let Some(e) = now {
+            return if !held(e) {
+                Next::Lock(vec![e])
+            } else if self.needs_table_image(tx, e, &c.items[e as usize])
+                && !c.image_saved[e as usize]
+            {
+                Next::SaveImage(vec![e])
+            } else if !c.header_ok {
+                Next::ReadHeader
+            } else {
+                Next::Apply(vec![e])
+            };
+        }
+        let unlocked: Vec<u8> = (0..n).filter(|&e| !held(e)).collect();
+        if !unlocked.is_empty() {
+            return Next::Lock(unlocked);
+        }
+        match plan.commit {
+            CommitPath::OneRequest => Next::CommitOneRequest,
+            CommitPath::Phased => {
+                let todo: Vec<u8> = (0..n)
+                    .filter(|&e| self.entry(tx, e).op.is_write() && !applied(e))
+                    .collect();
+                if todo.is_empty() {
+                    return Next::Flip;
+                }
+                let (save, apply): (Vec<u8>, Vec<u8>) = todo.into_iter().partition(|&e| {
+                    self.needs_table_image(tx, e, &c.items[e as usize])
+                        && !c.image_saved[e as usize]
+                });
+                // Independent items are applied concurrently: any of them may go first.
+                if !save.is_empty() && !apply.is_empty() {
+                    let mut all = save;
+                    all.extend(apply);
+                    Next::Apply(all)
+                } else if !save.is_empty() {
+                    Next::SaveImage(save)
+                } else {
+                    Next::Apply(apply)
+                }
+            }
+        }
+    }
+
+    pub(crate) fn fresh_coordinator(&self, tx: Tx) -> Coordinator {
+        let n = self.plan(tx).entries.len();
+        Coordinator {
+            phase: Phase::Running,
+            resumed: None,
+            version: 0,
+            recorded: 0,
+            known: n as u8,
+            items: vec![Knows::Nothing; n],
+            header_ok: false,
+            image_saved: vec![false; n],
+            fast_failed: false,
+            locks_written: 0,
+        }
+    }
+
+    /// The ghost commit point: the record's writes take effect in the logical state.
+    pub(crate) fn commit_ghost(&self, s: &mut State, k: Slot, requests: u8) {
+        let tx = self.tx_of(k);
+        for e in &self.plan(tx).entries[..requests as usize] {
+            s.logical[e.item] = e.op.apply(s.logical[e.item]);
+        }
+        s.commits[tx as usize] += 1;
+        if s.coordinators[k as usize].resumed.is_some() {
+            s.resumed_commit = true;
+        }
+    }
+
+    pub(crate) fn decide_allowed(&self, r: &Record, version: u8) -> bool {
+        r.state == TxState::Pending
+            && (r.version == version || self.cfg.bug == Some(Bug::DecideIgnoresVersion))
+    }
+
+    /// The coordinator found its record decided or gone: the call returns (`RolledBack`,
+    /// `AlreadyCommitted`, `UnknownOutcome`); its own late locks are settled by the world, as
+    /// `finish_decided` / `release_own_locks` do.
+    pub(crate) fn done(s: &mut State, k: Slot) {
+        s.coordinators[k as usize].phase = Phase::Done;
+    }
+
+    /// `absorb_conflict` / `merge_record` after a failed conditional write on the record: learn what
+    /// happened. A pending record's requests are adopted (`merge_record`).
+    pub(crate) fn absorb(&self, s: &mut State, k: Slot) {
+        let tx = self.tx_of(k);
+        match s.records[tx as usize] {
+            Some(r) if r.state == TxState::Pending => {
+                // The record's requests become this handle's (another handle may have appended
+                // some): it locks and applies them too before deciding.
+                let c = &mut s.coordinators[k as usize];
+                c.version = r.version;
+                c.recorded = r.requests;
+                c.known = c.known.max(r.requests);
+            }
+            _ => Self::done(s, k),
+        }
+    }
+
+    /// `LockInfo::from_observed`: a lock attempt found our own lock (an earlier attempt landed, or
+    /// another handle of the transaction took it).
+    pub(crate) fn knows_from(it: &Item) -> Knows {
+        let applied = it.applied != Applied::No;
+        Knows::Locked {
+            applied,
+            transient: it.transient,
+            before: if it.transient {
+                None
+            } else if applied {
+                it.image
+            } else {
+                it.data
+            },
+            image_ref: it.image_ref,
+            stamp: it.stamp.expect("a lock has a stamp"),
+        }
+    }
+
+    pub(crate) fn clear_lock(it: &mut Item) {
+        it.owner = None;
+        it.transient = false;
+        it.applied = Applied::No;
+        it.image = None;
+        it.image_ref = false;
+        it.stamp = None;
+        it.late = false;
+    }
+
+    /// `release_write`: delete a placeholder, or remove the lock attributes.
+    pub(crate) fn release(it: &mut Item) {
+        if it.transient {
+            *it = Item::unlocked(None);
+        } else {
+            Self::clear_lock(it);
+        }
+    }
+
+    /// What a reader at `Committed` isolation gets for an item (`isolation::resolve`):
+    /// `Ok(None)` absent, `Ok(Some(data))` an item; `Err` when it cannot tell.
+    pub(crate) fn committed_view(
+        &self,
+        s: &State,
+        i: usize,
+    ) -> Result<Option<Option<u8>>, &'static str> {
+        let it = &s.items[i];
+        let Some(owner) = it.owner else {
+            return Ok(it.present.then_some(it.data));
+        };
+        if it.applied == Applied::No {
+            return Ok(it.visible());
+        }
+        match s.records[owner as usize] {
+            None => Err("an applied lock whose record is gone"),
+            Some(r) if r.state == TxState::Committed => {
+                if it.applied == Applied::DeleteMark {
+                    Ok(None)
+                } else {
+                    Ok(it.visible())
+                }
+            }
+            Some(_) => {
+                if it.applied == Applied::DeleteMark {
+                    Ok(it.visible())
+                } else if it.transient {
+                    Ok(None)
+                } else if let Some(img) = it.image {
+                    Ok(Some(Some(img)))
+                } else if it.image_ref {
+                    match s.images[owner as usize][i] {
+                        Some(img) => Ok(Some(Some(img))),
+                        None => Err("the images-table image of an applied item is missing"),
+                    }
+                } else {
+                    Err("an applied item carries no before-image")
+                }
+            }
+        }
+    }
+
+    pub(crate) fn quiescent_and_clean(&self, s: &State) -> bool {
+        s.items.iter().all(|it| it.owner.is_none())
+            && s.images.iter().flatten().all(Option::is_none)
+            && s.records
+                .iter()
+                .all(|r| r.is_none() || !self.cfg.delete_records)
+            && s.records.iter().flatten().all(|r| r.finalized)
+            && s.items
+                .iter()
+                .zip(&s.logical)
+                .all(|(it, l)| it.present == l.is_some() && (!it.present || it.data == *l))
+            && s.coordinators.iter().all(|c| c.phase == Phase::Done)
+    }
+}

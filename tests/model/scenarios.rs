@@ -1,0 +1,203 @@
+//! The configurations checked, and the tests that run the checker on them (the larger ones are
+//! `#[ignore]`d: run them in release).
+
+use super::*;
+
+/// Two transactions over an existing and an absent item: one commits in one request, the other in
+/// phases (with a delete and an insert); one crash, one lost response.
+fn two_by_two() -> Config {
+    config(
+        "2 tx x 2 items, one-request + phased",
+        vec![Some(1), None],
+        vec![false, false],
+        vec![
+            plan(
+                CommitPath::OneRequest,
+                vec![entry(0, Op::Update), entry(1, Op::Put(5))],
+            ),
+            plan(
+                CommitPath::Phased,
+                vec![entry(1, Op::Delete), entry(0, Op::Update)],
+            ),
+        ],
+    )
+}
+
+/// An interactive transaction (an update applied at once, on a large item whose image goes to the
+/// images table, then an insert) against a write-only fast-path transaction.
+fn interactive_and_fast() -> Config {
+    let interactive = Entry {
+        item: 0,
+        op: Op::Update,
+        now: true,
+    };
+    config(
+        "interactive + images table vs fast path",
+        vec![Some(1), None],
+        vec![true, false],
+        vec![
+            plan(CommitPath::Phased, vec![interactive, entry(1, Op::Put(5))]),
+            Plan {
+                fast: true,
+                ..plan(
+                    CommitPath::OneRequest,
+                    vec![entry(0, Op::Put(7)), entry(1, Op::Update)],
+                )
+            },
+        ],
+    )
+}
+
+/// Three transactions over three items, with a read lock of an absent item; one crash.
+fn three_by_three() -> Config {
+    Config {
+        lost_responses: 0,
+        ..config(
+            "3 tx x 3 items, read locks",
+            vec![Some(1), Some(2), None],
+            vec![false, true, false],
+            vec![
+                plan(
+                    CommitPath::OneRequest,
+                    vec![entry(2, Op::Get), entry(0, Op::Update)],
+                ),
+                plan(
+                    CommitPath::Phased,
+                    vec![entry(1, Op::Update), entry(2, Op::Put(5))],
+                ),
+                plan(
+                    CommitPath::Phased,
+                    vec![entry(0, Op::Delete), entry(1, Op::Put(9))],
+                ),
+            ],
+        )
+    }
+}
+
+/// The interactive transaction (appends, an immediate apply, an images-table image) while a
+/// second handle may resume it at any moment, its first coordinator still running, and a one-item
+/// transaction contends for the inserted item.
+fn concurrent_handles() -> Config {
+    let interactive = interactive_and_fast().txs.remove(0);
+    Config {
+        crashes: 0,
+        second_handles: vec![0],
+        // Records are deleted long after their coordinators stopped (`delete_after`, TTL): a
+        // handle still retrying the record's creation could otherwise create it anew.
+        delete_records: false,
+        ..config(
+            "a second handle resuming a live transaction",
+            vec![Some(1), None],
+            vec![true, false],
+            vec![
+                interactive,
+                plan(CommitPath::OneRequest, vec![entry(1, Op::Update)]),
+            ],
+        )
+    }
+}
+
+#[test]
+fn second_handles_of_live_transactions() {
+    assert_model_holds(concurrent_handles());
+}
+
+/// Three transactions over two items: a read lock, an insert, a delete (no crash in CI).
+fn three_by_two() -> Config {
+    Config {
+        crashes: 0,
+        lost_responses: 0,
+        ..config(
+            "3 tx x 2 items, read lock",
+            vec![Some(1), None],
+            vec![false, false],
+            vec![
+                plan(
+                    CommitPath::OneRequest,
+                    vec![entry(1, Op::Get), entry(0, Op::Update)],
+                ),
+                plan(
+                    CommitPath::Phased,
+                    vec![entry(0, Op::Update), entry(1, Op::Put(5))],
+                ),
+                plan(CommitPath::Phased, vec![entry(1, Op::Delete)]),
+            ],
+        )
+    }
+}
+
+fn check(cfg: Config) -> impl Checker<ProtocolModel> {
+    let bug = cfg.bug.is_some();
+    model_support::check(ProtocolModel { cfg }, bug)
+}
+
+fn assert_model_holds(cfg: Config) {
+    let (name, bug) = (cfg.name, cfg.bug.is_some());
+    model_support::assert_model_holds(name, ProtocolModel { cfg }, bug);
+}
+
+#[test]
+fn two_transactions_two_items() {
+    assert_model_holds(two_by_two());
+}
+
+#[test]
+fn interactive_transaction_images_table_and_fast_path() {
+    assert_model_holds(interactive_and_fast());
+}
+
+#[test]
+fn three_transactions_two_items() {
+    assert_model_holds(three_by_two());
+}
+
+#[test]
+#[ignore = "larger run (1.6M states): cargo test --release --test model -- --ignored"]
+fn three_transactions_two_items_with_a_crash() {
+    let mut cfg = three_by_two();
+    cfg.name = "3 tx x 2 items, read lock, one crash";
+    cfg.crashes = 1;
+    assert_model_holds(cfg);
+}
+
+#[test]
+#[ignore = "larger run (20M states, ~8 min in release): cargo test --release --test model -- --ignored"]
+fn three_transactions_three_items() {
+    assert_model_holds(three_by_three());
+}
+
+#[test]
+#[ignore = "larger run (0.6M states): cargo test --release --test model -- --ignored"]
+fn two_transactions_two_items_two_crashes_two_lost_responses() {
+    let mut cfg = two_by_two();
+    cfg.name = "2 tx x 2 items, two crashes, two lost responses";
+    cfg.crashes = 2;
+    cfg.lost_responses = 2;
+    assert_model_holds(cfg);
+}
+
+#[test]
+fn buggy_protocols_are_caught() {
+    let cases = [
+        (Bug::PlaceholderWithoutAbsentCheck, interactive_and_fast()),
+        (Bug::DecideIgnoresVersion, concurrent_handles()),
+        (Bug::FinalizeBeforeSettle, two_by_two()),
+        (Bug::DeleteImageBeforeSettle, interactive_and_fast()),
+        (Bug::ReleaseIgnoresApplied, two_by_two()),
+        (Bug::ApplyIgnoresLockStamp, concurrent_handles()),
+    ];
+    for (bug, mut cfg) in cases {
+        cfg.bug = Some(bug);
+        let checker = check(cfg);
+        let violated: Vec<&str> = checker
+            .model()
+            .properties()
+            .into_iter()
+            .filter(|p| p.expectation == Expectation::Always)
+            .filter(|p| checker.discovery(p.name).is_some())
+            .map(|p| p.name)
+            .collect();
+        println!("{bug:?}: caught by {violated:?}");
+        assert!(!violated.is_empty(), "{bug:?} was not caught");
+    }
+}

@@ -1,0 +1,152 @@
+//! The model's state: items with their lock attributes, TX records, images, coordinators, and the
+//! ghost state the invariants read.
+
+use super::*;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Applied {
+    No,
+    /// `_TxA = "1"`.
+    Yes,
+    /// `_TxA = "D"`: a delete, marked before a phased flip.
+    DeleteMark,
+}
+
+/// An item as stored, lock attributes included.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Item {
+    /// The row exists (a placeholder is a row).
+    pub(crate) present: bool,
+    /// The user's data attribute (`None` on a placeholder).
+    pub(crate) data: Option<u8>,
+    /// `_TxId`.
+    pub(crate) owner: Option<Tx>,
+    /// `_TxT`.
+    pub(crate) transient: bool,
+    /// `_TxA`.
+    pub(crate) applied: Applied,
+    /// `_TxG`: the embedded before-image (its data).
+    pub(crate) image: Option<u8>,
+    /// `_TxI`: the before-image is in the images table under (owner, item).
+    pub(crate) image_ref: bool,
+    /// `_TxD`, the lock's stamp, unique per lock write: here, the coordinator slot that wrote the
+    /// lock and how many locks that slot had written before.
+    pub(crate) stamp: Option<(Slot, u8)>,
+    /// Ghost: the lock landed after its transaction was decided (a late lock). A completer reads
+    /// every item after the decision, so it sees (and settles) every lock taken before it.
+    pub(crate) late: bool,
+}
+
+impl Item {
+    pub(crate) fn unlocked(data: Option<u8>) -> Item {
+        Item {
+            present: data.is_some(),
+            data,
+            owner: None,
+            transient: false,
+            applied: Applied::No,
+            image: None,
+            image_ref: false,
+            stamp: None,
+            late: false,
+        }
+    }
+
+    /// `Observed::visible`: the item as committed state shows it, ignoring the lock. (Before the
+    /// model check, a placeholder with a marked delete showed as an item holding only its key.)
+    pub(crate) fn visible(&self) -> Option<Option<u8>> {
+        let holds_item = !self.transient || self.applied == Applied::Yes;
+        (self.present && holds_item).then_some(self.data)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum TxState {
+    Pending,
+    Committed,
+    RolledBack,
+}
+
+/// The header row of a TX record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Record {
+    pub(crate) state: TxState,
+    /// `_TxV`.
+    pub(crate) version: u8,
+    /// `_TxR`: the plan's first `requests` entries.
+    pub(crate) requests: u8,
+    /// `_TxF`.
+    pub(crate) finalized: bool,
+}
+
+/// What a coordinator knows about one of its items.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Knows {
+    Nothing,
+    /// The lock of an existing item failed because it is absent: insert a placeholder next.
+    Absent,
+    /// `LockInfo`.
+    Locked {
+        applied: bool,
+        transient: bool,
+        before: Option<u8>,
+        image_ref: bool,
+        stamp: (Slot, u8),
+    },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Intent {
+    Commit,
+    Rollback,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Phase {
+    /// A second handle not made yet.
+    Idle,
+    Running,
+    /// The call returned (whatever its outcome).
+    Done,
+    /// Crashed; its transaction can be resumed.
+    Dead,
+}
+
+/// A coordinator: the `Transaction` handle of the application that began the transaction, or of
+/// one that resumed it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Coordinator {
+    pub(crate) phase: Phase,
+    /// `Some` for a handle made by `resume`.
+    pub(crate) resumed: Option<Intent>,
+    /// `RecordMeta::version` (0: no record written yet).
+    pub(crate) version: u8,
+    /// Requests known to be in the record.
+    pub(crate) recorded: u8,
+    /// Entries of the plan this handle knows (a resumed one knows the record's).
+    pub(crate) known: u8,
+    pub(crate) items: Vec<Knows>,
+    /// The record was read pending before the apply of the current interactive entry.
+    pub(crate) header_ok: bool,
+    pub(crate) image_saved: Vec<bool>,
+    pub(crate) fast_failed: bool,
+    /// Lock writes this slot has sent (for unique stamps).
+    pub(crate) locks_written: u8,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct State {
+    pub(crate) items: Vec<Item>,
+    pub(crate) records: Vec<Option<Record>>,
+    /// The images table: (transaction, item) -> before-image data.
+    pub(crate) images: Vec<Vec<Option<u8>>>,
+    pub(crate) coordinators: Vec<Coordinator>,
+    /// DynamoDB's memory of a fast-path ClientRequestToken that succeeded.
+    pub(crate) tokens: Vec<bool>,
+    pub(crate) crashes_left: u8,
+    pub(crate) lost_left: u8,
+    // Ghost state, for the invariants only.
+    pub(crate) logical: Vec<Option<u8>>,
+    pub(crate) commits: Vec<u8>,
+    pub(crate) resumed_commit: bool,
+}

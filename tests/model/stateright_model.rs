@@ -1,0 +1,273 @@
+//! The `stateright` [`Model`]: initial states, enabled actions, transitions, and the properties
+//! checked in every reachable state.
+
+use super::*;
+
+impl Model for ProtocolModel {
+    type State = State;
+    type Action = Action;
+
+    fn init_states(&self) -> Vec<State> {
+        let n = self.cfg.txs.len();
+        let items = self.cfg.items.len();
+        vec![State {
+            items: self.cfg.items.iter().map(|&d| Item::unlocked(d)).collect(),
+            records: vec![None; n],
+            images: vec![vec![None; items]; n],
+            coordinators: (0..n as Tx)
+                .map(|t| self.fresh_coordinator(t))
+                .chain(self.cfg.second_handles.iter().map(|&t| Coordinator {
+                    phase: Phase::Idle,
+                    ..self.fresh_coordinator(t)
+                }))
+                .collect(),
+            tokens: vec![false; n],
+            crashes_left: self.cfg.crashes,
+            lost_left: self.cfg.lost_responses,
+            logical: self.cfg.items.clone(),
+            commits: vec![0; n],
+            resumed_commit: false,
+        }]
+    }
+
+    fn actions(&self, s: &State, out: &mut Vec<Action>) {
+        let n = self.cfg.txs.len() as Tx;
+        for k in 0..s.coordinators.len() as Slot {
+            let tx = self.tx_of(k);
+            let c = &s.coordinators[k as usize];
+            match c.phase {
+                Phase::Done => continue,
+                Phase::Dead | Phase::Idle => {
+                    for intent in [Intent::Commit, Intent::Rollback] {
+                        out.push(Action::Resume { c: k, intent });
+                    }
+                    continue;
+                }
+                Phase::Running => {}
+            }
+            if s.crashes_left > 0 {
+                out.push(Action::Crash { c: k });
+            }
+            let lost_options: &[bool] = if s.lost_left > 0 {
+                &[false, true]
+            } else {
+                &[false]
+            };
+            for &lost in lost_options {
+                match self.next_step(s, k) {
+                    Next::Fast => out.push(Action::FastCommit { c: k, lost }),
+                    Next::Record => out.push(Action::Record { c: k, lost }),
+                    Next::Lock(es) => {
+                        out.extend(
+                            es.into_iter()
+                                .map(|entry| Action::Lock { c: k, entry, lost }),
+                        )
+                    }
+                    Next::SaveImage(es) if !lost => out.extend(
+                        es.into_iter()
+                            .map(|entry| Action::SaveImage { c: k, entry }),
+                    ),
+                    Next::SaveImage(_) => {}
+                    Next::ReadHeader if !lost => out.push(Action::ReadHeader { c: k }),
+                    Next::ReadHeader => {}
+                    Next::Apply(es) => {
+                        for entry in es {
+                            let needs_image =
+                                self.needs_table_image(tx, entry, &c.items[entry as usize])
+                                    && !c.image_saved[entry as usize];
+                            if needs_image {
+                                if !lost {
+                                    out.push(Action::SaveImage { c: k, entry });
+                                }
+                            } else {
+                                out.push(Action::Apply { c: k, entry, lost });
+                            }
+                        }
+                    }
+                    Next::CommitOneRequest => out.push(Action::CommitOneRequest { c: k, lost }),
+                    Next::Flip => out.push(Action::Flip { c: k, lost }),
+                    Next::RollBack => out.push(Action::RollBack { c: k, lost }),
+                }
+            }
+        }
+        for tx in 0..n {
+            let t = tx as usize;
+            match s.records[t] {
+                Some(r) if r.state == TxState::Pending => out.push(Action::WorldRollBack { tx }),
+                Some(r) => {
+                    for item in 0..s.items.len() as u8 {
+                        if s.items[item as usize].owner == Some(tx) {
+                            out.push(Action::Settle { tx, item });
+                        }
+                    }
+                    if !r.finalized {
+                        out.push(Action::Finalize { tx });
+                    } else if self.cfg.delete_records {
+                        out.push(Action::DeleteRecord { tx });
+                    }
+                }
+                None => {
+                    for item in 0..s.items.len() as u8 {
+                        let it = &s.items[item as usize];
+                        if it.owner == Some(tx) && it.applied == Applied::No {
+                            out.push(Action::ReleaseOrphan { tx, item });
+                        }
+                    }
+                }
+            }
+            for item in 0..s.items.len() as u8 {
+                if s.images[t][item as usize].is_some() {
+                    out.push(Action::DeleteImage { tx, item });
+                }
+            }
+        }
+    }
+
+    fn next_state(&self, last: &State, action: Action) -> Option<State> {
+        let mut s = last.clone();
+        let changed = match action {
+            Action::FastCommit { c, lost } => self.fast_commit(&mut s, c, lost),
+            Action::Record { c, lost } => self.record(&mut s, c, lost),
+            Action::Lock { c, entry, lost } => self.lock(&mut s, c, entry, lost),
+            Action::ReadHeader { c } => self.read_header(&mut s, c),
+            Action::SaveImage { c, entry } => self.save_image(&mut s, c, entry),
+            Action::Apply { c, entry, lost } => self.apply(&mut s, c, entry, lost),
+            Action::CommitOneRequest { c, lost } => self.commit_one_request(&mut s, c, lost),
+            Action::Flip { c, lost } => self.decide(&mut s, c, TxState::Committed, lost),
+            Action::RollBack { c, lost } => self.decide(&mut s, c, TxState::RolledBack, lost),
+            Action::Crash { c } => {
+                s.crashes_left -= 1;
+                s.coordinators[c as usize].phase = Phase::Dead;
+                true
+            }
+            Action::Resume { c, intent } => self.resume(&mut s, c, intent),
+            Action::WorldRollBack { tx } => {
+                let r = s.records[tx as usize]?;
+                s.records[tx as usize] = Some(Record {
+                    state: TxState::RolledBack,
+                    ..r
+                });
+                Self::mark_decided(&mut s, tx);
+                true
+            }
+            Action::Settle { tx, item } => self.settle(&mut s, tx, item as usize),
+            Action::DeleteImage { tx, item } => self.delete_image(&mut s, tx, item as usize),
+            Action::Finalize { tx } => self.finalize(&mut s, tx),
+            Action::DeleteRecord { tx } => {
+                s.records[tx as usize] = None;
+                true
+            }
+            Action::ReleaseOrphan { item, .. } => {
+                Self::release(&mut s.items[item as usize]);
+                true
+            }
+        };
+        let lost = matches!(
+            action,
+            Action::FastCommit { lost: true, .. }
+                | Action::Record { lost: true, .. }
+                | Action::Lock { lost: true, .. }
+                | Action::Apply { lost: true, .. }
+                | Action::CommitOneRequest { lost: true, .. }
+                | Action::Flip { lost: true, .. }
+                | Action::RollBack { lost: true, .. }
+        );
+        if lost {
+            s.lost_left -= 1;
+        }
+        (changed && s != *last).then_some(s)
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        vec![
+            Property::always(
+                "committed reads see exactly the committed writes",
+                |m: &ProtocolModel, s: &State| {
+                    (0..s.items.len()).all(|i| m.committed_view(s, i) == Ok(s.logical[i].map(Some)))
+                },
+            ),
+            Property::always("no lost image", |_: &ProtocolModel, s: &State| {
+                s.items.iter().enumerate().all(|(i, it)| match it.owner {
+                    Some(t) if it.applied == Applied::Yes && !it.transient => {
+                        let decided_commit =
+                            s.records[t as usize].is_some_and(|r| r.state == TxState::Committed);
+                        decided_commit
+                            || it.image.is_some()
+                            || (it.image_ref && s.images[t as usize][i].is_some())
+                    }
+                    _ => true,
+                })
+            }),
+            Property::always(
+                "locks are covered by records",
+                |m: &ProtocolModel, s: &State| {
+                    s.items.iter().enumerate().all(|(i, it)| match it.owner {
+                        None => !it.transient && it.applied == Applied::No,
+                        Some(t) => match s.records[t as usize] {
+                            Some(r) => m.recorded_op(t, i, r.requests).is_some(),
+                            None => it.applied == Applied::No,
+                        },
+                    })
+                },
+            ),
+            Property::always("finalized means settled", |_: &ProtocolModel, s: &State| {
+                s.records.iter().enumerate().all(|(t, r)| {
+                    !r.is_some_and(|r| r.finalized)
+                        || (0..s.items.len()).all(|i| !Self::applied_lock(s, t as Tx, i))
+                })
+            }),
+            Property::always(
+                "committed state is immutable",
+                |_: &ProtocolModel, s: &State| {
+                    s.commits.iter().enumerate().all(|(t, &n)| {
+                        n <= 1
+                            && (n == 0
+                                || s.records[t].is_none_or(|r| r.state == TxState::Committed))
+                    })
+                },
+            ),
+            Property::always(
+                "quiescent states are clean",
+                |m: &ProtocolModel, s: &State| {
+                    !m.next_states(s).is_empty() || m.quiescent_and_clean(s)
+                },
+            ),
+            Property::sometimes(
+                "every transaction commits",
+                |_: &ProtocolModel, s: &State| s.commits.iter().all(|&n| n == 1),
+            ),
+            Property::sometimes(
+                "a late lock of a decided transaction",
+                |_: &ProtocolModel, s: &State| {
+                    s.items.iter().any(|it| {
+                        it.owner.is_some_and(|t| {
+                            it.applied == Applied::No
+                                && s.records[t as usize]
+                                    .is_some_and(|r| r.state != TxState::Pending)
+                        })
+                    })
+                },
+            ),
+            Property::sometimes(
+                "an applied item of a rolled-back transaction",
+                |_: &ProtocolModel, s: &State| {
+                    s.items.iter().any(|it| {
+                        it.owner.is_some_and(|t| {
+                            it.applied == Applied::Yes
+                                && s.records[t as usize]
+                                    .is_some_and(|r| r.state == TxState::RolledBack)
+                        })
+                    })
+                },
+            ),
+            Property::sometimes(
+                "a resumed coordinator commits",
+                |m: &ProtocolModel, s: &State| m.cfg.crashes == 0 || s.resumed_commit,
+            ),
+            Property::sometimes("a lost response", |m: &ProtocolModel, s: &State| {
+                m.cfg.lost_responses == 0
+                    || (s.lost_left < m.cfg.lost_responses && s.commits.contains(&1))
+            }),
+        ]
+    }
+}
