@@ -1,0 +1,127 @@
+//! `dynamodb-tx sweep`: a dry run, a real sweep, and `--watch`.
+
+use super::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sweep_dry_run_then_for_real_then_watch() {
+    let env = TestEnv::new("cli-sweep").await;
+    let idle = abandoned_pending(&env, "idle").await;
+    let gone = TxId::new_random();
+    env.raw_put(
+        &env.table,
+        item(&[
+            ("Id", s("orphan")),
+            ("v", s("keep")),
+            ("_TxId", s(gone.as_str())),
+            ("_TxD", n(1)),
+        ]),
+    )
+    .await;
+    env.raw_put(
+        env.manager.images_table(),
+        item(&[("_TxI", s(&format!("{gone}#img")))]),
+    )
+    .await;
+
+    let dry = json_of(tx_bin(&env).args([
+        "sweep",
+        "--dry-run",
+        "--rollback-after",
+        "0s",
+        "--scan-table",
+        &env.table,
+    ]));
+    assert_eq!(dry["dry_run"], true);
+    assert_eq!(dry["rolled_back"][0], idle.as_str());
+    assert_eq!(dry["orphan_locks_released"], 1);
+    assert_eq!(dry["orphan_images_deleted"], 1);
+    assert_eq!(state(&env, &idle).await, Some((TxState::Pending, false)));
+    // --now is SweepOptions::finish_everything_now: the same decision without thresholds.
+    let now = json_of(tx_bin(&env).args(["sweep", "--dry-run", "--now", "--no-images"]));
+    assert_eq!(now["rolled_back"][0], idle.as_str());
+    assert_eq!(now["pending_left"], 0);
+    fails_with(
+        tx_bin(&env).args(["sweep", "--now", "--rollback-after", "1m"]),
+        2,
+        &["--now", "--rollback-after"],
+    );
+    tx_bin(&env)
+        .args(["sweep", "--dry-run", "--rollback-after", "0s"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("dry run: nothing was changed"))
+        .stdout(predicate::str::contains(format!("would roll back {idle}")));
+
+    // Fresh by the default threshold: left alone.
+    let v = json_of(tx_bin(&env).args(["sweep", "--no-images"]));
+    assert_eq!(v["pending_left"], 1);
+    assert_eq!(v["rolled_back"], Value::Array(vec![]));
+
+    let v = json_of(tx_bin(&env).args([
+        "sweep",
+        "--rollback-after",
+        "0s",
+        "--segments",
+        "2",
+        "--scan-table",
+        &env.table,
+    ]));
+    assert_eq!(v["dry_run"], false);
+    assert_eq!(v["rolled_back"][0], idle.as_str());
+    assert_eq!(v["orphan_locks_released"], 1);
+    assert_eq!(v["orphan_images_deleted"], 1);
+    assert_eq!(v["errors"], Value::Array(vec![]));
+    assert_eq!(state(&env, &idle).await, Some((TxState::RolledBack, true)));
+    assert_eq!(
+        env.raw_get(&env.table, &key("idle")).await,
+        Some(item(&[("Id", s("idle")), ("bal", n(100))]))
+    );
+    assert_eq!(
+        env.raw_get(&env.table, &key("orphan")).await,
+        Some(item(&[("Id", s("orphan")), ("v", s("keep"))]))
+    );
+    assert!(env.scan_all(env.manager.images_table()).await.is_empty());
+
+    // Delete the finalized record; the human report says so.
+    tx_bin(&env)
+        .args(["sweep", "--delete-after", "0s"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("deleted (finalized, old)"))
+        .stdout(predicate::str::is_match(r"deleted \(finalized, old\)\s+1").unwrap());
+    assert_eq!(state(&env, &idle).await, None);
+
+    // Watch mode: one JSON line per sweep, stopped after two.
+    let out = tx_bin(&env)
+        .args(["sweep", "--json", "--watch", "100ms", "--max-passes", "2"])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let lines: Vec<Value> = String::from_utf8(out)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2);
+    assert!(lines.iter().all(|l| l["records_scanned"] == 0));
+
+    // An applied lock of a vanished transaction: reported, exit code 3.
+    env.raw_put(
+        &env.table,
+        item(&[
+            ("Id", s("applied")),
+            ("_TxId", s(gone.as_str())),
+            ("_TxA", s("1")),
+            ("_TxG", AttributeValue::M(item(&[("Id", s("applied"))]))),
+        ]),
+    )
+    .await;
+    tx_bin(&env)
+        .args(["sweep", "--scan-table", &env.table])
+        .assert()
+        .code(3)
+        .stdout(predicate::str::contains("NEEDS AN OPERATOR"))
+        .stdout(predicate::str::contains(gone.as_str()));
+}
