@@ -1,6 +1,6 @@
 //! An exhaustive model check of the ordered contention policy (ticket-ordered wound-wait,
 //! `ContentionPolicy::Ordered`) with crashed and resumed coordinators, with the `stateright` model
-//! checker. tests/model.rs checks the protocol's safety and leaves *when* a pending holder is rolled
+//! checker. tests/model/ checks the protocol's safety and leaves *when* a pending holder is rolled
 //! back to "the world"; this model checks the wait/wound choices themselves.
 //!
 //! The model follows `contention::resolve` and `Transaction::lock_one`, one DynamoDB request (or one

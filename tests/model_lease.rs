@@ -1,6 +1,6 @@
 //! An exhaustive model check of the lease lock's timing under lost responses, with `stateright`.
 //!
-//! `tests/model.rs` leaves time out; this model is about nothing else. Time runs in discrete ticks
+//! `tests/model/` leaves time out; this model is about nothing else. Time runs in discrete ticks
 //! up to a horizon. There are two parties and one lock record:
 //!
 //! - the **holder** (`LeaseLock::acquire` then heartbeats, src/lock/lease.rs and heartbeat.rs)
