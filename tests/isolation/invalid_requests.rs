@@ -47,3 +47,68 @@ async fn bad_expressions_are_rejected_before_any_read() {
     // Only the key schema lookup may have been sent.
     assert_eq!(env.counter.get("Scan") + env.counter.get("Query"), 0);
 }
+
+/// The library's expressions share one lexer, which knows `!` is no DynamoDB syntax (`<>` is "not
+/// equal"). Reads always rejected it; a transaction's `ConditionExpression` or `UpdateExpression`
+/// with it is now also rejected when it is buffered, before any request, instead of by DynamoDB
+/// when applied. The transaction stays usable.
+#[tokio::test]
+async fn bang_is_rejected_by_every_expression_before_any_request() {
+    let env = TestEnv::new("iso-bang").await;
+    env.raw_put(&env.table, v1("a")).await;
+    env.counter.reset();
+    let got = env
+        .manager
+        .scan()
+        .table_name(&env.table)
+        .filter_expression("n_other != :v")
+        .expression_attribute_values(":v", n(1))
+        .send()
+        .await;
+    assert!(got.unwrap_err().is_invalid_request());
+    let tx = env.manager.begin();
+    let got = tx
+        .update_item()
+        .table_name(&env.table)
+        .key("Id", s("a"))
+        .update_expression("SET n_other = :v")
+        .condition_expression("n_other != :v")
+        .expression_attribute_values(":v", n(2))
+        .send()
+        .await;
+    assert!(got.unwrap_err().is_invalid_request());
+    let got = tx
+        .update_item()
+        .table_name(&env.table)
+        .key("Id", s("a"))
+        .update_expression("SET n_other = !n_other")
+        .send()
+        .await;
+    assert!(got.unwrap_err().is_invalid_request());
+    assert_eq!(
+        env.counter.total() - env.counter.get("DescribeTable"),
+        0,
+        "nothing but key schema lookups may have been sent"
+    );
+    tx.update_item()
+        .table_name(&env.table)
+        .key("Id", s("a"))
+        .update_expression("SET n_other = :v")
+        .condition_expression("n_other <> :v")
+        .expression_attribute_values(":v", n(2))
+        .send()
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    assert_reads(
+        &env,
+        COMMITTED,
+        "a",
+        Some(&item(&[
+            ("Id", s("a")),
+            ("s_someattr", s("val1")),
+            ("n_other", n(2)),
+        ])),
+    )
+    .await;
+}
