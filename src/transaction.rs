@@ -20,7 +20,7 @@ use crate::TxId;
 use crate::ddb::{self, Transacted, Write, Written};
 use crate::error::{Error, Item, Result};
 use crate::expr;
-use crate::isolation::cond::value_eq;
+use crate::expr::value_eq;
 use crate::item_lock::{self, ImagePlace, LockInfo, LockOutcome, Observed, Stage};
 use crate::keys::{ItemRef, KeySchema};
 use crate::manager::TransactionManager;

@@ -1,0 +1,120 @@
+//! The tree the parser builds: document paths, operands, conditions and update clauses.
+
+use aws_sdk_dynamodb::types::AttributeValue;
+
+/// One element of a document path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum PathElem {
+    Attr(String),
+    Index(usize),
+}
+
+/// A document path (`a.b[2].c`), placeholders resolved; never empty, and it starts with an
+/// attribute.
+pub(crate) type Path = Vec<PathElem>;
+
+/// What a comparison or function compares: an attribute, a value, or `size(path)`.
+#[derive(Debug, Clone)]
+pub(crate) enum Operand {
+    Path(Path),
+    Value(AttributeValue),
+    Size(Path),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Cmp {
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+}
+
+/// A parsed condition (`ConditionExpression`, `FilterExpression`, `KeyConditionExpression`).
+#[derive(Debug, Clone)]
+pub(crate) enum Cond {
+    Cmp(Operand, Cmp, Operand),
+    Between(Operand, Operand, Operand),
+    In(Operand, Vec<Operand>),
+    Exists(Path),
+    NotExists(Path),
+    Type(Path, Operand),
+    BeginsWith(Path, Operand),
+    Contains(Path, Operand),
+    And(Box<Cond>, Box<Cond>),
+    Or(Box<Cond>, Box<Cond>),
+    Not(Box<Cond>),
+}
+
+impl Cond {
+    /// Adds to `out` the top-level attribute names the condition reads (each once).
+    pub(crate) fn attributes(&self, out: &mut Vec<String>) {
+        let mut path = |p: &Path| {
+            if let Some(PathElem::Attr(a)) = p.first()
+                && !out.contains(a)
+            {
+                out.push(a.clone());
+            }
+        };
+        let mut ops: Vec<&Operand> = Vec::new();
+        match self {
+            Cond::And(a, b) | Cond::Or(a, b) => {
+                a.attributes(out);
+                b.attributes(out);
+                return;
+            }
+            Cond::Not(a) => {
+                a.attributes(out);
+                return;
+            }
+            Cond::Exists(p) | Cond::NotExists(p) => path(p),
+            Cond::Type(p, o) | Cond::BeginsWith(p, o) | Cond::Contains(p, o) => {
+                path(p);
+                ops.push(o);
+            }
+            Cond::Cmp(a, _, b) => ops.extend([a, b]),
+            Cond::Between(a, b, c) => ops.extend([a, b, c]),
+            Cond::In(a, l) => {
+                ops.push(a);
+                ops.extend(l);
+            }
+        }
+        for o in ops {
+            if let Operand::Path(p) | Operand::Size(p) = o {
+                path(p);
+            }
+        }
+    }
+}
+
+/// The four clause kinds of an update expression.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Clause {
+    Set,
+    Remove,
+    Add,
+    Delete,
+}
+
+impl Clause {
+    pub(crate) fn keyword(self) -> &'static str {
+        match self {
+            Clause::Set => "SET",
+            Clause::Remove => "REMOVE",
+            Clause::Add => "ADD",
+            Clause::Delete => "DELETE",
+        }
+    }
+
+    /// The clause a keyword starts (case-insensitive, as DynamoDB).
+    pub(crate) fn from_keyword(w: &str) -> Option<Clause> {
+        match w.to_ascii_uppercase().as_str() {
+            "SET" => Some(Clause::Set),
+            "REMOVE" => Some(Clause::Remove),
+            "ADD" => Some(Clause::Add),
+            "DELETE" => Some(Clause::Delete),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,24 @@
+//! DynamoDB's expression language, with one front end: the lexer (`lexer`), the tree (`ast`) and
+//! the parser (`parser`, which also resolves placeholders). Everything that reads expressions goes
+//! through it: validation of the caller's expressions (`validate`), the merge of the library's own
+//! clauses into a user's `UpdateExpression` (`update`), projections (`projection`), and the
+//! client-side evaluation of conditions and filters for `Committed` reads (`eval`, `value`).
+
+mod ast;
+mod eval;
+mod lexer;
+mod parser;
+mod projection;
+mod update;
+mod validate;
+mod value;
+
+pub(crate) use ast::{Clause, Cond, Path, PathElem};
+pub(crate) use lexer::placeholders;
+pub(crate) use parser::{parse_condition, parse_projection};
+pub(crate) use projection::project;
+pub(crate) use update::{UpdateExpr, growth_bound};
+pub(crate) use validate::{
+    RESERVED_PREFIX, check_names_and_values, check_no_reserved_words, check_placeholders, reserved,
+};
+pub(crate) use value::value_eq;

@@ -1,0 +1,242 @@
+//! What a reader at a level may see of a stored item: the owner's state decides between the stored
+//! item, its before-image, nothing, or a re-read; and the settling of every item a read returned.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
+
+use futures::{StreamExt, TryStreamExt};
+
+use super::IsolationLevel;
+use super::context::Ctx;
+use crate::TxId;
+use crate::error::{Error, Item, Result};
+use crate::item_lock::{self, APPLIED, OWNER, Observed};
+use crate::keys::ItemRef;
+use crate::manager::TransactionManager;
+use crate::record::{self, TxState};
+
+/// What a read sees of one stored item.
+#[derive(Debug)]
+pub(crate) enum Seen {
+    /// The item does not exist at this level.
+    Absent,
+    /// This version; `true` when it is the stored item (as DynamoDB returned it, lock attributes
+    /// still present), `false` for a before-image.
+    Version(Item, bool),
+    /// The item was in flux (its writer finished or vanished under us): read it again.
+    Again,
+}
+
+/// States of transactions already looked up during one page (valid for items read before the lookup).
+type StateCache = Mutex<HashMap<String, Option<TxState>>>;
+
+/// The state of a transaction (one consistent GetItem of the header's state only).
+async fn tx_state(
+    mgr: &TransactionManager,
+    owner: &str,
+    cache: Option<&StateCache>,
+) -> Result<Option<TxState>> {
+    if let Some(s) = cache.and_then(|c| c.lock().expect("state cache").get(owner).copied()) {
+        return Ok(s);
+    }
+    let out = mgr
+        .inner
+        .client
+        .get_item()
+        .table_name(&mgr.inner.tx_table)
+        .set_key(Some(record::header_key(&TxId(owner.to_string()))))
+        .projection_expression("#s")
+        .expression_attribute_names("#s", record::STATE)
+        .consistent_read(true)
+        .send()
+        .await
+        .map_err(|e| Error::sdk("GetItem", e))?;
+    let state = match out.item {
+        None => None,
+        Some(i) => Some(match i.get(record::STATE).and_then(|v| v.as_s().ok()) {
+            Some(s) if s == "P" => TxState::Pending,
+            Some(s) if s == "C" => TxState::Committed,
+            Some(s) if s == "R" => TxState::RolledBack,
+            _ => {
+                return Err(Error::invariant(format!(
+                    "TX record {owner} has no valid state"
+                )));
+            }
+        }),
+    };
+    if let Some(c) = cache {
+        c.lock()
+            .expect("state cache")
+            .insert(owner.to_string(), state);
+    }
+    Ok(state)
+}
+
+/// What a reader at `level` sees of an item, given the item as stored (`None`: absent).
+pub(crate) async fn resolve(
+    mgr: &TransactionManager,
+    level: IsolationLevel,
+    raw: Option<&Item>,
+    cache: Option<&StateCache>,
+) -> Result<Seen> {
+    let obs = Observed::of(raw);
+    let seen = |v: Option<Item>| v.map(|v| Seen::Version(v, true)).unwrap_or(Seen::Absent);
+    let Some(owner) = obs.owner.as_deref() else {
+        return Ok(seen(obs.visible()));
+    };
+    if level == IsolationLevel::Uncommitted || !obs.applied {
+        // Not applied: the item is as committed (a pending delete still shows the item).
+        return Ok(seen(obs.visible()));
+    }
+    match tx_state(mgr, owner, cache).await? {
+        // One write per item per transaction: the stored item is the committed version, except
+        // that a committed delete (marked, not yet executed) has deleted it.
+        Some(TxState::Committed) if obs.applied_delete => Ok(Seen::Absent),
+        Some(TxState::Committed) => Ok(seen(obs.visible())),
+        Some(_) => {
+            if obs.applied_delete {
+                // A delete changes nothing until commit.
+                return Ok(seen(obs.visible()));
+            }
+            if obs.transient {
+                return Ok(Seen::Absent);
+            }
+            if let Some(img) = obs.image {
+                return Ok(Seen::Version(img, false));
+            }
+            if let Some(id) = &obs.image_ref {
+                let img =
+                    item_lock::load_table_image(&mgr.inner.client, &mgr.inner.image_table, id)
+                        .await?;
+                return Ok(img.map(|i| Seen::Version(i, false)).unwrap_or(Seen::Again));
+            }
+            Err(Error::invariant("an applied item carries no before-image"))
+        }
+        // The owner's record is gone: the item is being (or has been) settled; read it again.
+        None => Ok(Seen::Again),
+    }
+}
+
+impl Ctx {
+    fn attempts(&self) -> u32 {
+        self.mgr.inner.settings.committed_read_attempts.max(1)
+    }
+
+    fn contention(&self) -> Error {
+        Error::ReadContention {
+            table: self.table.clone(),
+            attempts: self.attempts(),
+        }
+    }
+
+    /// Reads an item again (consistently, whole) until it can be decided; `used` attempts spent.
+    pub(super) async fn reread(&self, key: &Item, used: u32) -> Result<Option<Item>> {
+        for _ in used..self.attempts() {
+            let raw = self
+                .mgr
+                .inner
+                .client
+                .get_item()
+                .table_name(&self.table)
+                .set_key(Some(key.clone()))
+                .consistent_read(true)
+                .send()
+                .await
+                .map_err(|e| Error::sdk("GetItem", e))?
+                .item;
+            match resolve(&self.mgr, self.level, raw.as_ref(), None).await? {
+                Seen::Absent => return Ok(None),
+                Seen::Version(v, _) => return Ok(self.finish(v, true, false)),
+                Seen::Again => continue,
+            }
+        }
+        Err(self.contention())
+    }
+
+    /// What a reader sees of one stored item DynamoDB returned (filtered, if a filter was sent).
+    async fn settle(&self, raw: Item, cache: &StateCache) -> Result<Option<Item>> {
+        let applied = raw.contains_key(APPLIED);
+        match resolve(&self.mgr, self.level, Some(&raw), Some(cache)).await? {
+            Seen::Absent => Ok(None),
+            Seen::Version(v, stored) => Ok(self.finish(
+                v,
+                applied && self.level == IsolationLevel::Committed,
+                stored,
+            )),
+            Seen::Again => {
+                let key = item_lock::key_of(&self.schema, &raw);
+                self.reread(&key, 1).await
+            }
+        }
+    }
+
+    /// Looks up, once each and concurrently, the states of the transactions that applied changes to
+    /// these stored items (only `Committed` reads need them).
+    async fn prefetch_states<'i>(
+        &self,
+        raws: impl Iterator<Item = &'i Item>,
+        cache: &StateCache,
+    ) -> Result<()> {
+        if self.level != IsolationLevel::Committed {
+            return Ok(());
+        }
+        let owners: HashSet<String> = raws
+            .filter(|r| r.contains_key(APPLIED))
+            .filter_map(|r| r.get(OWNER).and_then(|v| v.as_s().ok()))
+            .cloned()
+            .collect();
+        let mgr = &self.mgr;
+        futures::stream::iter(owners)
+            .map(|o| async move { tx_state(mgr, &o, Some(cache)).await })
+            .buffer_unordered(self.mgr.inner.settings.concurrency.max(1))
+            .try_collect::<Vec<_>>()
+            .await?;
+        Ok(())
+    }
+
+    /// What a reader sees of a page of stored items, in order.
+    pub(super) async fn settle_all(&self, raws: Vec<Item>) -> Result<Vec<Item>> {
+        if self.indirect {
+            return self.settle_indirect(raws).await;
+        }
+        let cache = StateCache::default();
+        let cache = &cache;
+        self.prefetch_states(raws.iter(), cache).await?;
+        let out: Vec<Option<Item>> = futures::stream::iter(raws)
+            .map(|raw| self.settle(raw, cache))
+            .buffered(self.mgr.inner.settings.concurrency.max(1))
+            .try_collect()
+            .await?;
+        Ok(out.into_iter().flatten().collect())
+    }
+
+    /// Index items of a global index without lock attributes: re-read each item from the table.
+    async fn settle_indirect(&self, raws: Vec<Item>) -> Result<Vec<Item>> {
+        let keys: Vec<(String, Item)> = raws
+            .iter()
+            .map(|r| (self.table.clone(), item_lock::key_of(&self.schema, r)))
+            .collect();
+        let found: HashMap<ItemRef, Item> = crate::ddb::batch_get(&self.mgr.inner.client, &keys)
+            .await?
+            .into_iter()
+            .map(|(t, i)| (ItemRef::new(&t, &item_lock::key_of(&self.schema, &i)), i))
+            .collect();
+        let cache = StateCache::default();
+        let cache = &cache;
+        self.prefetch_states(found.values(), cache).await?;
+        let found = &found;
+        let out: Vec<Option<Item>> = futures::stream::iter(keys)
+            .map(|(t, key)| async move {
+                let raw = found.get(&ItemRef::new(&t, &key));
+                match resolve(&self.mgr, self.level, raw, Some(cache)).await? {
+                    Seen::Absent => Ok(None),
+                    Seen::Version(v, _) => Ok(self.finish(v, true, false)),
+                    Seen::Again => self.reread(&key, 1).await,
+                }
+            })
+            .buffered(self.mgr.inner.settings.concurrency.max(1))
+            .try_collect()
+            .await?;
+        Ok(out.into_iter().flatten().collect())
+    }
+}
