@@ -76,7 +76,7 @@ async fn pending_delete_still_shows_the_item() {
     assert_reads(&env, COMMITTED, "a", None).await;
 }
 
-/// Found by the model check (tests/model.rs): a phased delete of an item that did not exist marks
+/// Found by the model check (tests/model/): a phased delete of an item that did not exist marks
 /// its placeholder (`_TxT` + `_TxA = "D"`); readers must still see no item, not an item holding only
 /// its key.
 #[tokio::test]

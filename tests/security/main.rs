@@ -10,7 +10,7 @@
 //!   `Transaction::get_item`, every `ReturnValues`, and `Error::ConditionFailed::item`;
 //! - a finished transaction, resumed by id, accepts no new request and writes nothing.
 //!
-//! `tests/isolation.rs` checks the isolated reads' contents in every lock state and
+//! `tests/isolation/` checks the isolated reads' contents in every lock state and
 //! `tests/transaction.rs` the validation of unlocked requests; this file covers what they do not.
 #[path = "../common/mod.rs"]
 mod common;
