@@ -49,8 +49,8 @@ use crate::keys::ItemRef;
 use crate::manager::TransactionManager;
 use crate::record::{self, Header, TxState};
 use crate::request::Op;
+use crate::settle;
 use crate::tables::{IMAGE_ID, TX_ID, TX_ROW};
-use crate::transaction::Transaction;
 
 /// A progress callback: called after every scanned page.
 type ProgressFn = Arc<dyn Fn(&ScanProgress) + Send + Sync>;
@@ -969,8 +969,7 @@ impl Pass<'_> {
             return Ok(());
         }
         let judged = h.updated_ms;
-        let tx = Transaction::from_record(self.mgr.clone(), id.clone(), rec);
-        match tx.rollback_if_idle(judged).await {
+        match settle::roll_back_idle(&self.mgr.inner, id, rec, judged).await {
             Ok(true) => {
                 debug!(tx = %id, "sweep: rolled back an idle pending transaction");
                 self.note(|r| r.rolled_back.push(id.clone()));

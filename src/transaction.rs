@@ -23,12 +23,13 @@ use crate::expr;
 use crate::isolation::cond::value_eq;
 use crate::item_lock::{self, ImagePlace, LockInfo, LockOutcome, Observed, Stage};
 use crate::keys::{ItemRef, KeySchema};
-use crate::manager::TransactionManager;
 use crate::record::{self, Appended, Flipped, Header, RecordMeta, TxState};
 use crate::request::{self, Op, Request};
+use crate::settings::Inner;
+use crate::settle::{
+    self, Entry, PROTOCOL_ATTEMPTS, cancelled_error, group_by_owner, group_with_owners,
+};
 
-/// Bounded retries of protocol loops (record conflicts, lost locks, lost conditions).
-const PROTOCOL_ATTEMPTS: usize = 8;
 /// Bounded retries of completing a committed transaction before `commit` reports it committed but
 /// not finished.
 const SETTLE_ATTEMPTS: usize = 4;
@@ -109,7 +110,7 @@ const AMBIGUOUS_COMMITS: u32 = 3;
 /// with [`Error::AlreadyCommitted`] or [`Error::RolledBack`].
 #[derive(Debug)]
 pub struct Transaction {
-    mgr: TransactionManager,
+    inner: Arc<Inner>,
     id: TxId,
     state: tokio::sync::Mutex<State>,
     finished: AtomicBool,
@@ -159,33 +160,6 @@ struct State {
     rollback_cause: Option<&'static str>,
 }
 
-#[derive(Debug, Clone)]
-struct Entry {
-    table: String,
-    key: Item,
-    /// Index of the write request.
-    write: Option<usize>,
-    /// Index of the read (lock) request, if any.
-    read: Option<usize>,
-    /// Lock state as this coordinator knows it (`None`: not locked by us as far as we know).
-    lock: Option<LockInfo>,
-}
-
-impl Entry {
-    fn op(&self, requests: &[Request]) -> Op {
-        self.write.map(|i| requests[i].op).unwrap_or(Op::Get)
-    }
-
-    /// The request that decides what happens to the item (its write, else its read).
-    fn request<'a>(&self, requests: &'a [Request]) -> &'a Request {
-        &requests[self.write.or(self.read).expect("an entry has a request")]
-    }
-
-    fn index(&self) -> usize {
-        self.write.or(self.read).expect("an entry has a request")
-    }
-}
-
 /// Result of a transactional write.
 #[derive(Debug, Clone, Default, PartialEq)]
 #[non_exhaustive]
@@ -222,18 +196,18 @@ enum CommitStep {
 }
 
 impl Transaction {
-    pub(crate) fn new(mgr: TransactionManager, id: TxId) -> Transaction {
-        Transaction::with_ticket(mgr, id, Arc::default())
+    pub(crate) fn new(inner: Arc<Inner>, id: TxId) -> Transaction {
+        Transaction::with_ticket(inner, id, Arc::default())
     }
 
     /// A new transaction that inherits the ticket of earlier attempts of the same unit of work.
     pub(crate) fn with_ticket(
-        mgr: TransactionManager,
+        inner: Arc<Inner>,
         id: TxId,
         ticket: Arc<OnceCell<u64>>,
     ) -> Transaction {
         Transaction {
-            mgr,
+            inner,
             id,
             state: tokio::sync::Mutex::new(State::default()),
             finished: AtomicBool::new(false),
@@ -243,15 +217,11 @@ impl Transaction {
         }
     }
 
-    pub(crate) fn from_record(
-        mgr: TransactionManager,
-        id: TxId,
-        rec: record::Record,
-    ) -> Transaction {
+    pub(crate) fn from_record(inner: Arc<Inner>, id: TxId, rec: record::Record) -> Transaction {
         // A resumed handle is the transaction others see in the record: it contends with the
         // record's ticket (a fresh one would make it younger in its own eyes only).
         let ticket = Arc::new(OnceCell::new_with(rec.header.ticket));
-        let tx = Transaction::with_ticket(mgr, id, ticket);
+        let tx = Transaction::with_ticket(inner, id, ticket);
         if let Some(t) = rec.header.ticket {
             let _ = tx.ticket_recorded.set(t);
         }
@@ -269,6 +239,17 @@ impl Transaction {
             }
         }
         tx
+    }
+
+    /// A handle on the transaction `id` as its record says.
+    ///
+    /// # Errors
+    /// [`Error::TransactionNotFound`] if no record exists.
+    pub(crate) async fn load(inner: Arc<Inner>, id: &TxId) -> Result<Transaction> {
+        let rec = record::load(&inner.client, &inner.tx_table, id)
+            .await?
+            .ok_or_else(|| Error::TransactionNotFound { tx_id: id.clone() })?;
+        Ok(Transaction::from_record(inner, id.clone(), rec))
     }
 
     /// The transaction's id: give it to [`TransactionManager::resume`] to drive it from elsewhere.
@@ -330,14 +311,7 @@ impl Transaction {
     }
 
     async fn schema(&self, table: &str) -> Result<Arc<KeySchema>> {
-        if table.is_empty() {
-            return Err(Error::invalid("TableName must not be empty"));
-        }
-        self.mgr
-            .inner
-            .schemas
-            .get(&self.mgr.inner.client, table)
-            .await
+        self.inner.schema(table).await
     }
 
     /// Validates and adds a write; drives it now when return values need it.
@@ -441,8 +415,8 @@ impl Transaction {
             if st.recorded == st.requests.len() {
                 return Ok(());
             }
-            let c = &self.mgr.inner.client;
-            let table = &self.mgr.inner.tx_table;
+            let c = &self.inner.client;
+            let table = &self.inner.tx_table;
             let pending = &st.requests[st.recorded..];
             self.wrote.store(true, Ordering::SeqCst);
             let out = match st.meta {
@@ -450,9 +424,9 @@ impl Transaction {
                     if let crate::ContentionPolicy::Ordered {
                         ticket_at_begin: true,
                         ..
-                    } = self.mgr.inner.settings.contention
+                    } = self.inner.settings.contention
                     {
-                        let inner = &self.mgr.inner;
+                        let inner = &self.inner;
                         self.ticket
                             .get_or_try_init(|| record::take_ticket(&inner.client, &inner.tx_table))
                             .await?;
@@ -523,7 +497,7 @@ impl Transaction {
 
     /// Another coordinator appended requests: adopt the record's list, keep ours that are not in it.
     async fn merge_record(&self, st: &mut State) -> Result<()> {
-        let rec = record::load(&self.mgr.inner.client, &self.mgr.inner.tx_table, &self.id)
+        let rec = record::load(&self.inner.client, &self.inner.tx_table, &self.id)
             .await?
             .ok_or_else(|| Error::UnknownOutcome {
                 tx_id: self.id.clone(),
@@ -607,7 +581,7 @@ impl Transaction {
                 let r = self.lock_one(&table, &key).await;
                 (k, r)
             })
-            .buffer_unordered(self.mgr.inner.settings.concurrency.max(1))
+            .buffer_unordered(self.inner.settings.concurrency.max(1))
             .collect()
             .await;
         let mut first_err = None;
@@ -629,8 +603,8 @@ impl Transaction {
     async fn lock_one(&self, table: &str, key: &Item) -> Result<LockInfo> {
         use crate::contention::{Contender, Resolution};
         let schema = self.schema(table).await?;
-        let settings = &self.mgr.inner.settings;
-        let c = &self.mgr.inner.client;
+        let settings = &self.inner.settings;
+        let c = &self.inner.client;
         let me = Contender {
             id: &self.id,
             ticket: &self.ticket,
@@ -667,7 +641,7 @@ impl Transaction {
                 LockOutcome::Locked(l) => {
                     if marked_waiting_on.is_some() {
                         // No longer blocked: others must not think we are.
-                        record::clear_waiting(c, &self.mgr.inner.tx_table, &self.id).await?;
+                        record::clear_waiting(c, &self.inner.tx_table, &self.id).await?;
                     }
                     return Ok(l);
                 }
@@ -686,7 +660,8 @@ impl Transaction {
             }
             let grace_left = met_at.elapsed() < settings.wound_grace;
             let resolution =
-                crate::contention::resolve(&self.mgr, &me, &owner, table, key, grace_left).await?;
+                crate::contention::resolve(&self.inner, &me, &owner, table, key, grace_left)
+                    .await?;
             last_owner = Some(owner);
             match resolution {
                 Resolution::Retry => {
@@ -697,11 +672,11 @@ impl Transaction {
                     // The holder was just released: take the item at once, before a younger
                     // transaction grabs it again; back off only if that keeps failing.
                     if tries > 2 {
-                        crate::contention::backoff(settings, tries - 2).await;
+                        crate::settings::backoff(settings, tries - 2).await;
                     }
                 }
                 Resolution::Grace => {
-                    crate::contention::backoff(settings, 0).await;
+                    crate::settings::backoff(settings, 0).await;
                 }
                 Resolution::Wait { on } => {
                     if tokio::time::Instant::now() >= deadline {
@@ -710,7 +685,7 @@ impl Transaction {
                     // Show that this coordinator is alive (and blocked) while it waits.
                     if last_touch.elapsed() >= heartbeat || marked_waiting_on != Some(on) {
                         let t = self.ticket_recorded.get().copied();
-                        if record::set_ticket(c, &self.mgr.inner.tx_table, &self.id, t, Some(on))
+                        if record::set_ticket(c, &self.inner.tx_table, &self.id, t, Some(on))
                             .await?
                             .is_none()
                         {
@@ -722,10 +697,10 @@ impl Transaction {
                         marked_waiting_on = Some(on);
                     }
                     waits += 1;
-                    crate::contention::backoff(settings, waits.min(3)).await;
+                    crate::settings::backoff(settings, waits.min(3)).await;
                     // An older transaction may have rolled us back while we waited: stop then,
                     // rather than take the item with a lock nobody needs.
-                    let mine = record::load_header(c, &self.mgr.inner.tx_table, &self.id).await?;
+                    let mine = record::load_header(c, &self.inner.tx_table, &self.id).await?;
                     if mine.as_ref().map(|h| h.state) != Some(TxState::Pending) {
                         return Err(Error::RolledBack {
                             tx_id: self.id.clone(),
@@ -750,7 +725,7 @@ impl Transaction {
     ) -> Result<Option<Item>> {
         let lock = self.drive_lock(st, r).await?;
         let e = st.items[r].clone();
-        let c = &self.mgr.inner.client;
+        let c = &self.inner.client;
         if lock.applied {
             // Applied already (by us or by another coordinator of this transaction).
             let raw = ddb::batch_get(c, &[(e.table.clone(), e.key.clone())]).await?;
@@ -767,7 +742,7 @@ impl Transaction {
             return self.values_of_applied(&req, rv.as_ref(), &obs, &lock).await;
         }
         // Only apply while the transaction is pending (a decided one must not change items).
-        let header = record::load_header(c, &self.mgr.inner.tx_table, &self.id).await?;
+        let header = record::load_header(c, &self.inner.tx_table, &self.id).await?;
         match header.as_ref().map(|h| h.state) {
             Some(TxState::Pending) => {}
             _ => {
@@ -826,8 +801,7 @@ impl Transaction {
                     // another handle after someone decided and released the item.
                     if !is_check && !obs.holds(&self.id, &lock) {
                         // We lost the lock: someone decided the transaction.
-                        let header =
-                            record::load_header(c, &self.mgr.inner.tx_table, &self.id).await?;
+                        let header = record::load_header(c, &self.inner.tx_table, &self.id).await?;
                         self.absorb_conflict(st, header).await?;
                         return Err(Error::RolledBack {
                             tx_id: self.id.clone(),
@@ -883,8 +857,7 @@ impl Transaction {
             } else if let Some(img) = &obs.image {
                 Ok(Some(img.clone()))
             } else if let Some(id) = &obs.image_ref {
-                item_lock::load_table_image(&self.mgr.inner.client, &self.mgr.inner.image_table, id)
-                    .await
+                item_lock::load_table_image(&self.inner.client, &self.inner.image_table, id).await
             } else {
                 Ok(lock.before.clone())
             }
@@ -929,13 +902,8 @@ impl Transaction {
             Some(stamp) => item_lock::image_id(&self.id, &req.table, &req.key, stamp),
             None => format!("{}#{}", self.id, uuid::Uuid::new_v4().simple()),
         };
-        item_lock::save_table_image(
-            &self.mgr.inner.client,
-            &self.mgr.inner.image_table,
-            &id,
-            &before,
-        )
-        .await?;
+        item_lock::save_table_image(&self.inner.client, &self.inner.image_table, &id, &before)
+            .await?;
         Ok(ImagePlace::Table(id))
     }
 
@@ -1041,9 +1009,7 @@ impl Transaction {
             source: Box::new(cause),
         };
         let header =
-            match record::load_header(&self.mgr.inner.client, &self.mgr.inner.tx_table, &self.id)
-                .await
-            {
+            match record::load_header(&self.inner.client, &self.inner.tx_table, &self.id).await {
                 Ok(h) => h,
                 Err(_) => return Err(undetermined(cause)),
             };
@@ -1131,7 +1097,7 @@ impl Transaction {
 
     /// Nothing recorded or locked, only writes without return values, few enough for one batch.
     fn fast_path_fits(&self, st: &State) -> bool {
-        self.mgr.inner.settings.write_only_fast_path
+        self.inner.settings.write_only_fast_path
             && !st.fast_path_failed
             && st.meta.is_none()
             && !st.record_in_doubt
@@ -1157,7 +1123,7 @@ impl Transaction {
     #[instrument(level = "debug", name = "commit_write_only", skip_all, fields(tx = %self.id, items = st.items.len()))]
     async fn commit_write_only(&self, st: &mut State) -> Result<Option<CommitStep>> {
         let _timer = crate::metrics::PhaseTimer::start(crate::metrics::COMMIT);
-        let inner = &self.mgr.inner;
+        let inner = &self.inner;
         let mut writes = vec![record::committed_record_write(
             &inner.tx_table,
             &self.id,
@@ -1183,7 +1149,7 @@ impl Transaction {
                     out = ddb::transact_with_token(&inner.client, &writes, token.clone()).await;
                 }
                 Err(e) if e.dynamodb_code() == Some("TransactionInProgressException") => {
-                    crate::contention::backoff(&inner.settings, 2).await;
+                    crate::settings::backoff(&inner.settings, 2).await;
                     out = ddb::transact_with_token(&inner.client, &writes, token.clone()).await;
                 }
                 _ => break,
@@ -1260,7 +1226,7 @@ impl Transaction {
     }
 
     fn one_shot_fits(&self, st: &State) -> bool {
-        let max = self.mgr.inner.settings.one_shot_max_items;
+        let max = self.inner.settings.one_shot_max_items;
         if st.items.len() > max || st.isolate_rejections {
             return false;
         }
@@ -1332,7 +1298,6 @@ impl Transaction {
             } else {
                 let req = e.request(&st.requests);
                 let schema = self
-                    .mgr
                     .inner
                     .schemas
                     .cached(&req.table)
@@ -1351,10 +1316,7 @@ impl Transaction {
                 owners.push(Some(k.clone()));
             }
             if let Some(id) = self.image_to_delete(e, &st.requests) {
-                writes.push(item_lock::image_delete_write(
-                    &self.mgr.inner.image_table,
-                    &id,
-                ));
+                writes.push(item_lock::image_delete_write(&self.inner.image_table, &id));
                 owners.push(Some(k.clone()));
             }
         }
@@ -1369,14 +1331,14 @@ impl Transaction {
         let meta = st.meta.expect("flushed");
         let (item_writes, owners) = self.final_writes(st)?;
         let mut writes = vec![record::decide_final_write(
-            &self.mgr.inner.tx_table,
+            &self.inner.tx_table,
             &self.id,
             meta.version,
             TxState::Committed,
-            self.mgr.inner.settings.record_ttl_secs(),
+            self.inner.settings.record_ttl_secs(),
         )];
         writes.extend(item_writes);
-        let c = &self.mgr.inner.client;
+        let c = &self.inner.client;
         let out = match ddb::transact(c, &writes).await {
             Ok(o) => o,
             Err(e) if is_rejection(&e) => {
@@ -1418,7 +1380,7 @@ impl Transaction {
     async fn header_failed(&self, st: &mut State, reason: &ddb::Reason) -> Result<CommitStep> {
         if reason.is_transient() {
             st.transient = Some(cancelled_error(reason));
-            crate::contention::backoff(&self.mgr.inner.settings, 1).await;
+            crate::settings::backoff(&self.inner.settings, 1).await;
             return Ok(CommitStep::Again);
         }
         if !reason.is_condition_failed() {
@@ -1466,8 +1428,7 @@ impl Transaction {
                 Ok(()) => return Ok(()),
                 Err(e) => {
                     warn!(tx = %self.id, attempt, error = %e, "committed, but completing failed; retrying");
-                    crate::contention::backoff(&self.mgr.inner.settings, attempt.min(3) as u32)
-                        .await;
+                    crate::settings::backoff(&self.inner.settings, attempt.min(3) as u32).await;
                 }
             }
         }
@@ -1506,12 +1467,9 @@ impl Transaction {
                     };
                     if !is_phantom && !ours {
                         // Our lock is gone: someone decided us, or it was broken. Re-check and retry.
-                        let header = record::load_header(
-                            &self.mgr.inner.client,
-                            &self.mgr.inner.tx_table,
-                            &self.id,
-                        )
-                        .await?;
+                        let header =
+                            record::load_header(&self.inner.client, &self.inner.tx_table, &self.id)
+                                .await?;
                         self.absorb_conflict(st, header).await?;
                         st.items.get_mut(&k).expect("entry").lock = None;
                         return Ok(CommitStep::Again);
@@ -1548,14 +1506,14 @@ impl Transaction {
                 _ if reason.is_transient() => {
                     // Throttled or in conflict: back off and try again (bounded).
                     st.transient = Some(cancelled_error(reason));
-                    crate::contention::backoff(&self.mgr.inner.settings, 1).await;
+                    crate::settings::backoff(&self.inner.settings, 1).await;
                     return Ok(CommitStep::Again);
                 }
                 _ => return Err(cancelled_error(reason)),
             }
         }
         // Cancelled with no failing item we own (a phantom check with no owner, or a conflict).
-        crate::contention::backoff(&self.mgr.inner.settings, 1).await;
+        crate::settings::backoff(&self.inner.settings, 1).await;
         Ok(CommitStep::Again)
     }
 
@@ -1570,9 +1528,7 @@ impl Transaction {
         warn!(tx = %self.id, error = %cause, "commit request failed ambiguously; reading the record");
         st.decision_in_doubt = true;
         let header =
-            match record::load_header(&self.mgr.inner.client, &self.mgr.inner.tx_table, &self.id)
-                .await
-            {
+            match record::load_header(&self.inner.client, &self.inner.tx_table, &self.id).await {
                 Ok(h) => h,
                 Err(_) => {
                     return Err(Error::Undetermined {
@@ -1594,7 +1550,7 @@ impl Transaction {
                 if cause.is_retryable() {
                     st.transient = Some(cause);
                 }
-                crate::contention::backoff(&self.mgr.inner.settings, st.ambiguous_commits).await;
+                crate::settings::backoff(&self.inner.settings, st.ambiguous_commits).await;
                 Ok(CommitStep::Again)
             }
             _ => {
@@ -1641,7 +1597,7 @@ impl Transaction {
                 owners.push(Some(k.clone()));
             }
         }
-        let c = &self.mgr.inner.client;
+        let c = &self.inner.client;
         let groups = if st.isolate_rejections {
             group_by_owner(writes, owners)
         } else {
@@ -1649,12 +1605,12 @@ impl Transaction {
         };
         let results: Vec<AppliedGroup> = futures::stream::iter(groups)
             .map(|(ws, os)| async move {
-                let mut batch = vec![record::pending_check(&self.mgr.inner.tx_table, &self.id)];
+                let mut batch = vec![record::pending_check(&self.inner.tx_table, &self.id)];
                 batch.extend(ws);
                 let out = ddb::transact(c, &batch).await;
                 (batch, os, out)
             })
-            .buffer_unordered(self.mgr.inner.settings.concurrency.clamp(1, 8))
+            .buffer_unordered(self.inner.settings.concurrency.clamp(1, 8))
             .collect()
             .await;
         let mut again = false;
@@ -1719,7 +1675,7 @@ impl Transaction {
         // 2. Flip.
         let flipped = match record::decide(
             c,
-            &self.mgr.inner.tx_table,
+            &self.inner.tx_table,
             &self.id,
             meta.version,
             TxState::Committed,
@@ -1784,58 +1740,6 @@ impl Transaction {
         r
     }
 
-    /// The sweeper's rollback of a transaction it judged idle: decided only if the record is still
-    /// at the version and last-update time it judged (`judged_updated_ms`), then completed. `false`
-    /// when the transaction moved on since (an append or heartbeat: it is alive) and was left
-    /// alone. [`Error::AlreadyCommitted`] if it committed meanwhile (its completion is driven).
-    pub(crate) async fn rollback_if_idle(self, judged_updated_ms: u64) -> Result<bool> {
-        let r = async {
-            let mut st = self.state.lock().await;
-            let Some(meta) = st.meta else {
-                return Ok(false);
-            };
-            let c = &self.mgr.inner.client;
-            let judged = record::Judged {
-                version: meta.version,
-                idle_since: Some(judged_updated_ms),
-                younger_than: None,
-            };
-            let flipped =
-                record::roll_back_judged(c, &self.mgr.inner.tx_table, &self.id, &judged, None)
-                    .await?;
-            match flipped {
-                record::JudgedRollback::Decided => {
-                    crate::metrics::rolled_back(crate::metrics::SWEEPER);
-                    st.outcome = Some(TxState::RolledBack);
-                    self.complete(&mut st, TxState::RolledBack, false).await?;
-                    Ok(true)
-                }
-                // (Only a contender's rollback checks a decider or can be cancelled.)
-                record::JudgedRollback::Changed(None)
-                | record::JudgedRollback::DeciderNotPending
-                | record::JudgedRollback::Cancelled(_) => Err(Error::UnknownOutcome {
-                    tx_id: self.id.clone(),
-                }),
-                record::JudgedRollback::Changed(Some(h)) => match h.state {
-                    TxState::Pending => Ok(false),
-                    TxState::RolledBack => {
-                        self.finish_decided(&mut st, TxState::RolledBack).await?;
-                        Ok(true)
-                    }
-                    TxState::Committed => {
-                        self.finish_decided(&mut st, TxState::Committed).await?;
-                        Err(Error::AlreadyCommitted {
-                            tx_id: self.id.clone(),
-                        })
-                    }
-                },
-            }
-        }
-        .await;
-        self.finished.store(true, Ordering::SeqCst);
-        r
-    }
-
     /// Rolls back (state already locked).
     #[instrument(level = "debug", name = "rollback", skip_all, fields(tx = %self.id))]
     async fn rollback_locked(&self, st: &mut State) -> Result<()> {
@@ -1860,17 +1764,17 @@ impl Transaction {
             }
         }
         for _ in 0..PROTOCOL_ATTEMPTS {
-            let c = &self.mgr.inner.client;
+            let c = &self.inner.client;
             let Some(meta) = st.meta else {
                 if st.record_in_doubt {
                     // Our record's creation may have landed (or still land): write the record as
                     // rolled back unless it exists, so that no pending record is left behind.
                     let found = record::create_finished(
                         c,
-                        &self.mgr.inner.tx_table,
+                        &self.inner.tx_table,
                         &self.id,
                         TxState::RolledBack,
-                        self.mgr.inner.settings.record_ttl_secs(),
+                        self.inner.settings.record_ttl_secs(),
                     )
                     .await?;
                     if found.is_some() {
@@ -1885,7 +1789,7 @@ impl Transaction {
             };
             match record::decide(
                 c,
-                &self.mgr.inner.tx_table,
+                &self.inner.tx_table,
                 &self.id,
                 meta.version,
                 TxState::RolledBack,
@@ -1927,8 +1831,8 @@ impl Transaction {
     /// Drives a transaction found decided to completion (unless finalized), with the record's requests.
     async fn finish_decided(&self, st: &mut State, decided: TxState) -> Result<()> {
         st.outcome = Some(decided);
-        let c = &self.mgr.inner.client;
-        let header = record::load_header(c, &self.mgr.inner.tx_table, &self.id).await?;
+        let c = &self.inner.client;
+        let header = record::load_header(c, &self.inner.tx_table, &self.id).await?;
         let Some(h) = header else {
             // The record is gone: nobody needs our locks; release any this handle took late.
             return self.release_own_locks(st).await;
@@ -1944,203 +1848,25 @@ impl Transaction {
         self.complete(st, decided, false).await
     }
 
-    /// Settles every item of a decided transaction (unlock after commit, restore after rollback),
-    /// deletes images-table images, finalizes the record. `trust_memory`: this coordinator's lock
-    /// knowledge is fresh (it just applied everything), so items need not be read first.
-    #[instrument(level = "debug", name = "complete", skip_all, fields(tx = %self.id, state = %decided, items = st.items.len()))]
+    /// Settles every item of this decided transaction and finalizes the record (see
+    /// [`settle::complete`]).
     async fn complete(&self, st: &mut State, decided: TxState, trust_memory: bool) -> Result<()> {
-        let _timer = crate::metrics::PhaseTimer::start(crate::metrics::SETTLE);
-        let committed = decided == TxState::Committed;
-        let c = &self.mgr.inner.client;
-        let mut keys: Vec<ItemRef> = st.items.keys().cloned().collect();
-        let mut known: HashMap<ItemRef, Observed> = HashMap::new();
-        if trust_memory {
-            for k in &keys {
-                if let Some(l) = &st.items[k].lock {
-                    known.insert(k.clone(), l.as_observed(&self.id));
-                }
-            }
-        }
-        for _round in 0..PROTOCOL_ATTEMPTS {
-            if keys.is_empty() {
-                break;
-            }
-            // Read the items whose state we do not know.
-            let unknown: Vec<(String, Item)> = keys
-                .iter()
-                .filter(|k| !known.contains_key(*k))
-                .map(|k| (st.items[k].table.clone(), st.items[k].key.clone()))
-                .collect();
-            if !unknown.is_empty() {
-                for (table, item) in ddb::batch_get(c, &unknown).await? {
-                    let schema = self.schema(&table).await?;
-                    let key = item_lock::key_of(&schema, &item);
-                    known.insert(ItemRef::new(&table, &key), Observed::of(Some(&item)));
-                }
-                for k in &keys {
-                    known.entry(k.clone()).or_insert_with(|| Observed::of(None));
-                }
-            }
-            let mut writes = Vec::new();
-            let mut owners = Vec::new();
-            // Items seen to change under us this round: settled next round, from what was read.
-            let mut moved: Vec<ItemRef> = Vec::new();
-            for k in &keys {
-                let e = &st.items[k];
-                let obs = &known[k];
-                let table_image = match (
-                    &obs.image_ref,
-                    committed,
-                    obs.applied && obs.locked_by(&self.id),
-                ) {
-                    (Some(id), false, true) => {
-                        let img =
-                            item_lock::load_table_image(c, &self.mgr.inner.image_table, id).await?;
-                        if img.is_none() {
-                            // Another completer may have restored the item and deleted its image
-                            // since we read it: finishing what someone else finished is success.
-                            // Only if the item still carries this very lock is the image missing.
-                            let raw =
-                                ddb::batch_get(c, &[(e.table.clone(), e.key.clone())]).await?;
-                            let now = Observed::of(raw.first().map(|(_, i)| i));
-                            let same_lock = now.locked_by(&self.id)
-                                && now.applied
-                                && now.image_ref == obs.image_ref
-                                && now.stamp == obs.stamp;
-                            if !same_lock {
-                                known.insert(k.clone(), now);
-                                moved.push(k.clone());
-                                continue;
-                            }
-                        }
-                        img
-                    }
-                    _ => None,
-                };
-                if let Some(w) = item_lock::settle_write(
-                    committed,
-                    e.op(&st.requests),
-                    &e.table,
-                    &e.key,
-                    obs,
-                    &self.id,
-                    table_image.as_ref(),
-                )? {
-                    writes.push(w);
-                    owners.push(Some(k.clone()));
-                    // The item's images-table row (the one it points to, or one saved for an apply
-                    // that never happened) goes in the same request: settled means no row left.
-                    let image = if obs.applied {
-                        obs.image_ref.clone()
-                    } else {
-                        e.write.and_then(|w| {
-                            item_lock::unapplied_image_id(
-                                &self.id,
-                                &st.requests[w],
-                                obs.transient,
-                                Some(&obs.user),
-                                obs.stamp.as_deref(),
-                            )
-                        })
-                    };
-                    if let Some(id) = image {
-                        writes.push(item_lock::image_delete_write(
-                            &self.mgr.inner.image_table,
-                            &id,
-                        ));
-                        owners.push(Some(k.clone()));
-                    }
-                }
-            }
-            if writes.is_empty() && moved.is_empty() {
-                keys.clear(); // every item is settled (by us or by someone else)
-                break;
-            }
-            // Items whose settle write failed are re-read (from the failure) and retried.
-            let mut retry: Vec<ItemRef> = moved;
-            if writes.is_empty() {
-                keys = retry;
-                continue;
-            }
-            if writes.len() == 1 {
-                let k = owners[0].clone().expect("owner");
-                match writes[0].send(c, None).await? {
-                    Written::Ok(_) => {}
-                    Written::ConditionFailed(found) => {
-                        known.insert(k.clone(), Observed::of(found.as_ref()));
-                        retry.push(k);
-                    }
-                }
-            } else {
-                let groups = group_items(writes, owners);
-                let results: Vec<Result<(Vec<Option<ItemRef>>, Transacted)>> =
-                    futures::stream::iter(groups)
-                        .map(|(ws, os)| async move { Ok((os, ddb::transact(c, &ws).await?)) })
-                        .buffer_unordered(self.mgr.inner.settings.concurrency.clamp(1, 8))
-                        .collect()
-                        .await;
-                for r in results {
-                    let (os, out) = r?;
-                    if let Transacted::Cancelled(reasons) = out {
-                        for (k, reason) in os.into_iter().zip(reasons) {
-                            let k = k.expect("owner");
-                            if reason.is_condition_failed() {
-                                known.insert(k.clone(), Observed::of(reason.item.as_ref()));
-                            } else if !reason.is_ok() && !reason.is_transient() {
-                                return Err(cancelled_error(&reason));
-                            }
-                            // Actions that were fine are retried too: the batch did nothing.
-                            if !retry.contains(&k) {
-                                retry.push(k);
-                            }
-                        }
-                    }
-                }
-            }
-            keys = retry;
-            if !keys.is_empty() {
-                crate::contention::backoff(&self.mgr.inner.settings, 0).await;
-            }
-        }
-        // Never delete an image or finalize while an item may still need settling (the model
-        // check's "finalized means settled"): give up for now; completing again finishes the job.
-        if let Some(k) = keys.first() {
-            let e = &st.items[k];
-            return Err(Error::ItemLocked {
-                table: e.table.clone(),
-                key: e.key.clone(),
-                owner: self.id.clone(),
-            });
-        }
-        record::finalize(
-            c,
-            &self.mgr.inner.tx_table,
+        let (items, requests) = (&mut st.items, &st.requests);
+        settle::complete(
+            &self.inner,
             &self.id,
+            items,
+            requests,
             decided,
-            self.mgr.inner.settings.record_ttl_secs(),
+            trust_memory,
         )
-        .await?;
-        for e in st.items.values_mut() {
-            e.lock = None;
-        }
-        debug!(tx = %self.id, state = %decided, "finalized");
-        Ok(())
+        .await
     }
 
     /// Releases the locks this handle holds whose write was never applied (after the record
     /// vanished: only locks taken late can remain).
     async fn release_own_locks(&self, st: &mut State) -> Result<()> {
-        let c = &self.mgr.inner.client;
-        for e in st.items.values_mut() {
-            if let Some(l) = e.lock.take()
-                && !l.applied
-            {
-                item_lock::release_write(&e.table, &e.key, l.transient, false, &self.id)
-                    .send(c, None)
-                    .await?;
-            }
-        }
-        Ok(())
+        settle::release_unapplied_locks(&self.inner, &self.id, &mut st.items).await
     }
 
     /// Hook after the one-request commit (which finalizes the record, with its TTL, and deletes the
@@ -2149,21 +1875,6 @@ impl Transaction {
         for e in st.items.values_mut() {
             e.lock = None;
         }
-    }
-
-    /// Completes a decided transaction (even a finalized one); leaves a pending one alone.
-    pub(crate) async fn complete_decided(self) -> Result<TxState> {
-        let r = async {
-            let mut st = self.state.lock().await;
-            let Some(decided) = st.outcome else {
-                return Ok(TxState::Pending);
-            };
-            self.complete(&mut st, decided, false).await?;
-            Ok(decided)
-        }
-        .await;
-        self.finished.store(true, Ordering::SeqCst);
-        r
     }
 
     /// Leaves the transaction as it is, without committing or rolling back, as if this process had
@@ -2179,7 +1890,7 @@ impl Transaction {
     /// Safe to drop midway; calling again finishes the job.
     pub async fn delete(self) -> Result<bool> {
         self.finished.store(true, Ordering::SeqCst);
-        record::delete(&self.mgr.inner.client, &self.mgr.inner.tx_table, &self.id).await
+        record::delete(&self.inner.client, &self.inner.tx_table, &self.id).await
     }
 }
 
@@ -2188,16 +1899,18 @@ impl Drop for Transaction {
         // A handle that sent nothing decides nothing (another coordinator may be driving it).
         if self.finished.load(Ordering::SeqCst)
             || !self.wrote.load(Ordering::SeqCst)
-            || !self.mgr.inner.settings.rollback_on_drop
+            || !self.inner.settings.rollback_on_drop
         {
             return;
         }
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            let mgr = self.mgr.clone();
+            let inner = self.inner.clone();
             let id = self.id.clone();
             crate::metrics::dropped_handle();
             handle.spawn(async move {
-                match mgr.rollback_transaction(&id).await {
+                // As `TransactionManager::rollback_transaction`: resume, then roll back.
+                let rollback = async { Transaction::load(inner, &id).await?.rollback().await };
+                match rollback.await {
                     // Committed meanwhile, or the record's creation never landed: nothing to undo.
                     Ok(()) | Err(Error::AlreadyCommitted { .. } | Error::TransactionNotFound { .. }) => {}
                     Err(e) => {
@@ -2210,20 +1923,7 @@ impl Drop for Transaction {
 }
 
 fn index_request(st: &mut State, i: usize) {
-    let r = &st.requests[i];
-    let k = r.item_ref();
-    let e = st.items.entry(k).or_insert_with(|| Entry {
-        table: r.table.clone(),
-        key: r.key.clone(),
-        write: None,
-        read: None,
-        lock: None,
-    });
-    if r.op.is_write() {
-        e.write = Some(i);
-    } else if e.read.is_none() {
-        e.read = Some(i);
-    }
+    settle::index(&mut st.items, &st.requests, i);
 }
 
 fn blank(op: Op) -> Request {
@@ -2277,92 +1977,12 @@ fn same_item(a: &Item, b: &Item) -> bool {
             .all(|(k, v)| b.get(k).is_some_and(|w| value_eq(v, w)))
 }
 
-fn cancelled_error(reason: &ddb::Reason) -> Error {
-    Error::DynamoDb {
-        operation: "TransactWriteItems",
-        code: Some(reason.code.clone()),
-        message: reason.message.clone(),
-        ambiguous: false,
-        source: format!("transaction cancelled: {}", reason.code).into(),
-    }
-}
-
-type Group = (Vec<Write>, Vec<Option<ItemRef>>);
-
 /// DynamoDB refused a request as invalid (e.g. a type mismatch in an update expression).
 fn is_rejection(e: &Error) -> bool {
     e.dynamodb_code() == Some("ValidationException")
 }
 
-/// One group per item (its writes stay together).
-fn group_by_owner(writes: Vec<Write>, owners: Vec<Option<ItemRef>>) -> Vec<Group> {
-    let mut out: Vec<Group> = Vec::new();
-    for (w, o) in writes.into_iter().zip(owners) {
-        match out.last_mut() {
-            Some((ws, os)) if os.last() == Some(&o) => {
-                ws.push(w);
-                os.push(o);
-            }
-            _ => out.push((vec![w], vec![o])),
-        }
-    }
-    out
-}
-/// Splits writes into `TransactWriteItems` groups, never separating the writes of one item (its
-/// settle write and the delete of its images-table row).
-fn group_items(writes: Vec<Write>, owners: Vec<Option<ItemRef>>) -> Vec<Group> {
-    let mut out: Vec<Group> = Vec::new();
-    let mut bytes = 0;
-    for (ws, os) in group_by_owner(writes, owners) {
-        let size: usize = ws.iter().map(|w| w.size()).sum();
-        match out.last_mut() {
-            Some(cur)
-                if cur.0.len() + ws.len() <= ddb::MAX_TRANSACT_ACTIONS
-                    && bytes + size <= ddb::MAX_TRANSACT_BYTES =>
-            {
-                cur.0.extend(ws);
-                cur.1.extend(os);
-                bytes += size;
-            }
-            _ => {
-                out.push((ws, os));
-                bytes = size;
-            }
-        }
-    }
-    out
-}
-
 type AppliedGroup = (Vec<Write>, Vec<Option<ItemRef>>, Result<Transacted>);
-
-/// Splits writes into `TransactWriteItems` groups, keeping each write's owner beside it.
-fn group_with_owners(
-    writes: Vec<Write>,
-    owners: Vec<Option<ItemRef>>,
-    reserve: usize,
-) -> Vec<Group> {
-    let tagged: Vec<(Write, Option<ItemRef>)> = writes.into_iter().zip(owners).collect();
-    let mut out: Vec<Group> = Vec::new();
-    let mut cur: Group = (Vec::new(), Vec::new());
-    let mut bytes = 0;
-    for (w, o) in tagged {
-        let sz = w.size();
-        if !cur.0.is_empty()
-            && (cur.0.len() + reserve >= ddb::MAX_TRANSACT_ACTIONS
-                || bytes + sz > ddb::MAX_TRANSACT_BYTES)
-        {
-            out.push(std::mem::take(&mut cur));
-            bytes = 0;
-        }
-        bytes += sz;
-        cur.0.push(w);
-        cur.1.push(o);
-    }
-    if !cur.0.is_empty() {
-        out.push(cur);
-    }
-    out
-}
 
 macro_rules! common_builder_methods {
     () => {
