@@ -135,7 +135,7 @@ impl Transaction {
             self.wrote.store(true, Ordering::SeqCst);
             let out = match st.meta {
                 None => {
-                    if let crate::ContentionPolicy::Ordered {
+                    if let crate::settings::ContentionPolicy::Ordered {
                         ticket_at_begin: true,
                         ..
                     } = self.inner.settings.contention

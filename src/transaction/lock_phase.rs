@@ -81,7 +81,7 @@ impl Transaction {
         };
         let deadline = tokio::time::Instant::now() + settings.lock_wait;
         let heartbeat = match settings.contention {
-            crate::ContentionPolicy::Ordered { dead_after, .. } => dead_after / 3,
+            crate::settings::ContentionPolicy::Ordered { dead_after, .. } => dead_after / 3,
             _ => settings.lock_wait,
         };
         let mut last_touch = tokio::time::Instant::now();
