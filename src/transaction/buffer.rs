@@ -301,10 +301,9 @@ fn same_item(a: &Item, b: &Item) -> bool {
 
 #[cfg(test)]
 mod same_request_tests {
-    use super::*;
-    use crate::isolation::cond::value_eq;
     use aws_sdk_dynamodb::types::AttributeValue;
-    use std::collections::HashMap;
+
+    use super::*;
 
     #[test]
     fn numbers_compare_by_value_and_sets_in_any_order() {
