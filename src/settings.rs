@@ -19,7 +19,7 @@ use crate::keys::{KeySchema, SchemaCache};
 pub struct Settings {
     /// Most DynamoDB requests one transaction keeps in flight at once (locks, applies, unlocks).
     pub concurrency: usize,
-    /// Attempts to lock one item before giving up with [`Error::ItemLocked`](crate::Error::ItemLocked).
+    /// Attempts to lock one item before giving up with [`Error::ItemLocked`].
     pub lock_attempts: u32,
     /// Most items committed by the one-request commit path (a single `TransactWriteItems` that applies
     /// every write, unlocks every item and commits the record). Larger transactions apply, commit and
@@ -47,7 +47,7 @@ pub struct Settings {
     /// What to do when an item is locked by another pending transaction.
     pub contention: ContentionPolicy,
     /// Longest a lock attempt waits for an older transaction (ordered contention) before giving up
-    /// with [`Error::ItemLocked`](crate::Error::ItemLocked).
+    /// with [`Error::ItemLocked`].
     pub lock_wait: Duration,
     /// Ordered contention: how long an older transaction lets a younger, running (not blocked)
     /// holder of an item finish before rolling it back.

@@ -7,9 +7,10 @@
 //! update that counts them, so a reader never sees a chunk the header does not own. Every transition is
 //! conditional on the state and, where the request list matters, on the version.
 //!
-//! This module reads and parses the record; [`append`] writes requests to it, [`decide`] moves it
-//! between states, [`judged`] rolls back another transaction as judged, [`ticket`] holds the
-//! contention tickets and [`delete`](mod@delete) removes a finalized record.
+//! This module reads and parses the record; [`append`](mod@append) writes requests to it,
+//! [`decide`](mod@decide) moves it between states, [`judged`] rolls back another transaction as
+//! judged, [`ticket`] holds the contention tickets and [`delete`](mod@delete) removes a finalized
+//! record.
 
 mod append;
 mod decide;

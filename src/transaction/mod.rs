@@ -6,6 +6,12 @@
 //! transactions, applies in batches conditional on the record being pending, flips the record with one
 //! write conditional on its version, and unlocks. Reads (`get_item`) and writes that return values
 //! drive their item at once. See `docs/PROTOCOL.md`.
+//!
+//! The handle and its public API live here; [`builders`] has the request builders, [`buffer`]
+//! validates, buffers and records requests, [`lock_phase`] locks items (resolving contention),
+//! [`commit`] drives a commit through one of its paths ([`write_only`], [`one_request`],
+//! [`phased`]), [`finish`] rolls back and completes through [`settle`](crate::settle), and
+//! [`drop`](mod@drop) says what dropping an unfinished handle does.
 
 mod buffer;
 mod builders;
