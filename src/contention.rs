@@ -2,66 +2,17 @@
 //! another transaction.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::sync::OnceCell;
 
-use rand::Rng;
 use tracing::debug;
 
 use crate::TxId;
 use crate::error::{Error, Item, Result};
 use crate::item_lock::{self, Observed};
-use crate::manager::{Settings, TransactionManager};
 use crate::record::{self, Header, Judged, JudgedRollback, TxState};
-
-/// How a transaction treats another, pending transaction that holds an item it needs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum ContentionPolicy {
-    /// Roll the other transaction back at once, whatever its age (the Java library's behaviour).
-    /// Competing coordinators can roll each other back repeatedly under heavy contention.
-    RollBackOthers,
-    /// Tickets order contending transactions (wound-wait). A transaction takes a ticket from an
-    /// atomic counter the first time it meets contention, and keeps it when
-    /// [`TransactionManager::run`] retries it, so it only ever gets older. The ticket lives in the
-    /// transaction's record, written once and never changed, and every handle of the transaction
-    /// contends with that ticket: a handle made by [`TransactionManager::resume`] starts with it,
-    /// and a handle whose record already got a ticket from another handle adopts that one.
-    /// Meeting a lock of a pending transaction:
-    /// - if the holder is older (smaller ticket), wait for it (back off and retry the lock);
-    /// - if it is younger or has no ticket, roll it back;
-    /// - whatever its ticket, roll it back if its record has not been touched for `dead_after`
-    ///   (its coordinator is presumed dead; waiting coordinators touch their record as they wait).
-    ///
-    /// Waits only go from younger to older transactions (as their records say, which is why a
-    /// handle never contends with another ticket than its record's), so no cycle of waits can
-    /// form: deadlock is impossible. A rollback decides exactly what was judged: it is one
-    /// conditional request that lands only while the other transaction's record is still as it
-    /// was read (same version; still no ticket or a younger one, or, if judged dead, untouched
-    /// since) and this transaction's own record is still pending. So the transaction whose record
-    /// holds the oldest ticket is never rolled back by another one's ticket rule (only when dead),
-    /// and every transaction eventually commits.
-    Ordered {
-        /// How long a pending transaction's record may stay untouched before others treat its
-        /// coordinator as dead.
-        dead_after: Duration,
-        /// Take the ticket when the transaction first writes its record (one more request per
-        /// transaction), instead of at its first contention. Orders transactions by when they
-        /// began, which is fairer under heavy contention; the counter item then takes one write per
-        /// transaction (DynamoDB allows about 1,000 writes per second on one item).
-        ticket_at_begin: bool,
-    },
-}
-
-impl Default for ContentionPolicy {
-    fn default() -> Self {
-        ContentionPolicy::Ordered {
-            dead_after: Duration::from_secs(10),
-            ticket_at_begin: false,
-        }
-    }
-}
+use crate::settings::{ContentionPolicy, Inner};
+use crate::settle;
 
 /// What to do after meeting a lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,11 +48,10 @@ impl Contender<'_> {
     /// exactly that ticket (a handle using another one could wait for a transaction that waits for
     /// it). A record's ticket is written once (`if_not_exists`) and never changes; if another
     /// handle of this transaction recorded one first, that one is adopted.
-    pub async fn ticket(&self, mgr: &TransactionManager) -> Result<u64> {
+    pub async fn ticket(&self, inner: &Inner) -> Result<u64> {
         if let Some(&t) = self.recorded.get() {
             return Ok(t);
         }
-        let inner = &mgr.inner;
         let proposed = *self
             .ticket
             .get_or_try_init(|| record::take_ticket(&inner.client, &inner.tx_table))
@@ -152,14 +102,13 @@ const JUDGEMENTS: u32 = 3;
 /// it now is (a bounded number of times).
 #[tracing::instrument(level = "debug", name = "contention", skip_all, fields(tx = %me.id, holder = %owner, table))]
 pub(crate) async fn resolve(
-    mgr: &TransactionManager,
+    inner: &Inner,
     me: &Contender<'_>,
     owner: &TxId,
     table: &str,
     key: &Item,
     grace_left: bool,
 ) -> Result<Resolution> {
-    let inner = &mgr.inner;
     // The owner's header as a failed wound found it (saves a read when judging again).
     let mut found: Option<Option<Header>> = None;
     let mut last_err = None;
@@ -170,13 +119,13 @@ pub(crate) async fn resolve(
         };
         let h = match header {
             None => {
-                steal_orphan(mgr, owner, table, key).await?;
+                steal_orphan(inner, owner, table, key).await?;
                 return Ok(Resolution::Retry);
             }
             Some(h) => h,
         };
         if h.state != TxState::Pending {
-            complete_decided(mgr, owner, table, key).await?;
+            complete_decided(inner, owner, table, key).await?;
             return Ok(Resolution::Retry);
         }
         let mut judged = Judged {
@@ -190,7 +139,7 @@ pub(crate) async fn resolve(
                 // Dead: rolled back whatever its ticket, but only if still untouched.
                 judged.idle_since = Some(h.updated_ms);
             } else {
-                let mine = me.ticket(mgr).await?;
+                let mine = me.ticket(inner).await?;
                 if let Some(theirs) = h.ticket.filter(|&theirs| theirs < mine) {
                     debug!(tx = %me.id, other = %owner, "waiting for an older transaction");
                     crate::metrics::contention_wait();
@@ -217,7 +166,7 @@ pub(crate) async fn resolve(
             Ok(JudgedRollback::Decided) => {
                 crate::metrics::contention_wound();
                 crate::metrics::rolled_back(crate::metrics::WOUNDED);
-                complete_decided(mgr, owner, table, key).await?;
+                complete_decided(inner, owner, table, key).await?;
                 return Ok(Resolution::Retry);
             }
             // Not as judged (it moved on, recorded a ticket, or was decided): judge it again on
@@ -255,29 +204,19 @@ pub(crate) async fn resolve(
 }
 
 /// Drives the decided transaction `owner` to completion (releasing its lock on the item).
-async fn complete_decided(
-    mgr: &TransactionManager,
-    owner: &TxId,
-    table: &str,
-    key: &Item,
-) -> Result<()> {
+async fn complete_decided(inner: &Inner, owner: &TxId, table: &str, key: &Item) -> Result<()> {
     // Also when finalized: its lock on this item may have been taken late.
-    match mgr.complete_transaction(owner).await {
+    match settle::complete_transaction(inner, owner).await {
         Ok(_) | Err(Error::UnknownOutcome { .. }) => Ok(()),
-        Err(Error::TransactionNotFound { .. }) => steal_orphan(mgr, owner, table, key).await,
+        Err(Error::TransactionNotFound { .. }) => steal_orphan(inner, owner, table, key).await,
         Err(e) => Err(e),
     }
 }
 
 /// The owner's record is gone. Its lock can be released if its write was never applied; an applied
 /// write of a vanished transaction cannot be judged automatically.
-async fn steal_orphan(
-    mgr: &TransactionManager,
-    owner: &TxId,
-    table: &str,
-    key: &Item,
-) -> Result<()> {
-    let c = &mgr.inner.client;
+async fn steal_orphan(inner: &Inner, owner: &TxId, table: &str, key: &Item) -> Result<()> {
+    let c = &inner.client;
     let raw = crate::ddb::batch_get(c, &[(table.to_string(), key.clone())]).await?;
     let obs = Observed::of(raw.first().map(|(_, i)| i));
     if !obs.locked_by(owner) {
@@ -294,15 +233,4 @@ async fn steal_orphan(
     let w = item_lock::release_write(table, key, obs.transient, false, owner);
     w.send(c, None).await?;
     Ok(())
-}
-
-/// Sleeps before retry `attempt` (0-based): full jitter over an exponentially growing window.
-pub(crate) async fn backoff(settings: &Settings, attempt: u32) {
-    let cap = settings.backoff_max.as_micros() as u64;
-    let window = (settings.backoff_base.as_micros() as u64)
-        .saturating_mul(1u64 << attempt.min(20))
-        .min(cap)
-        .max(1);
-    let us = rand::rng().random_range(0..=window);
-    tokio::time::sleep(Duration::from_micros(us)).await;
 }

@@ -51,22 +51,24 @@ mod manager;
 mod metrics;
 mod record;
 mod request;
+mod settings;
+mod settle;
 pub mod sweeper;
 mod tables;
 mod transaction;
 mod typed;
 
-pub use contention::ContentionPolicy;
 pub use error::{BoxError, Error, Item, Result, TxOutcome};
 pub use isolation::{
     BatchGetOutput, IsolatedBatchGetItemBuilder, IsolatedGetItemBuilder, IsolatedQueryBuilder,
     IsolatedScanBuilder, IsolationLevel, Page,
 };
 pub use manager::{
-    DEFAULT_IMAGES_TABLE, DEFAULT_TRANSACTIONS_TABLE, Settings, TransactionManager,
+    DEFAULT_IMAGES_TABLE, DEFAULT_TRANSACTIONS_TABLE, TransactionManager,
     TransactionManagerBuilder, TransactionStatus,
 };
 pub use record::TxState;
+pub use settings::{ContentionPolicy, Settings};
 pub use transaction::{
     DeleteItemBuilder, GetItemBuilder, GetOutput, PutItemBuilder, Transaction, UpdateItemBuilder,
     WriteOutput,

@@ -1,15 +1,15 @@
 //! [`TransactionManager`]: the entry point. Holds the client, the table names and the settings.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use aws_sdk_dynamodb::Client;
 
 use crate::TxId;
-use crate::contention::ContentionPolicy;
 use crate::error::{Error, Result};
 use crate::keys::SchemaCache;
 use crate::record::{self, TxState};
+use crate::settings::{self, Inner, Settings};
+use crate::settle;
 use crate::tables;
 use crate::transaction::Transaction;
 
@@ -17,77 +17,6 @@ use crate::transaction::Transaction;
 pub const DEFAULT_TRANSACTIONS_TABLE: &str = "Transactions";
 /// Default name of the images table.
 pub const DEFAULT_IMAGES_TABLE: &str = "TransactionImages";
-
-/// Tunable settings of a [`TransactionManager`]. Build with [`TransactionManagerBuilder`].
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct Settings {
-    /// Most DynamoDB requests one transaction keeps in flight at once (locks, applies, unlocks).
-    pub concurrency: usize,
-    /// Attempts to lock one item before giving up with [`Error::ItemLocked`](crate::Error::ItemLocked).
-    pub lock_attempts: u32,
-    /// Most items committed by the one-request commit path (a single `TransactWriteItems` that applies
-    /// every write, unlocks every item and commits the record). Larger transactions apply, commit and
-    /// unlock in phases. 0 disables the one-request path.
-    pub one_shot_max_items: usize,
-    /// Commit transactions that only write (no reads, no `ReturnValues`) of up to 99 items with a
-    /// single `TransactWriteItems` and no locks: every write conditional on its item not being
-    /// locked, plus the record written as committed. Falls back to the locking protocol when an item
-    /// is locked.
-    pub write_only_fast_path: bool,
-    /// Attempts of [`TransactionManager::run`] before it gives up.
-    pub run_attempts: u32,
-    /// First backoff of retries; doubles each attempt, with full jitter.
-    pub backoff_base: Duration,
-    /// Longest backoff of retries.
-    pub backoff_max: Duration,
-    /// Attempts of a read at `Committed` isolation that finds the item changing under it.
-    pub committed_read_attempts: u32,
-    /// Whether dropping an unfinished [`Transaction`](crate::Transaction) rolls it back in the
-    /// background (needs a Tokio runtime). When false, dropping only abandons it: other coordinators
-    /// or the sweeper roll it back later.
-    pub rollback_on_drop: bool,
-    /// How long to wait for created tables to become ACTIVE.
-    pub table_wait: Duration,
-    /// What to do when an item is locked by another pending transaction.
-    pub contention: ContentionPolicy,
-    /// Longest a lock attempt waits for an older transaction (ordered contention) before giving up
-    /// with [`Error::ItemLocked`](crate::Error::ItemLocked).
-    pub lock_wait: Duration,
-    /// Ordered contention: how long an older transaction lets a younger, running (not blocked)
-    /// holder of an item finish before rolling it back.
-    pub wound_grace: Duration,
-    /// When set, finalized TX records get a TTL attribute (`_TxE`, epoch seconds) this far in the
-    /// future, so DynamoDB deletes them for free once TTL is enabled on the table.
-    pub record_ttl: Option<Duration>,
-}
-
-impl Settings {
-    pub(crate) fn record_ttl_secs(&self) -> Option<u64> {
-        self.record_ttl.map(|d| d.as_secs().max(1))
-    }
-}
-
-impl Default for Settings {
-    fn default() -> Self {
-        Settings {
-            concurrency: 128,
-            lock_attempts: 6,
-            one_shot_max_items: 98,
-            write_only_fast_path: true,
-            run_attempts: 10,
-            backoff_base: Duration::from_millis(10),
-            backoff_max: Duration::from_millis(500),
-            committed_read_attempts: 4,
-            rollback_on_drop: true,
-            table_wait: Duration::from_secs(300),
-            contention: ContentionPolicy::default(),
-            lock_wait: Duration::from_secs(10),
-            wound_grace: Duration::from_millis(100),
-            record_ttl: None,
-        }
-    }
-}
 
 /// Coordinates transactions over DynamoDB tables.
 ///
@@ -106,15 +35,6 @@ impl Default for Settings {
 #[derive(Debug, Clone)]
 pub struct TransactionManager {
     pub(crate) inner: Arc<Inner>,
-}
-
-#[derive(Debug)]
-pub(crate) struct Inner {
-    pub client: Client,
-    pub tx_table: String,
-    pub image_table: String,
-    pub settings: Settings,
-    pub schemas: SchemaCache,
 }
 
 /// Builds a [`TransactionManager`].
@@ -237,7 +157,7 @@ impl TransactionManager {
     /// Starts a new transaction. Nothing is written until it first needs to be (a read, a write with
     /// return values, or commit).
     pub fn begin(&self) -> Transaction {
-        Transaction::new(self.clone(), TxId::new_random())
+        Transaction::new(self.inner.clone(), TxId::new_random())
     }
 
     /// Resumes a transaction from its record, to drive it from this coordinator: `commit` finishes
@@ -249,10 +169,7 @@ impl TransactionManager {
     /// # Cancel safety
     /// Read-only; safe to drop.
     pub async fn resume(&self, id: &TxId) -> Result<Transaction> {
-        let rec = record::load(&self.inner.client, &self.inner.tx_table, id)
-            .await?
-            .ok_or_else(|| Error::TransactionNotFound { tx_id: id.clone() })?;
-        Ok(Transaction::from_record(self.clone(), id.clone(), rec))
+        Transaction::load(self.inner.clone(), id).await
     }
 
     /// Rolls back the transaction `id` (resuming it). Succeeds if it is or was already rolled back.
@@ -272,8 +189,7 @@ impl TransactionManager {
     /// # Cancel safety
     /// Safe to drop midway; calling again continues.
     pub async fn complete_transaction(&self, id: &TxId) -> Result<TxState> {
-        let tx = self.resume(id).await?;
-        tx.complete_decided().await
+        settle::complete_transaction(&self.inner, id).await
     }
 
     /// Deletes the record of a finalized transaction. Returns false if it is not finalized.
@@ -389,7 +305,8 @@ impl TransactionManager {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let tx = Transaction::with_ticket(self.clone(), TxId::new_random(), ticket.clone());
+            let tx =
+                Transaction::with_ticket(self.inner.clone(), TxId::new_random(), ticket.clone());
             let id = tx.id().clone();
             let err = match work(&tx).await {
                 Ok(v) => match tx.commit().await {
@@ -431,7 +348,7 @@ impl TransactionManager {
             }
             tracing::debug!(tx = %id, attempt, error = %err, "retrying unit of work");
             crate::metrics::retry(crate::metrics::RUN_ATTEMPT);
-            crate::contention::backoff(&self.inner.settings, attempt).await;
+            settings::backoff(&self.inner.settings, attempt).await;
         }
     }
 }

@@ -478,7 +478,8 @@ async fn the_error_alone_tells_the_outcome() {
     assert_eq!(state(id).await, Some((TxState::Committed, true)));
     assert_eq!(env.raw_get(&env.table, &key("a")).await.unwrap()["v"], n(2));
 
-    // Pending: tests/transaction.rs::a_commit_throttled_throughout_returns_a_retryable_error and
+    // Pending:
+    // tests/transaction/in_doubt.rs::a_commit_throttled_throughout_returns_a_retryable_error and
     // a_commit_that_cannot_connect_leaves_nothing_decided above. Undetermined:
     // tests/fast_path.rs::a_coordinator_that_dies_after_sending_reports_an_undetermined_outcome.
 

@@ -1,0 +1,131 @@
+//! Taking an item's lock: one conditional write that locks an existing item (or inserts a
+//! transient placeholder for a missing one), recognising our own earlier lock after a lost answer.
+
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
+
+use crate::TxId;
+use crate::ddb::{Placeholders, Write, WriteKind, Written};
+use crate::error::{Error, Item, Result};
+use crate::keys::KeySchema;
+
+use super::{LOCK_DATE, LockInfo, OWNER, Observed, TRANSIENT, new_stamp, strip};
+
+/// Outcome of a lock attempt.
+#[derive(Debug)]
+pub(crate) enum LockOutcome {
+    Locked(LockInfo),
+    /// Another transaction holds it.
+    Held {
+        owner: TxId,
+    },
+}
+
+/// Locks an item for `me`. An existing item is locked with one UpdateItem (conditional on it
+/// existing and being unlocked) that returns its previous state; an absent item is then inserted as a
+/// transient placeholder with a second UpdateItem conditional on it still being absent (Java's
+/// library skipped that condition and could mark an existing item transient, then delete it).
+pub(crate) async fn lock(
+    client: &Client,
+    table: &str,
+    key: &Item,
+    schema: &KeySchema,
+    me: &TxId,
+) -> Result<LockOutcome> {
+    for _ in 0..4 {
+        if let Some(out) = lock_write(client, table, key, schema, me, false).await? {
+            return Ok(out);
+        }
+        // Absent: insert a placeholder.
+        match lock_write(client, table, key, schema, me, true).await? {
+            Some(out) => return Ok(out),
+            None => continue, // created by someone in between: lock it as existing
+        }
+    }
+    Ok(LockOutcome::Held {
+        owner: TxId(String::new()),
+    })
+}
+
+/// One lock attempt. `None`: the item's existence was not what the attempt assumed.
+async fn lock_write(
+    client: &Client,
+    table: &str,
+    key: &Item,
+    schema: &KeySchema,
+    me: &TxId,
+    absent: bool,
+) -> Result<Option<LockOutcome>> {
+    let mut ph = Placeholders::default();
+    let hk = ph.name_for_user(&schema.hash.0);
+    let stamp = new_stamp();
+    let mut update = format!(
+        "SET {o} = {me}, {d} = {now}",
+        o = ph.name(OWNER),
+        me = ph.value("Me", AttributeValue::S(me.0.clone())),
+        d = ph.name(LOCK_DATE),
+        now = ph.value("Now", AttributeValue::N(stamp.clone())),
+    );
+    let cond = if absent {
+        update.push_str(&format!(
+            ", {} = {}",
+            ph.name(TRANSIENT),
+            ph.value("True", AttributeValue::Bool(true))
+        ));
+        format!("attribute_not_exists({hk})")
+    } else {
+        format!(
+            "attribute_exists({hk}) AND attribute_not_exists({})",
+            ph.name(OWNER)
+        )
+    };
+    let w = Write {
+        table: table.into(),
+        kind: WriteKind::Update {
+            key: key.clone(),
+            update,
+        },
+        condition: Some(cond),
+        ph,
+    };
+    match w.send(client, Some(ReturnValue::AllOld)).await {
+        Ok(Written::Ok(old)) => {
+            let old = if absent { None } else { old.map(strip) };
+            Ok(Some(LockOutcome::Locked(LockInfo {
+                transient: absent,
+                applied: false,
+                current: old.clone(),
+                before: old,
+                image_ref: None,
+                stamp: Some(stamp),
+            })))
+        }
+        Ok(Written::ConditionFailed(None)) => Ok(None),
+        Ok(Written::ConditionFailed(Some(found))) => {
+            let obs = Observed::of(Some(&found));
+            match &obs.owner {
+                Some(o) if o == me.as_str() => {
+                    Ok(Some(LockOutcome::Locked(LockInfo::from_observed(&obs))))
+                }
+                Some(o) => Ok(Some(LockOutcome::Held {
+                    owner: TxId(o.clone()),
+                })),
+                // Exists and unlocked, but we tried the absent path: try again as existing.
+                None if absent => Ok(None),
+                None => Ok(Some(LockOutcome::Held {
+                    owner: TxId(String::new()),
+                })),
+            }
+        }
+        Err(Error::DynamoDb {
+            code: Some(code),
+            message,
+            ..
+        }) if code == "ValidationException" => Err(Error::invalid(format!(
+            "cannot lock the item of table {table} (nothing was written to it): {}; DynamoDB said: {}",
+            crate::request::room_note(),
+            message.unwrap_or_default()
+        ))),
+        Err(e) => Err(e),
+    }
+}

@@ -1,0 +1,215 @@
+//! Applying a transaction's write to an item it holds locked: the user's request merged with the
+//! lock's conditions and the before-image, in one write (or a check plus a write); and the fast
+//! path's write to an unlocked item.
+
+use aws_sdk_dynamodb::types::AttributeValue;
+
+use crate::TxId;
+use crate::ddb::{Placeholders, Write, WriteKind};
+use crate::expr::{Clause, UpdateExpr};
+use crate::keys::KeySchema;
+use crate::request::{Op, Request};
+
+use super::release::release_write;
+use super::{
+    APPLIED, IMAGE, IMAGE_REF, LOCK_DATE, LockInfo, OWNER, TRANSIENT, applied_condition,
+    me_condition, new_stamp,
+};
+
+impl Placeholders {
+    /// A placeholder for a user attribute name (user names are never `_Tx*`).
+    pub fn name_for_user(&mut self, attr: &str) -> String {
+        let p = format!("#_TxK{}", self.names.len());
+        self.names.insert(p.clone(), attr.to_string());
+        p
+    }
+}
+
+/// Where the apply write keeps the before-image.
+#[derive(Debug, Clone)]
+pub(crate) enum ImagePlace {
+    /// In the item itself (`_TxG`).
+    Embedded,
+    /// In the images table under this id (`_TxI` on the item).
+    Table(String),
+}
+
+/// Which stage a write of the user's request belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Stage {
+    /// Apply before commit, keeping the lock and the before-image.
+    Apply,
+    /// Apply and release in one write (the one-request commit).
+    Final,
+}
+
+/// The writes that apply `req` to an item locked by `me` (one write, plus a condition check on a
+/// phantom key when the item is transient and the request has a condition). Empty when the request
+/// needs no write at this stage (a delete or read before commit without a condition).
+pub(crate) fn request_writes(
+    req: &Request,
+    lock: &LockInfo,
+    schema: &KeySchema,
+    me: &TxId,
+    stage: Stage,
+    image: &ImagePlace,
+) -> Vec<Write> {
+    let mut ph = Placeholders::default();
+    ph.extend_user(req.names.as_ref(), req.values.as_ref());
+    let mut cond = vec![me_condition(&mut ph, me), applied_condition(&mut ph, false)];
+    let mut out = Vec::new();
+    // A condition on an item that does not exist yet is evaluated against a key no item has.
+    match (&req.condition, lock.transient) {
+        (Some(c), false) => cond.push(format!("({c})")),
+        (Some(c), true) => {
+            let mut cph = Placeholders::default();
+            cph.extend_user(req.names.as_ref(), req.values.as_ref());
+            out.push(Write {
+                table: req.table.clone(),
+                kind: WriteKind::Check {
+                    key: schema.phantom_key(),
+                },
+                condition: Some(c.clone()),
+                ph: cph,
+            });
+        }
+        (None, _) => {}
+    }
+    let keep_lock = stage == Stage::Apply;
+    if let (true, Some(stamp)) = (keep_lock, &lock.stamp) {
+        cond.push(format!(
+            "{} = {}",
+            ph.name(LOCK_DATE),
+            ph.value("Stamp", AttributeValue::N(stamp.clone()))
+        ));
+    }
+    let image_attrs = |ph: &mut Placeholders, into: &mut Vec<(String, String)>| {
+        if lock.transient {
+            return;
+        }
+        match image {
+            ImagePlace::Embedded => {
+                let img = lock.before.clone().unwrap_or_default();
+                into.push((ph.name(IMAGE), ph.value("Img", AttributeValue::M(img))));
+            }
+            ImagePlace::Table(id) => into.push((
+                ph.name(IMAGE_REF),
+                ph.value("ImgRef", AttributeValue::S(id.clone())),
+            )),
+        }
+    };
+    let write = match req.op {
+        Op::Put => {
+            let mut item = req.item.clone().unwrap_or_default();
+            if keep_lock {
+                item.insert(OWNER.into(), AttributeValue::S(me.0.clone()));
+                item.insert(
+                    LOCK_DATE.into(),
+                    AttributeValue::N(lock.stamp.clone().unwrap_or_else(new_stamp)),
+                );
+                item.insert(APPLIED.into(), AttributeValue::S("1".into()));
+                if lock.transient {
+                    item.insert(TRANSIENT.into(), AttributeValue::Bool(true));
+                }
+                match image {
+                    ImagePlace::Embedded if !lock.transient => {
+                        item.insert(
+                            IMAGE.into(),
+                            AttributeValue::M(lock.before.clone().unwrap_or_default()),
+                        );
+                    }
+                    ImagePlace::Table(id) if !lock.transient => {
+                        item.insert(IMAGE_REF.into(), AttributeValue::S(id.clone()));
+                    }
+                    _ => {}
+                }
+            }
+            Some(WriteKind::Put { item })
+        }
+        Op::Update => {
+            let mut u = match &req.update {
+                Some(e) => UpdateExpr::parse(e).expect("validated before recording"),
+                None => UpdateExpr::default(),
+            };
+            if keep_lock {
+                let one = ph.value("One", AttributeValue::S("1".into()));
+                u.add(Clause::Set, format!("{} = {one}", ph.name(APPLIED)));
+                let mut attrs = Vec::new();
+                image_attrs(&mut ph, &mut attrs);
+                for (n, v) in attrs {
+                    u.add(Clause::Set, format!("{n} = {v}"));
+                }
+            } else {
+                for a in [OWNER, LOCK_DATE, TRANSIENT] {
+                    u.add(Clause::Remove, ph.name(a));
+                }
+            }
+            Some(WriteKind::Update {
+                key: req.key.clone(),
+                update: u.render(),
+            })
+        }
+        Op::Delete if !keep_lock => Some(WriteKind::Delete {
+            key: req.key.clone(),
+        }),
+        // A delete is applied only at the unlock; before commit it is marked (`_TxA = "D"`), so
+        // that every write of a committed transaction is marked and an unmarked lock of a committed
+        // transaction can only be a read lock or a lock taken late, after the decision.
+        Op::Delete => Some(WriteKind::Update {
+            key: req.key.clone(),
+            update: format!(
+                "SET {} = {}",
+                ph.name(APPLIED),
+                ph.value("Del", AttributeValue::S("D".into()))
+            ),
+        }),
+        Op::Get if !keep_lock => {
+            return vec![release_write(
+                &req.table,
+                &req.key,
+                lock.transient,
+                false,
+                me,
+            )];
+        }
+        _ => None,
+    };
+    if let Some(kind) = write {
+        out.push(Write {
+            table: req.table.clone(),
+            kind,
+            condition: Some(cond.join(" AND ")),
+            ph,
+        });
+    }
+    out
+}
+
+/// A user's write applied directly, without a lock, conditional on the item not being locked
+/// (and on the request's own condition): the write-only fast path.
+pub(crate) fn unlocked_write(req: &Request) -> Write {
+    let mut ph = Placeholders::default();
+    ph.extend_user(req.names.as_ref(), req.values.as_ref());
+    let mut cond = format!("attribute_not_exists({})", ph.name(OWNER));
+    if let Some(c) = &req.condition {
+        cond.push_str(&format!(" AND ({c})"));
+    }
+    let kind = match req.op {
+        Op::Put => WriteKind::Put {
+            item: req.item.clone().unwrap_or_default(),
+        },
+        Op::Update => WriteKind::Update {
+            key: req.key.clone(),
+            update: req.update.clone().unwrap_or_default(),
+        },
+        _ => WriteKind::Delete {
+            key: req.key.clone(),
+        },
+    };
+    Write {
+        table: req.table.clone(),
+        kind,
+        condition: Some(cond),
+        ph,
+    }
+}

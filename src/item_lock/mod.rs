@@ -1,0 +1,278 @@
+//! Item locks: the attributes the protocol keeps on user items, and every write that takes, applies,
+//! releases or undoes a lock.
+//!
+//! On a locked item:
+//! - `_TxId` (S): the owning transaction.
+//! - `_TxD` (N): when it was locked (epoch ms; informational).
+//! - `_TxT` (BOOL true): the item did not exist and was inserted only to hold the lock (transient).
+//! - `_TxA` (S `"1"`): the transaction's write has been applied (set in the same write as the change).
+//! - `_TxG` (M): the item's before-image, written in the same write that applies the change, so an
+//!   applied item always carries what rollback needs.
+//! - `_TxI` (S): instead of `_TxG`, the id of the before-image in the images table (items too large to
+//!   carry their own image).
+//!
+//! This module reads a lock ([`Observed`], [`LockInfo`]); [`acquire`] takes it, [`apply`] applies
+//! the transaction's write under it, [`release`] settles the item and [`image`] keeps large
+//! before-images in the images table.
+
+mod acquire;
+mod apply;
+mod image;
+mod release;
+
+use std::collections::HashMap;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+
+use crate::TxId;
+use crate::ddb::Placeholders;
+use crate::error::Item;
+use crate::keys::KeySchema;
+
+pub(crate) use acquire::{LockOutcome, lock};
+pub(crate) use apply::{ImagePlace, Stage, request_writes, unlocked_write};
+pub(crate) use image::{
+    image_delete_write, image_id, load_table_image, save_table_image, unapplied_image_id,
+};
+pub(crate) use release::{release_write, settle_write};
+
+pub(crate) const OWNER: &str = "_TxId";
+pub(crate) const LOCK_DATE: &str = "_TxD";
+pub(crate) const TRANSIENT: &str = "_TxT";
+pub(crate) const APPLIED: &str = "_TxA";
+pub(crate) const IMAGE: &str = "_TxG";
+pub(crate) const IMAGE_REF: &str = "_TxI";
+
+/// Lock attributes removed when an item is released.
+const LOCK_ATTRS: [&str; 6] = [OWNER, LOCK_DATE, TRANSIENT, APPLIED, IMAGE, IMAGE_REF];
+
+/// Removes every `_Tx*` attribute: what callers may see.
+pub(crate) fn strip(mut item: Item) -> Item {
+    item.retain(|k, _| !k.starts_with(crate::expr::RESERVED_PREFIX));
+    item
+}
+
+/// What an item's raw attributes say about its lock.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Observed {
+    pub exists: bool,
+    pub owner: Option<String>,
+    pub transient: bool,
+    pub applied: bool,
+    /// The applied write is a delete (`_TxA = "D"`): the item is unchanged until the unlock deletes
+    /// it.
+    pub applied_delete: bool,
+    /// The embedded before-image.
+    pub image: Option<Item>,
+    /// The images-table id of the before-image.
+    pub image_ref: Option<String>,
+    /// The item without lock attributes (empty for a placeholder).
+    pub user: Item,
+    /// `_TxD`: the lock's stamp (lock time in ms plus a random fraction), different for every lock
+    /// taken on the item.
+    pub stamp: Option<String>,
+}
+
+impl Observed {
+    pub fn of(raw: Option<&Item>) -> Observed {
+        let Some(raw) = raw else {
+            return Observed::default();
+        };
+        Observed {
+            exists: true,
+            owner: raw.get(OWNER).and_then(|v| v.as_s().ok()).cloned(),
+            transient: matches!(raw.get(TRANSIENT), Some(AttributeValue::Bool(true))),
+            applied: raw.contains_key(APPLIED),
+            applied_delete: raw
+                .get(APPLIED)
+                .and_then(|v| v.as_s().ok())
+                .is_some_and(|s| s == "D"),
+            image: raw.get(IMAGE).and_then(|v| v.as_m().ok()).cloned(),
+            image_ref: raw.get(IMAGE_REF).and_then(|v| v.as_s().ok()).cloned(),
+            user: strip(raw.clone()),
+            stamp: raw.get(LOCK_DATE).and_then(|v| v.as_n().ok()).cloned(),
+        }
+    }
+
+    pub fn locked_by(&self, id: &TxId) -> bool {
+        self.owner.as_deref() == Some(id.as_str())
+    }
+
+    /// The item still carries `lock`, the lock `me` took: locked by `me` and applied already, or
+    /// under the same stamp. Another stamp is a lock of `me` re-taken late by another handle after
+    /// a decision released ours.
+    pub fn holds(&self, me: &TxId, lock: &LockInfo) -> bool {
+        // Stamps are numbers: DynamoDB answers with its canonical text, not the text written.
+        let same_stamp = match (&self.stamp, &lock.stamp) {
+            (_, None) => true,
+            (Some(found), Some(ours)) => crate::keys::same_number(found, ours),
+            (None, Some(_)) => false,
+        };
+        self.locked_by(me) && (self.applied || same_stamp)
+    }
+
+    /// The item as committed state shows it, ignoring any lock: `None` when it does not exist
+    /// (absent, or a placeholder that holds a lock on an absent item — also once a delete of it is
+    /// marked: a marked delete changes nothing, so the placeholder still holds no item).
+    pub fn visible(&self) -> Option<Item> {
+        let holds_item = !self.transient || (self.applied && !self.applied_delete);
+        (self.exists && holds_item).then(|| self.user.clone())
+    }
+}
+
+/// What a coordinator knows about an item it holds locked.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct LockInfo {
+    /// The item did not exist before the lock.
+    pub transient: bool,
+    /// The transaction's write has been applied.
+    pub applied: bool,
+    /// The item before the transaction (`None`: it did not exist).
+    pub before: Option<Item>,
+    /// The item now, without lock attributes (`None`: it does not exist or is a placeholder).
+    pub current: Option<Item>,
+    /// Where the before-image lives when it is in the images table.
+    pub image_ref: Option<String>,
+    /// The lock's `_TxD` stamp. Applies are conditional on it, so that a write can only land on
+    /// the lock it was prepared under: another handle of the same transaction may re-lock the
+    /// item after a decision released it (a late lock), and an apply must not land on that.
+    pub stamp: Option<String>,
+}
+
+/// Test seam, set only through `fault::zero_ended_lock_stamps`: every new stamp's random
+/// fraction ends in 0 (about one stamp in ten does in production).
+pub(crate) static ZERO_ENDED_STAMPS: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+/// A stamp for a new lock: the time in ms with a random fraction, unique per lock in practice.
+/// Written in DynamoDB's canonical form (no trailing zeros), the text DynamoDB answers with.
+fn new_stamp() -> String {
+    let mut fraction = rand::random_range(0..1_000_000u32);
+    if ZERO_ENDED_STAMPS.load(std::sync::atomic::Ordering::Relaxed) {
+        fraction -= fraction % 10;
+    }
+    let stamp = format!("{}.{:06}", crate::ddb::now_millis(), fraction);
+    crate::keys::canonical_number(&stamp).unwrap_or(stamp)
+}
+
+impl LockInfo {
+    /// From an item observed locked by us.
+    pub fn from_observed(obs: &Observed) -> LockInfo {
+        let before = if obs.transient {
+            None
+        } else if obs.applied {
+            obs.image.clone()
+        } else {
+            Some(obs.user.clone())
+        };
+        LockInfo {
+            transient: obs.transient,
+            applied: obs.applied,
+            before,
+            current: obs.visible(),
+            image_ref: obs.image_ref.clone(),
+            stamp: obs.stamp.clone(),
+        }
+    }
+}
+
+fn me_condition(ph: &mut Placeholders, me: &TxId) -> String {
+    format!(
+        "{} = {}",
+        ph.name(OWNER),
+        ph.value("Me", AttributeValue::S(me.0.clone()))
+    )
+}
+
+fn applied_condition(ph: &mut Placeholders, applied: bool) -> String {
+    let a = ph.name(APPLIED);
+    if applied {
+        format!("attribute_exists({a})")
+    } else {
+        format!("attribute_not_exists({a})")
+    }
+}
+
+/// A map from item key names to values, for error messages.
+pub(crate) fn key_of(schema: &KeySchema, item: &Item) -> Item {
+    schema
+        .names()
+        .filter_map(|n| item.get(n).map(|v| (n.to_string(), v.clone())))
+        .collect::<HashMap<_, _>>()
+}
+
+impl LockInfo {
+    /// What the item looks like to a settle step, as far as this coordinator knows.
+    pub fn as_observed(&self, me: &TxId) -> Observed {
+        Observed {
+            exists: true,
+            owner: Some(me.0.clone()),
+            transient: self.transient,
+            applied: self.applied,
+            applied_delete: false,
+            image: if self.applied && self.image_ref.is_none() {
+                self.before.clone()
+            } else {
+                None
+            },
+            image_ref: self.image_ref.clone(),
+            user: self.current.clone().unwrap_or_default(),
+            stamp: self.stamp.clone(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn locked(stamp: &str, applied: bool) -> Observed {
+        let mut raw = Item::new();
+        raw.insert(OWNER.into(), AttributeValue::S("me".into()));
+        raw.insert(LOCK_DATE.into(), AttributeValue::N(stamp.into()));
+        if applied {
+            raw.insert(APPLIED.into(), AttributeValue::S("1".into()));
+        }
+        Observed::of(Some(&raw))
+    }
+
+    fn ours(stamp: Option<&str>) -> LockInfo {
+        LockInfo {
+            transient: false,
+            applied: false,
+            before: None,
+            current: None,
+            image_ref: None,
+            stamp: stamp.map(String::from),
+        }
+    }
+
+    #[test]
+    fn a_lock_is_recognised_by_its_stamp_as_a_number() {
+        let me = TxId("me".into());
+        // DynamoDB answers `…450` written as `…45`, and `…000000` as the integer.
+        let lock = ours(Some("1700000000000.123450"));
+        assert!(locked("1700000000000.12345", false).holds(&me, &lock));
+        assert!(locked("1700000000000.123450", false).holds(&me, &lock));
+        assert!(locked("1700000000000", false).holds(&me, &ours(Some("1700000000000.000000"))));
+        // Another stamp is another lock, unless ours is applied already.
+        assert!(!locked("1700000000000.12346", false).holds(&me, &lock));
+        assert!(locked("1700000000000.12346", true).holds(&me, &lock));
+        assert!(locked("1", false).holds(&me, &ours(None)));
+        assert!(!locked("1700000000000.12345", false).holds(&TxId("other".into()), &lock));
+    }
+
+    #[test]
+    fn new_stamps_are_canonical() {
+        ZERO_ENDED_STAMPS.store(true, std::sync::atomic::Ordering::Relaxed);
+        for _ in 0..100 {
+            let s = new_stamp();
+            assert_eq!(
+                crate::keys::canonical_number(&s).as_deref(),
+                Some(s.as_str())
+            );
+            assert!(!s.ends_with('0') || !s.contains('.'), "{s}");
+        }
+        ZERO_ENDED_STAMPS.store(false, std::sync::atomic::Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,275 @@
+//! Writing requests to the record: its creation, and appends at a known version (inline in the
+//! header while they fit, else in chunk rows written with the header update that counts them).
+
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::types::AttributeValue;
+
+use crate::TxId;
+use crate::ddb::{self, Placeholders, Transacted, Write, WriteKind, Written};
+use crate::error::{Error, Result};
+use crate::request::Request;
+use crate::tables::TX_ID;
+
+use super::decide::{header_update, pending_at};
+use super::{
+    CHUNKS, CREATED, Header, NONCE, REQUESTS, RecordMeta, STATE, TICKET, UPDATED, VERSION,
+    header_key, n, row_key, s,
+};
+
+/// Most request bytes kept in the header row.
+const INLINE_LIMIT: usize = 300_000;
+/// Most request bytes per chunk row.
+const CHUNK_LIMIT: usize = 300_000;
+/// Most chunk rows written by one append (keeps a `TransactWriteItems` under its 4 MB limit).
+const CHUNKS_PER_APPEND: usize = 10;
+
+/// Packs requests into groups of at most `limit` encoded bytes.
+fn pack(requests: &[Request], limit: usize) -> Vec<Vec<AttributeValue>> {
+    let mut out: Vec<Vec<AttributeValue>> = Vec::new();
+    let mut bytes = 0;
+    for r in requests {
+        let v = r.encode();
+        let sz = crate::request::value_size(&v);
+        if out.is_empty() || bytes + sz > limit {
+            out.push(Vec::new());
+            bytes = 0;
+        }
+        bytes += sz;
+        out.last_mut().expect("pushed").push(v);
+    }
+    out
+}
+
+/// Outcome of writing requests to the record.
+#[derive(Debug)]
+pub(crate) enum Appended {
+    /// Written; the record is now at this state.
+    Ok(RecordMeta),
+    /// The record is no longer pending at the version we expected (header as found, `None` if gone).
+    Conflict(Option<Header>),
+}
+
+/// Creates the record with `requests` (all of them, over several writes if needed).
+pub(crate) async fn create(
+    client: &Client,
+    table: &str,
+    id: &TxId,
+    requests: &[Request],
+    ticket: Option<u64>,
+) -> Result<Appended> {
+    let now = ddb::now_millis();
+    // The header holds what fits inline; the rest is appended.
+    let mut inline_bytes = 0;
+    let mut split = 0;
+    for r in requests {
+        let sz = r.encoded_size();
+        if inline_bytes + sz > INLINE_LIMIT {
+            break;
+        }
+        inline_bytes += sz;
+        split += 1;
+    }
+    let nonce = uuid::Uuid::new_v4().to_string();
+    let mut item = header_key(id);
+    item.insert(STATE.into(), s("P"));
+    item.insert(VERSION.into(), n(1));
+    item.insert(
+        REQUESTS.into(),
+        AttributeValue::L(requests[..split].iter().map(Request::encode).collect()),
+    );
+    item.insert(CHUNKS.into(), n(0));
+    item.insert(UPDATED.into(), n(now));
+    item.insert(CREATED.into(), n(now));
+    item.insert(NONCE.into(), s(nonce.clone()));
+    if let Some(t) = ticket {
+        item.insert(TICKET.into(), n(t));
+    }
+    let mut ph = Placeholders::default();
+    let cond = format!("attribute_not_exists({})", ph.name(TX_ID));
+    let w = Write {
+        table: table.into(),
+        kind: WriteKind::Put { item },
+        condition: Some(cond),
+        ph,
+    };
+    let meta = match w.send(client, None).await? {
+        Written::Ok(_) => RecordMeta {
+            version: 1,
+            chunks: 0,
+            inline_bytes,
+        },
+        Written::ConditionFailed(found) => {
+            let header = found.as_ref().map(Header::parse).transpose()?;
+            match header {
+                // Our own create whose response was lost (the SDK retried it).
+                Some(h) if h.nonce.as_deref() == Some(&nonce) && h.version == 1 => h.meta(),
+                other => return Ok(Appended::Conflict(other)),
+            }
+        }
+    };
+    if split == requests.len() {
+        return Ok(Appended::Ok(meta));
+    }
+    append(client, table, id, meta, &requests[split..]).await
+}
+
+/// Appends requests to a pending record at `meta.version` (conditional on both).
+pub(crate) async fn append(
+    client: &Client,
+    table: &str,
+    id: &TxId,
+    meta: RecordMeta,
+    requests: &[Request],
+) -> Result<Appended> {
+    let mut meta = meta;
+    let mut rest = requests;
+    while !rest.is_empty() {
+        let bytes: usize = rest.iter().map(Request::encoded_size).sum();
+        if meta.chunks == 0 && meta.inline_bytes + bytes <= INLINE_LIMIT {
+            match append_inline(client, table, id, meta, rest, bytes).await? {
+                Appended::Ok(m) => return Ok(Appended::Ok(m)),
+                conflict => return Ok(conflict),
+            }
+        }
+        // Chunk rows: take as many requests as fit in CHUNKS_PER_APPEND rows.
+        let groups = pack(rest, CHUNK_LIMIT);
+        let take_groups = groups.len().min(CHUNKS_PER_APPEND);
+        let taken: usize = groups[..take_groups].iter().map(Vec::len).sum();
+        match append_chunks(
+            client,
+            table,
+            id,
+            meta,
+            groups.into_iter().take(take_groups).collect(),
+        )
+        .await?
+        {
+            Appended::Ok(m) => meta = m,
+            conflict => return Ok(conflict),
+        }
+        rest = &rest[taken..];
+    }
+    Ok(Appended::Ok(meta))
+}
+
+async fn append_inline(
+    client: &Client,
+    table: &str,
+    id: &TxId,
+    meta: RecordMeta,
+    requests: &[Request],
+    bytes: usize,
+) -> Result<Appended> {
+    let nonce = uuid::Uuid::new_v4().to_string();
+    let mut ph = Placeholders::default();
+    let cond = pending_at(&mut ph, meta.version);
+    let update = format!(
+        "SET {r} = list_append({r}, {new}), {d} = {now}, {o} = {nonce} ADD {v} {one}",
+        r = ph.name(REQUESTS),
+        new = ph.value(
+            "New",
+            AttributeValue::L(requests.iter().map(Request::encode).collect())
+        ),
+        d = ph.name(UPDATED),
+        now = ph.value("Now", n(ddb::now_millis())),
+        o = ph.name(NONCE),
+        nonce = ph.value("Nonce", s(nonce.clone())),
+        v = ph.name(VERSION),
+        one = ph.value("One", n(1)),
+    );
+    let w = header_update(table, id, update, cond, ph);
+    let next = RecordMeta {
+        version: meta.version + 1,
+        chunks: meta.chunks,
+        inline_bytes: meta.inline_bytes + bytes,
+    };
+    match w.send(client, None).await {
+        Ok(Written::Ok(_)) => Ok(Appended::Ok(next)),
+        Ok(Written::ConditionFailed(found)) => {
+            let header = found.as_ref().map(Header::parse).transpose()?;
+            match header {
+                Some(h) if h.nonce.as_deref() == Some(&nonce) && h.version == meta.version + 1 => {
+                    Ok(Appended::Ok(next))
+                }
+                other => Ok(Appended::Conflict(other)),
+            }
+        }
+        Err(Error::DynamoDb {
+            code: Some(code),
+            message,
+            ..
+        }) if code == "ValidationException" => Err(Error::invalid(format!(
+            "the transaction's requests do not fit in its record: {}",
+            message.unwrap_or_default()
+        ))),
+        Err(e) => Err(e),
+    }
+}
+
+async fn append_chunks(
+    client: &Client,
+    table: &str,
+    id: &TxId,
+    meta: RecordMeta,
+    groups: Vec<Vec<AttributeValue>>,
+) -> Result<Appended> {
+    let nonce = uuid::Uuid::new_v4().to_string();
+    let count = groups.len() as u32;
+    let mut ph = Placeholders::default();
+    let cond = pending_at(&mut ph, meta.version);
+    let update = format!(
+        "SET {c} = {nc}, {d} = {now}, {o} = {nonce} ADD {v} {one}",
+        c = ph.name(CHUNKS),
+        nc = ph.value("Chunks", n(meta.chunks + count)),
+        d = ph.name(UPDATED),
+        now = ph.value("Now", n(ddb::now_millis())),
+        o = ph.name(NONCE),
+        nonce = ph.value("Nonce", s(nonce.clone())),
+        v = ph.name(VERSION),
+        one = ph.value("One", n(1)),
+    );
+    let mut writes = vec![header_update(table, id, update, cond, ph)];
+    for (i, g) in groups.into_iter().enumerate() {
+        let mut item = row_key(id, meta.chunks + 1 + i as u32);
+        item.insert(REQUESTS.into(), AttributeValue::L(g));
+        writes.push(Write {
+            table: table.into(),
+            kind: WriteKind::Put { item },
+            condition: None,
+            ph: Placeholders::default(),
+        });
+    }
+    let next = RecordMeta {
+        version: meta.version + 1,
+        chunks: meta.chunks + count,
+        inline_bytes: meta.inline_bytes,
+    };
+    match ddb::transact(client, &writes).await? {
+        Transacted::Ok => Ok(Appended::Ok(next)),
+        Transacted::Cancelled(reasons) => {
+            if reasons[0].is_condition_failed() {
+                let header = reasons[0].item.as_ref().map(Header::parse).transpose()?;
+                return match header {
+                    Some(h)
+                        if h.nonce.as_deref() == Some(&nonce) && h.version == meta.version + 1 =>
+                    {
+                        Ok(Appended::Ok(next))
+                    }
+                    other => Ok(Appended::Conflict(other)),
+                };
+            }
+            let why: Vec<String> = reasons
+                .iter()
+                .filter(|r| !r.is_ok())
+                .map(|r| r.code.clone())
+                .collect();
+            Err(Error::DynamoDb {
+                operation: "TransactWriteItems",
+                code: why.first().cloned(),
+                message: Some(format!("appending request rows was cancelled: {why:?}")),
+                ambiguous: false,
+                source: "append cancelled".into(),
+            })
+        }
+    }
+}

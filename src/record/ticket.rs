@@ -1,0 +1,93 @@
+//! Contention tickets in the record: taking one from the counter, recording it once, and the
+//! "waiting on" marker a blocked transaction shows.
+
+use aws_sdk_dynamodb::Client;
+
+use crate::TxId;
+use crate::ddb::{self, Placeholders, Written};
+use crate::error::{Error, Result};
+
+use super::decide::{header_update, pending};
+use super::{TICKET, TICKET_COUNTER_ID, UPDATED, WAITING, header_key, n};
+
+/// Takes the next ticket from the counter (one atomic `ADD`).
+pub(crate) async fn take_ticket(client: &Client, table: &str) -> Result<u64> {
+    let out = client
+        .update_item()
+        .table_name(table)
+        .set_key(Some(header_key(&TxId(TICKET_COUNTER_ID.to_string()))))
+        .update_expression("ADD #k :one")
+        .expression_attribute_names("#k", TICKET)
+        .expression_attribute_values(":one", n(1))
+        .return_values(aws_sdk_dynamodb::types::ReturnValue::UpdatedNew)
+        .send()
+        .await
+        .map_err(|e| Error::sdk("UpdateItem", e))?;
+    out.attributes
+        .as_ref()
+        .and_then(|a| a.get(TICKET))
+        .and_then(|v| v.as_n().ok())
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| Error::invariant("the ticket counter returned no value"))
+}
+
+/// Writes `ticket` into a pending record (keeping an earlier one: a record's ticket never changes)
+/// and refreshes its last-update time. `None` if the record is no longer pending; else the ticket
+/// the record holds after the write (when `ticket` was given), which is the one the transaction
+/// must contend with: another handle of the same transaction may have recorded its own first.
+pub(crate) async fn set_ticket(
+    client: &Client,
+    table: &str,
+    id: &TxId,
+    ticket: Option<u64>,
+    waiting_on: Option<u64>,
+) -> Result<Option<Option<u64>>> {
+    let mut ph = Placeholders::default();
+    let cond = pending(&mut ph);
+    let mut update = format!(
+        "SET {d} = {now}",
+        d = ph.name(UPDATED),
+        now = ph.value("Now", n(ddb::now_millis()))
+    );
+    if let Some(on) = waiting_on {
+        update.push_str(&format!(
+            ", {} = {}",
+            ph.name(WAITING),
+            ph.value("Wait", n(on))
+        ));
+    }
+    if let Some(t) = ticket {
+        let k = ph.name(TICKET);
+        update.push_str(&format!(
+            ", {k} = if_not_exists({k}, {})",
+            ph.value("Ticket", n(t))
+        ));
+    }
+    let w = header_update(table, id, update, cond, ph);
+    let updated_new = Some(aws_sdk_dynamodb::types::ReturnValue::UpdatedNew);
+    match w.send(client, updated_new).await? {
+        Written::Ok(attrs) => Ok(Some(
+            attrs
+                .as_ref()
+                .and_then(|a| a.get(TICKET))
+                .and_then(|v| v.as_n().ok())
+                .and_then(|v| v.parse().ok()),
+        )),
+        Written::ConditionFailed(_) => Ok(None),
+    }
+}
+
+/// Clears the "waiting on" marker of a pending record (the wait is over).
+pub(crate) async fn clear_waiting(client: &Client, table: &str, id: &TxId) -> Result<()> {
+    let mut ph = Placeholders::default();
+    let cond = pending(&mut ph);
+    let update = format!(
+        "SET {d} = {now} REMOVE {w}",
+        d = ph.name(UPDATED),
+        now = ph.value("Now", n(ddb::now_millis())),
+        w = ph.name(WAITING)
+    );
+    let w = header_update(table, id, update, cond, ph);
+    w.send(client, None).await?;
+    Ok(())
+}

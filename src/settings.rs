@@ -1,0 +1,165 @@
+//! The shared context of a [`TransactionManager`](crate::TransactionManager): its client, table
+//! names and [`Settings`], the [`ContentionPolicy`], and the retry backoff every layer uses. It sits
+//! below every protocol module, so that the manager, the coordinator, contention and settling all
+//! read their context from here instead of from each other.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_sdk_dynamodb::Client;
+use rand::Rng;
+
+use crate::error::{Error, Result};
+use crate::keys::{KeySchema, SchemaCache};
+
+/// Tunable settings of a [`TransactionManager`](crate::TransactionManager). Build with
+/// [`TransactionManagerBuilder`](crate::TransactionManagerBuilder).
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Settings {
+    /// Most DynamoDB requests one transaction keeps in flight at once (locks, applies, unlocks).
+    pub concurrency: usize,
+    /// Attempts to lock one item before giving up with [`Error::ItemLocked`].
+    pub lock_attempts: u32,
+    /// Most items committed by the one-request commit path (a single `TransactWriteItems` that applies
+    /// every write, unlocks every item and commits the record). Larger transactions apply, commit and
+    /// unlock in phases. 0 disables the one-request path.
+    pub one_shot_max_items: usize,
+    /// Commit transactions that only write (no reads, no `ReturnValues`) of up to 99 items with a
+    /// single `TransactWriteItems` and no locks: every write conditional on its item not being
+    /// locked, plus the record written as committed. Falls back to the locking protocol when an item
+    /// is locked.
+    pub write_only_fast_path: bool,
+    /// Attempts of [`TransactionManager::run`](crate::TransactionManager::run) before it gives up.
+    pub run_attempts: u32,
+    /// First backoff of retries; doubles each attempt, with full jitter.
+    pub backoff_base: Duration,
+    /// Longest backoff of retries.
+    pub backoff_max: Duration,
+    /// Attempts of a read at `Committed` isolation that finds the item changing under it.
+    pub committed_read_attempts: u32,
+    /// Whether dropping an unfinished [`Transaction`](crate::Transaction) rolls it back in the
+    /// background (needs a Tokio runtime). When false, dropping only abandons it: other coordinators
+    /// or the sweeper roll it back later.
+    pub rollback_on_drop: bool,
+    /// How long to wait for created tables to become ACTIVE.
+    pub table_wait: Duration,
+    /// What to do when an item is locked by another pending transaction.
+    pub contention: ContentionPolicy,
+    /// Longest a lock attempt waits for an older transaction (ordered contention) before giving up
+    /// with [`Error::ItemLocked`].
+    pub lock_wait: Duration,
+    /// Ordered contention: how long an older transaction lets a younger, running (not blocked)
+    /// holder of an item finish before rolling it back.
+    pub wound_grace: Duration,
+    /// When set, finalized TX records get a TTL attribute (`_TxE`, epoch seconds) this far in the
+    /// future, so DynamoDB deletes them for free once TTL is enabled on the table.
+    pub record_ttl: Option<Duration>,
+}
+
+impl Settings {
+    pub(crate) fn record_ttl_secs(&self) -> Option<u64> {
+        self.record_ttl.map(|d| d.as_secs().max(1))
+    }
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            concurrency: 128,
+            lock_attempts: 6,
+            one_shot_max_items: 98,
+            write_only_fast_path: true,
+            run_attempts: 10,
+            backoff_base: Duration::from_millis(10),
+            backoff_max: Duration::from_millis(500),
+            committed_read_attempts: 4,
+            rollback_on_drop: true,
+            table_wait: Duration::from_secs(300),
+            contention: ContentionPolicy::default(),
+            lock_wait: Duration::from_secs(10),
+            wound_grace: Duration::from_millis(100),
+            record_ttl: None,
+        }
+    }
+}
+
+/// How a transaction treats another, pending transaction that holds an item it needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ContentionPolicy {
+    /// Roll the other transaction back at once, whatever its age (the Java library's behaviour).
+    /// Competing coordinators can roll each other back repeatedly under heavy contention.
+    RollBackOthers,
+    /// Tickets order contending transactions (wound-wait). A transaction takes a ticket from an
+    /// atomic counter the first time it meets contention, and keeps it when
+    /// [`TransactionManager::run`](crate::TransactionManager::run) retries it, so it only ever
+    /// gets older. The ticket lives in the transaction's record, written once and never changed,
+    /// and every handle of the transaction contends with that ticket: a handle made by
+    /// [`TransactionManager::resume`](crate::TransactionManager::resume) starts with it, and a
+    /// handle whose record already got a ticket from another handle adopts that one.
+    /// Meeting a lock of a pending transaction:
+    /// - if the holder is older (smaller ticket), wait for it (back off and retry the lock);
+    /// - if it is younger or has no ticket, roll it back;
+    /// - whatever its ticket, roll it back if its record has not been touched for `dead_after`
+    ///   (its coordinator is presumed dead; waiting coordinators touch their record as they wait).
+    ///
+    /// Waits only go from younger to older transactions (as their records say, which is why a
+    /// handle never contends with another ticket than its record's), so no cycle of waits can
+    /// form: deadlock is impossible. A rollback decides exactly what was judged: it is one
+    /// conditional request that lands only while the other transaction's record is still as it
+    /// was read (same version; still no ticket or a younger one, or, if judged dead, untouched
+    /// since) and this transaction's own record is still pending. So the transaction whose record
+    /// holds the oldest ticket is never rolled back by another one's ticket rule (only when dead),
+    /// and every transaction eventually commits.
+    Ordered {
+        /// How long a pending transaction's record may stay untouched before others treat its
+        /// coordinator as dead.
+        dead_after: Duration,
+        /// Take the ticket when the transaction first writes its record (one more request per
+        /// transaction), instead of at its first contention. Orders transactions by when they
+        /// began, which is fairer under heavy contention; the counter item then takes one write per
+        /// transaction (DynamoDB allows about 1,000 writes per second on one item).
+        ticket_at_begin: bool,
+    },
+}
+
+impl Default for ContentionPolicy {
+    fn default() -> Self {
+        ContentionPolicy::Ordered {
+            dead_after: Duration::from_secs(10),
+            ticket_at_begin: false,
+        }
+    }
+}
+
+/// What every protocol step needs: the client, the tables, the settings, the key schemas.
+#[derive(Debug)]
+pub(crate) struct Inner {
+    pub client: Client,
+    pub tx_table: String,
+    pub image_table: String,
+    pub settings: Settings,
+    pub schemas: SchemaCache,
+}
+
+impl Inner {
+    /// The key schema of `table` (described once, then cached).
+    pub(crate) async fn schema(&self, table: &str) -> Result<Arc<KeySchema>> {
+        if table.is_empty() {
+            return Err(Error::invalid("TableName must not be empty"));
+        }
+        self.schemas.get(&self.client, table).await
+    }
+}
+
+/// Sleeps before retry `attempt` (0-based): full jitter over an exponentially growing window.
+pub(crate) async fn backoff(settings: &Settings, attempt: u32) {
+    let cap = settings.backoff_max.as_micros() as u64;
+    let window = (settings.backoff_base.as_micros() as u64)
+        .saturating_mul(1u64 << attempt.min(20))
+        .min(cap)
+        .max(1);
+    let us = rand::rng().random_range(0..=window);
+    tokio::time::sleep(Duration::from_micros(us)).await;
+}

@@ -1,0 +1,89 @@
+//! Grouping writes into `TransactWriteItems` batches (within its limits on actions and bytes), keeping
+//! the writes of one item together and each write's item beside it.
+
+use crate::ddb::{self, Write};
+use crate::error::Error;
+use crate::keys::ItemRef;
+
+/// The error of a `TransactWriteItems` cancelled for `reason` (not a condition the protocol reads).
+pub(crate) fn cancelled_error(reason: &ddb::Reason) -> Error {
+    Error::DynamoDb {
+        operation: "TransactWriteItems",
+        code: Some(reason.code.clone()),
+        message: reason.message.clone(),
+        ambiguous: false,
+        source: format!("transaction cancelled: {}", reason.code).into(),
+    }
+}
+
+/// A batch of writes and, beside each write, the item it belongs to.
+pub(crate) type Group = (Vec<Write>, Vec<Option<ItemRef>>);
+
+/// One group per item (its writes stay together).
+pub(crate) fn group_by_owner(writes: Vec<Write>, owners: Vec<Option<ItemRef>>) -> Vec<Group> {
+    let mut out: Vec<Group> = Vec::new();
+    for (w, o) in writes.into_iter().zip(owners) {
+        match out.last_mut() {
+            Some((ws, os)) if os.last() == Some(&o) => {
+                ws.push(w);
+                os.push(o);
+            }
+            _ => out.push((vec![w], vec![o])),
+        }
+    }
+    out
+}
+
+/// Splits writes into `TransactWriteItems` groups, never separating the writes of one item (its
+/// settle write and the delete of its images-table row).
+pub(crate) fn group_items(writes: Vec<Write>, owners: Vec<Option<ItemRef>>) -> Vec<Group> {
+    let mut out: Vec<Group> = Vec::new();
+    let mut bytes = 0;
+    for (ws, os) in group_by_owner(writes, owners) {
+        let size: usize = ws.iter().map(|w| w.size()).sum();
+        match out.last_mut() {
+            Some(cur)
+                if cur.0.len() + ws.len() <= ddb::MAX_TRANSACT_ACTIONS
+                    && bytes + size <= ddb::MAX_TRANSACT_BYTES =>
+            {
+                cur.0.extend(ws);
+                cur.1.extend(os);
+                bytes += size;
+            }
+            _ => {
+                out.push((ws, os));
+                bytes = size;
+            }
+        }
+    }
+    out
+}
+
+/// Splits writes into `TransactWriteItems` groups, keeping each write's owner beside it.
+pub(crate) fn group_with_owners(
+    writes: Vec<Write>,
+    owners: Vec<Option<ItemRef>>,
+    reserve: usize,
+) -> Vec<Group> {
+    let tagged: Vec<(Write, Option<ItemRef>)> = writes.into_iter().zip(owners).collect();
+    let mut out: Vec<Group> = Vec::new();
+    let mut cur: Group = (Vec::new(), Vec::new());
+    let mut bytes = 0;
+    for (w, o) in tagged {
+        let sz = w.size();
+        if !cur.0.is_empty()
+            && (cur.0.len() + reserve >= ddb::MAX_TRANSACT_ACTIONS
+                || bytes + sz > ddb::MAX_TRANSACT_BYTES)
+        {
+            out.push(std::mem::take(&mut cur));
+            bytes = 0;
+        }
+        bytes += sz;
+        cur.0.push(w);
+        cur.1.push(o);
+    }
+    if !cur.0.is_empty() {
+        out.push(cur);
+    }
+    out
+}

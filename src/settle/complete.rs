@@ -1,0 +1,226 @@
+//! Completing a decided transaction: every item settled (unlocked after a commit, its
+//! before-image restored after a rollback), its images-table rows deleted, then the record
+//! finalized. Idempotent and safe to run by several coordinators at once: each write is
+//! conditional on the item still carrying the lock it judged.
+
+use std::collections::HashMap;
+
+use futures::StreamExt;
+use tracing::{debug, instrument};
+
+use super::PROTOCOL_ATTEMPTS;
+use super::batch::{cancelled_error, group_items};
+use super::entry::Items;
+use crate::TxId;
+use crate::ddb::{self, Transacted, Written};
+use crate::error::{Error, Item, Result};
+use crate::item_lock::{self, Observed};
+use crate::keys::ItemRef;
+use crate::record::{self, TxState};
+use crate::request::Request;
+use crate::settings::Inner;
+
+/// Settles every item of a decided transaction (unlock after commit, restore after rollback),
+/// deletes images-table images, finalizes the record. `trust_memory`: this coordinator's lock
+/// knowledge is fresh (it just applied everything), so items need not be read first.
+#[instrument(level = "debug", name = "complete", skip_all, fields(tx = %tx_id, state = %decided, items = items.len()))]
+pub(crate) async fn complete(
+    inner: &Inner,
+    tx_id: &TxId,
+    items: &mut Items,
+    requests: &[Request],
+    decided: TxState,
+    trust_memory: bool,
+) -> Result<()> {
+    let _timer = crate::metrics::PhaseTimer::start(crate::metrics::SETTLE);
+    let committed = decided == TxState::Committed;
+    let c = &inner.client;
+    let mut keys: Vec<ItemRef> = items.keys().cloned().collect();
+    let mut known: HashMap<ItemRef, Observed> = HashMap::new();
+    if trust_memory {
+        for k in &keys {
+            if let Some(l) = &items[k].lock {
+                known.insert(k.clone(), l.as_observed(tx_id));
+            }
+        }
+    }
+    for _round in 0..PROTOCOL_ATTEMPTS {
+        if keys.is_empty() {
+            break;
+        }
+        // Read the items whose state we do not know.
+        let unknown: Vec<(String, Item)> = keys
+            .iter()
+            .filter(|k| !known.contains_key(*k))
+            .map(|k| (items[k].table.clone(), items[k].key.clone()))
+            .collect();
+        if !unknown.is_empty() {
+            for (table, item) in ddb::batch_get(c, &unknown).await? {
+                let schema = inner.schema(&table).await?;
+                let key = item_lock::key_of(&schema, &item);
+                known.insert(ItemRef::new(&table, &key), Observed::of(Some(&item)));
+            }
+            for k in &keys {
+                known.entry(k.clone()).or_insert_with(|| Observed::of(None));
+            }
+        }
+        let mut writes = Vec::new();
+        let mut owners = Vec::new();
+        // Items seen to change under us this round: settled next round, from what was read.
+        let mut moved: Vec<ItemRef> = Vec::new();
+        for k in &keys {
+            let e = &items[k];
+            let obs = &known[k];
+            let table_image = match (
+                &obs.image_ref,
+                committed,
+                obs.applied && obs.locked_by(tx_id),
+            ) {
+                (Some(id), false, true) => {
+                    let img = item_lock::load_table_image(c, &inner.image_table, id).await?;
+                    if img.is_none() {
+                        // Another completer may have restored the item and deleted its image
+                        // since we read it: finishing what someone else finished is success.
+                        // Only if the item still carries this very lock is the image missing.
+                        let raw = ddb::batch_get(c, &[(e.table.clone(), e.key.clone())]).await?;
+                        let now = Observed::of(raw.first().map(|(_, i)| i));
+                        let same_lock = now.locked_by(tx_id)
+                            && now.applied
+                            && now.image_ref == obs.image_ref
+                            && now.stamp == obs.stamp;
+                        if !same_lock {
+                            known.insert(k.clone(), now);
+                            moved.push(k.clone());
+                            continue;
+                        }
+                    }
+                    img
+                }
+                _ => None,
+            };
+            if let Some(w) = item_lock::settle_write(
+                committed,
+                e.op(requests),
+                &e.table,
+                &e.key,
+                obs,
+                tx_id,
+                table_image.as_ref(),
+            )? {
+                writes.push(w);
+                owners.push(Some(k.clone()));
+                // The item's images-table row (the one it points to, or one saved for an apply
+                // that never happened) goes in the same request: settled means no row left.
+                let image = if obs.applied {
+                    obs.image_ref.clone()
+                } else {
+                    e.write.and_then(|w| {
+                        item_lock::unapplied_image_id(
+                            tx_id,
+                            &requests[w],
+                            obs.transient,
+                            Some(&obs.user),
+                            obs.stamp.as_deref(),
+                        )
+                    })
+                };
+                if let Some(id) = image {
+                    writes.push(item_lock::image_delete_write(&inner.image_table, &id));
+                    owners.push(Some(k.clone()));
+                }
+            }
+        }
+        if writes.is_empty() && moved.is_empty() {
+            keys.clear(); // every item is settled (by us or by someone else)
+            break;
+        }
+        // Items whose settle write failed are re-read (from the failure) and retried.
+        let mut retry: Vec<ItemRef> = moved;
+        if writes.is_empty() {
+            keys = retry;
+            continue;
+        }
+        if writes.len() == 1 {
+            let k = owners[0].clone().expect("owner");
+            match writes[0].send(c, None).await? {
+                Written::Ok(_) => {}
+                Written::ConditionFailed(found) => {
+                    known.insert(k.clone(), Observed::of(found.as_ref()));
+                    retry.push(k);
+                }
+            }
+        } else {
+            let groups = group_items(writes, owners);
+            let results: Vec<Result<(Vec<Option<ItemRef>>, Transacted)>> =
+                futures::stream::iter(groups)
+                    .map(|(ws, os)| async move { Ok((os, ddb::transact(c, &ws).await?)) })
+                    .buffer_unordered(inner.settings.concurrency.clamp(1, 8))
+                    .collect()
+                    .await;
+            for r in results {
+                let (os, out) = r?;
+                if let Transacted::Cancelled(reasons) = out {
+                    for (k, reason) in os.into_iter().zip(reasons) {
+                        let k = k.expect("owner");
+                        if reason.is_condition_failed() {
+                            known.insert(k.clone(), Observed::of(reason.item.as_ref()));
+                        } else if !reason.is_ok() && !reason.is_transient() {
+                            return Err(cancelled_error(&reason));
+                        }
+                        // Actions that were fine are retried too: the batch did nothing.
+                        if !retry.contains(&k) {
+                            retry.push(k);
+                        }
+                    }
+                }
+            }
+        }
+        keys = retry;
+        if !keys.is_empty() {
+            crate::settings::backoff(&inner.settings, 0).await;
+        }
+    }
+    // Never delete an image or finalize while an item may still need settling (the model
+    // check's "finalized means settled"): give up for now; completing again finishes the job.
+    if let Some(k) = keys.first() {
+        let e = &items[k];
+        return Err(Error::ItemLocked {
+            table: e.table.clone(),
+            key: e.key.clone(),
+            owner: tx_id.clone(),
+        });
+    }
+    record::finalize(
+        c,
+        &inner.tx_table,
+        tx_id,
+        decided,
+        inner.settings.record_ttl_secs(),
+    )
+    .await?;
+    for e in items.values_mut() {
+        e.lock = None;
+    }
+    debug!(tx = %tx_id, state = %decided, "finalized");
+    Ok(())
+}
+
+/// Releases the locks this handle holds whose write was never applied (after the record
+/// vanished: only locks taken late can remain).
+pub(crate) async fn release_unapplied_locks(
+    inner: &Inner,
+    tx_id: &TxId,
+    items: &mut Items,
+) -> Result<()> {
+    let c = &inner.client;
+    for e in items.values_mut() {
+        if let Some(l) = e.lock.take()
+            && !l.applied
+        {
+            item_lock::release_write(&e.table, &e.key, l.transient, false, tx_id)
+                .send(c, None)
+                .await?;
+        }
+    }
+    Ok(())
+}

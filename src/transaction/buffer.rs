@@ -1,0 +1,334 @@
+//! Buffering and validation: each write is validated at once and buffered (or, with return
+//! values, driven now); reads lock their item now. `flush` records the buffered requests in the TX
+//! record, and a record changed by another coordinator is merged back in.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+
+use aws_sdk_dynamodb::types::ReturnValue;
+use tracing::{debug, instrument};
+
+use crate::error::{Error, Item, Result};
+use crate::expr;
+use crate::isolation::cond::value_eq;
+use crate::item_lock::LockInfo;
+use crate::keys::ItemRef;
+use crate::record::{self, Appended, Header, TxState};
+use crate::request::{self, Op, Request};
+use crate::settle::{self, PROTOCOL_ATTEMPTS};
+
+use super::{GetOutput, State, Transaction, WriteOutput};
+
+impl Transaction {
+    /// Validates and adds a write; drives it now when return values need it.
+    #[instrument(level = "debug", skip_all, fields(tx = %self.id, op = ?req.op, table = %req.table))]
+    pub(super) async fn write(
+        &self,
+        mut req: Request,
+        rv: Option<ReturnValue>,
+    ) -> Result<WriteOutput> {
+        let rv = rv.unwrap_or(ReturnValue::None);
+        request::check_return_values(req.op, &rv)?;
+        let schema = self.schema(&req.table).await?;
+        req.validate(&schema)?;
+        let mut st = self.state.lock().await;
+        self.check_open(&st)?;
+        let r = req.item_ref();
+        match st.items.get(&r).and_then(|e| e.write) {
+            // The caller retries a call that failed after adding this very request (for example
+            // after a lost response to the record's creation): drive the same request again.
+            Some(w) if st.unfinished.contains(&r) && same_request(&st.requests[w], &req) => {}
+            Some(_) => {
+                return Err(Error::DuplicateRequest {
+                    tx_id: self.id.clone(),
+                    table: req.table,
+                    key: req.key,
+                });
+            }
+            None => {
+                st.requests.push(req);
+                let index = st.requests.len() - 1;
+                index_request(&mut st, index);
+            }
+        }
+        st.unfinished.insert(r.clone());
+        let out = match rv {
+            ReturnValue::None => Ok(WriteOutput::default()),
+            ReturnValue::AllOld => self.drive_lock(&mut st, &r).await.map(|lock| WriteOutput {
+                attributes: lock.before,
+            }),
+            other => self
+                .apply_now(&mut st, &r, Some(other))
+                .await
+                .map(|attrs| WriteOutput { attributes: attrs }),
+        };
+        if out.is_ok() {
+            st.unfinished.remove(&r);
+        }
+        out
+    }
+
+    /// A locked read.
+    #[instrument(level = "debug", skip_all, fields(tx = %self.id, table = %req.table))]
+    pub(super) async fn read(
+        &self,
+        mut req: Request,
+        projection: Option<String>,
+    ) -> Result<GetOutput> {
+        let schema = self.schema(&req.table).await?;
+        req.validate(&schema)?;
+        let paths = match &projection {
+            Some(p) => {
+                expr::check_no_reserved_words("ProjectionExpression", p)?;
+                Some(expr::parse_projection(p, req.names.as_ref())?)
+            }
+            None => None,
+        };
+        let mut st = self.state.lock().await;
+        self.check_open(&st)?;
+        let r = req.item_ref();
+        let existing = st.items.get(&r).cloned();
+        let item = match existing
+            .as_ref()
+            .and_then(|e| e.write.map(|w| (e, st.requests[w].op)))
+        {
+            Some((_, Op::Delete)) => None,
+            Some((e, Op::Put)) => {
+                let w = e.write.expect("has write");
+                st.requests[w].item.clone()
+            }
+            Some((_, Op::Update)) => {
+                self.apply_now(&mut st, &r, Some(ReturnValue::AllNew))
+                    .await?;
+                st.items[&r].lock.as_ref().and_then(|l| l.current.clone())
+            }
+            _ => {
+                if existing.is_none() {
+                    req.names = None;
+                    req.values = None;
+                    st.requests.push(req);
+                    let index = st.requests.len() - 1;
+                    index_request(&mut st, index);
+                }
+                self.drive_lock(&mut st, &r).await?.current
+            }
+        };
+        let item = match (item, paths) {
+            (Some(i), Some(p)) => Some(expr::project(&i, &p)),
+            (i, _) => i,
+        };
+        Ok(GetOutput { item })
+    }
+
+    /// Records buffered requests in the TX record.
+    #[instrument(level = "debug", name = "record", skip_all, fields(tx = %self.id, new_requests = st.requests.len() - st.recorded))]
+    pub(super) async fn flush(&self, st: &mut State) -> Result<()> {
+        let _timer = (st.recorded < st.requests.len())
+            .then(|| crate::metrics::PhaseTimer::start(crate::metrics::RECORD));
+        for _ in 0..PROTOCOL_ATTEMPTS {
+            if st.recorded == st.requests.len() {
+                return Ok(());
+            }
+            let c = &self.inner.client;
+            let table = &self.inner.tx_table;
+            let pending = &st.requests[st.recorded..];
+            self.wrote.store(true, Ordering::SeqCst);
+            let out = match st.meta {
+                None => {
+                    if let crate::settings::ContentionPolicy::Ordered {
+                        ticket_at_begin: true,
+                        ..
+                    } = self.inner.settings.contention
+                    {
+                        let inner = &self.inner;
+                        self.ticket
+                            .get_or_try_init(|| record::take_ticket(&inner.client, &inner.tx_table))
+                            .await?;
+                    }
+                    let ticket = self.ticket.get().copied();
+                    st.record_in_doubt = true;
+                    let out = record::create(c, table, &self.id, pending, ticket).await?;
+                    if let (Some(t), Appended::Ok(_)) = (ticket, &out) {
+                        let _ = self.ticket_recorded.set(t);
+                    }
+                    out
+                }
+                Some(meta) => {
+                    st.record_in_doubt = true;
+                    record::append(c, table, &self.id, meta, pending).await?
+                }
+            };
+            match out {
+                Appended::Ok(meta) => {
+                    debug!(tx = %self.id, version = meta.version, requests = st.requests.len(), "recorded requests");
+                    st.meta = Some(meta);
+                    st.recorded = st.requests.len();
+                    st.record_in_doubt = false;
+                    return Ok(());
+                }
+                Appended::Conflict(header) => self.absorb_conflict(st, header).await?,
+            }
+        }
+        Err(Error::invariant(format!(
+            "could not record requests of {}: the record keeps changing",
+            self.id
+        )))
+    }
+
+    /// The record is not where this coordinator thought: learn what happened. Returns Ok when the
+    /// transaction is still pending (with the record's requests merged in), else the outcome error.
+    pub(super) async fn absorb_conflict(
+        &self,
+        st: &mut State,
+        header: Option<Header>,
+    ) -> Result<()> {
+        let Some(h) = header else {
+            return if st.meta.is_none() {
+                Err(Error::invariant(format!(
+                    "the record of {} could not be created",
+                    self.id
+                )))
+            } else {
+                // The record is gone: only locks this handle took late can remain; release them.
+                self.release_own_locks(st).await?;
+                Err(Error::UnknownOutcome {
+                    tx_id: self.id.clone(),
+                })
+            };
+        };
+        match h.state {
+            TxState::Pending => self.merge_record(st).await,
+            TxState::RolledBack => {
+                self.finish_decided(st, TxState::RolledBack).await?;
+                Err(Error::RolledBack {
+                    tx_id: self.id.clone(),
+                })
+            }
+            TxState::Committed => {
+                self.finish_decided(st, TxState::Committed).await?;
+                Err(Error::AlreadyCommitted {
+                    tx_id: self.id.clone(),
+                })
+            }
+        }
+    }
+
+    /// Another coordinator appended requests: adopt the record's list, keep ours that are not in it.
+    pub(super) async fn merge_record(&self, st: &mut State) -> Result<()> {
+        let rec = record::load(&self.inner.client, &self.inner.tx_table, &self.id)
+            .await?
+            .ok_or_else(|| Error::UnknownOutcome {
+                tx_id: self.id.clone(),
+            })?;
+        let ours: Vec<Request> = st.requests[st.recorded..].to_vec();
+        let locks: HashMap<ItemRef, LockInfo> = st
+            .items
+            .iter()
+            .filter_map(|(k, e)| e.lock.clone().map(|l| (k.clone(), l)))
+            .collect();
+        st.requests.clear();
+        st.items.clear();
+        st.meta = Some(rec.header.meta());
+        st.recorded = rec.requests.len();
+        for r in rec.requests {
+            st.requests.push(r);
+            let i = st.requests.len() - 1;
+            index_request(st, i);
+        }
+        // A write of the record whose outcome this handle did not learn (a lost response, a chunked
+        // append cut short) may have recorded some of our requests: those are ours already.
+        let in_doubt = std::mem::take(&mut st.record_in_doubt);
+        for r in ours {
+            let recorded = st
+                .items
+                .get(&r.item_ref())
+                .and_then(|e| if r.op.is_write() { e.write } else { e.read });
+            if in_doubt && recorded.is_some_and(|i| same_request(&st.requests[i], &r)) {
+                continue;
+            }
+            let dup = st
+                .items
+                .get(&r.item_ref())
+                .is_some_and(|e| e.write.is_some() && r.op.is_write());
+            if dup {
+                return Err(Error::DuplicateRequest {
+                    tx_id: self.id.clone(),
+                    table: r.table,
+                    key: r.key,
+                });
+            }
+            st.requests.push(r);
+            let i = st.requests.len() - 1;
+            index_request(st, i);
+        }
+        for (k, l) in locks {
+            if let Some(e) = st.items.get_mut(&k) {
+                e.lock = Some(l);
+            }
+        }
+        Ok(())
+    }
+}
+
+pub(super) fn index_request(st: &mut State, i: usize) {
+    settle::index(&mut st.items, &st.requests, i);
+}
+
+/// True when two requests are the same request (the record's copy of a request compares equal to
+/// the original: numbers by value, since DynamoDB returns them canonicalised, sets in any order).
+pub(super) fn same_request(a: &Request, b: &Request) -> bool {
+    let same_map = |x: &Option<Item>, y: &Option<Item>| match (x, y) {
+        (Some(x), Some(y)) => same_item(x, y),
+        (None, None) => true,
+        _ => false,
+    };
+    a.op == b.op
+        && a.table == b.table
+        && same_item(&a.key, &b.key)
+        && same_map(&a.item, &b.item)
+        && a.update == b.update
+        && a.condition == b.condition
+        && a.names == b.names
+        && same_map(&a.values, &b.values)
+}
+
+/// Items equal as DynamoDB compares values (numbers by value, sets in any order).
+fn same_item(a: &Item, b: &Item) -> bool {
+    a.len() == b.len()
+        && a.iter()
+            .all(|(k, v)| b.get(k).is_some_and(|w| value_eq(v, w)))
+}
+
+#[cfg(test)]
+mod same_request_tests {
+    use aws_sdk_dynamodb::types::AttributeValue;
+
+    use super::*;
+
+    #[test]
+    fn numbers_compare_by_value_and_sets_in_any_order() {
+        let n = |s: &str| AttributeValue::N(s.into());
+        for (a, b) in [
+            ("1.50", "1.5"),
+            ("0010", "10"),
+            ("100", "1E2"),
+            ("-0.0", "0"),
+            ("1.5e-3", "0.0015"),
+        ] {
+            assert!(value_eq(&n(a), &n(b)), "{a} = {b}");
+        }
+        for (a, b) in [("1.5", "15"), ("-1", "1"), ("10", "1")] {
+            assert!(!value_eq(&n(a), &n(b)), "{a} != {b}");
+        }
+        let ns = |v: &[&str]| AttributeValue::Ns(v.iter().map(|s| s.to_string()).collect());
+        assert!(value_eq(&ns(&["2.0", "1"]), &ns(&["1", "2"])));
+        let ss = |v: &[&str]| AttributeValue::Ss(v.iter().map(|s| s.to_string()).collect());
+        assert!(value_eq(&ss(&["b", "a"]), &ss(&["a", "b"])));
+        assert!(!value_eq(&ss(&["a"]), &ss(&["a", "b"])));
+        let m = |v: &str| AttributeValue::M(HashMap::from([("x".to_string(), n(v))]));
+        assert!(value_eq(
+            &AttributeValue::L(vec![m("1.0")]),
+            &AttributeValue::L(vec![m("1")])
+        ));
+    }
+}

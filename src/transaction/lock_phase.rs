@@ -1,0 +1,378 @@
+//! The lock phase: every item locked (concurrently), contention with other transactions resolved
+//! through [`contention`](crate::contention), and a write applied early when its return values
+//! need it (with its before-image kept in the item or the images table).
+
+use std::sync::atomic::Ordering;
+
+use aws_sdk_dynamodb::types::ReturnValue;
+use futures::StreamExt;
+use tracing::{debug, instrument};
+
+use crate::TxId;
+use crate::ddb::{self, Written};
+use crate::error::{Error, Item, Result};
+use crate::expr;
+use crate::item_lock::{self, ImagePlace, LockInfo, LockOutcome, Observed, Stage};
+use crate::keys::ItemRef;
+use crate::record::{self, TxState};
+use crate::request::{self, Op, Request};
+
+use super::{State, Transaction};
+
+impl Transaction {
+    /// Records and locks one item now.
+    pub(super) async fn drive_lock(&self, st: &mut State, r: &ItemRef) -> Result<LockInfo> {
+        self.flush(st).await?;
+        if let Some(l) = st.items[r].lock.clone() {
+            return Ok(l);
+        }
+        let e = st.items[r].clone();
+        let lock = self.lock_one(&e.table, &e.key).await?;
+        st.items.get_mut(r).expect("entry exists").lock = Some(lock.clone());
+        Ok(lock)
+    }
+
+    /// Locks every item not yet locked by this coordinator, concurrently.
+    #[instrument(level = "debug", name = "lock", skip_all, fields(tx = %self.id, items = st.items.len()))]
+    pub(super) async fn lock_all(&self, st: &mut State) -> Result<()> {
+        let _timer = crate::metrics::PhaseTimer::start(crate::metrics::LOCK);
+        let todo: Vec<(ItemRef, String, Item)> = st
+            .items
+            .iter()
+            .filter(|(_, e)| e.lock.is_none())
+            .map(|(k, e)| (k.clone(), e.table.clone(), e.key.clone()))
+            .collect();
+        if todo.is_empty() {
+            return Ok(());
+        }
+        let results: Vec<(ItemRef, Result<LockInfo>)> = futures::stream::iter(todo)
+            .map(|(k, table, key)| async move {
+                let r = self.lock_one(&table, &key).await;
+                (k, r)
+            })
+            .buffer_unordered(self.inner.settings.concurrency.max(1))
+            .collect()
+            .await;
+        let mut first_err = None;
+        for (k, r) in results {
+            match r {
+                Ok(l) => st.items.get_mut(&k).expect("entry exists").lock = Some(l),
+                Err(e) => {
+                    if first_err.is_none() {
+                        first_err = Some(e);
+                    }
+                }
+            }
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+
+    /// Locks one item, resolving contention with other transactions: decided or dead holders are
+    /// completed, pending ones are rolled back or waited for as the contention policy says.
+    pub(super) async fn lock_one(&self, table: &str, key: &Item) -> Result<LockInfo> {
+        use crate::contention::{Contender, Resolution};
+        let schema = self.schema(table).await?;
+        let settings = &self.inner.settings;
+        let c = &self.inner.client;
+        let me = Contender {
+            id: &self.id,
+            ticket: &self.ticket,
+            recorded: &self.ticket_recorded,
+        };
+        let deadline = tokio::time::Instant::now() + settings.lock_wait;
+        let heartbeat = match settings.contention {
+            crate::settings::ContentionPolicy::Ordered { dead_after, .. } => dead_after / 3,
+            _ => settings.lock_wait,
+        };
+        let mut last_touch = tokio::time::Instant::now();
+        let mut met_at = tokio::time::Instant::now();
+        let mut marked_waiting_on: Option<u64> = None;
+        let (mut tries, mut waits) = (0u32, 0u32);
+        let mut last_owner = None;
+        loop {
+            self.wrote.store(true, Ordering::SeqCst);
+            let out = match item_lock::lock(c, table, key, &schema, &self.id).await {
+                Ok(o) => o,
+                Err(
+                    e @ Error::DynamoDb {
+                        ambiguous: true, ..
+                    },
+                ) if tries + 1 < settings.lock_attempts => {
+                    // The lock may have landed: the next attempt recognises our own lock.
+                    debug!(tx = %self.id, error = %e, "ambiguous lock attempt; retrying");
+                    crate::metrics::retry(crate::metrics::LOCK_AMBIGUOUS);
+                    tries += 1;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            let owner = match out {
+                LockOutcome::Locked(l) => {
+                    if marked_waiting_on.is_some() {
+                        // No longer blocked: others must not think we are.
+                        record::clear_waiting(c, &self.inner.tx_table, &self.id).await?;
+                    }
+                    return Ok(l);
+                }
+                LockOutcome::Held { owner } if owner.0.is_empty() => {
+                    tries += 1;
+                    if tries >= settings.lock_attempts.max(1) {
+                        break;
+                    }
+                    continue;
+                }
+                LockOutcome::Held { owner } => owner,
+            };
+            debug!(tx = %self.id, other = %owner, table, "item locked by another transaction");
+            if last_owner.as_ref() != Some(&owner) {
+                met_at = tokio::time::Instant::now();
+            }
+            let grace_left = met_at.elapsed() < settings.wound_grace;
+            let resolution =
+                crate::contention::resolve(&self.inner, &me, &owner, table, key, grace_left)
+                    .await?;
+            last_owner = Some(owner);
+            match resolution {
+                Resolution::Retry => {
+                    tries += 1;
+                    if tries >= settings.lock_attempts.max(1) {
+                        break;
+                    }
+                    // The holder was just released: take the item at once, before a younger
+                    // transaction grabs it again; back off only if that keeps failing.
+                    if tries > 2 {
+                        crate::settings::backoff(settings, tries - 2).await;
+                    }
+                }
+                Resolution::Grace => {
+                    crate::settings::backoff(settings, 0).await;
+                }
+                Resolution::Wait { on } => {
+                    if tokio::time::Instant::now() >= deadline {
+                        break;
+                    }
+                    // Show that this coordinator is alive (and blocked) while it waits.
+                    if last_touch.elapsed() >= heartbeat || marked_waiting_on != Some(on) {
+                        let t = self.ticket_recorded.get().copied();
+                        if record::set_ticket(c, &self.inner.tx_table, &self.id, t, Some(on))
+                            .await?
+                            .is_none()
+                        {
+                            return Err(Error::RolledBack {
+                                tx_id: self.id.clone(),
+                            });
+                        }
+                        last_touch = tokio::time::Instant::now();
+                        marked_waiting_on = Some(on);
+                    }
+                    waits += 1;
+                    crate::settings::backoff(settings, waits.min(3)).await;
+                    // An older transaction may have rolled us back while we waited: stop then,
+                    // rather than take the item with a lock nobody needs.
+                    let mine = record::load_header(c, &self.inner.tx_table, &self.id).await?;
+                    if mine.as_ref().map(|h| h.state) != Some(TxState::Pending) {
+                        return Err(Error::RolledBack {
+                            tx_id: self.id.clone(),
+                        });
+                    }
+                }
+            }
+        }
+        Err(Error::ItemLocked {
+            table: table.to_string(),
+            key: key.clone(),
+            owner: last_owner.unwrap_or_else(|| TxId(String::new())),
+        })
+    }
+
+    /// Applies one item's write now (for return values or a read after write), keeping the lock.
+    pub(super) async fn apply_now(
+        &self,
+        st: &mut State,
+        r: &ItemRef,
+        rv: Option<ReturnValue>,
+    ) -> Result<Option<Item>> {
+        let lock = self.drive_lock(st, r).await?;
+        let e = st.items[r].clone();
+        let c = &self.inner.client;
+        if lock.applied {
+            // Applied already (by us or by another coordinator of this transaction).
+            let raw = ddb::batch_get(c, &[(e.table.clone(), e.key.clone())]).await?;
+            let obs = Observed::of(raw.first().map(|(_, i)| i));
+            let current = obs.visible();
+            st.items
+                .get_mut(r)
+                .expect("entry")
+                .lock
+                .as_mut()
+                .expect("locked")
+                .current = current.clone();
+            let req = e.request(&st.requests).clone();
+            return self.values_of_applied(&req, rv.as_ref(), &obs, &lock).await;
+        }
+        // Only apply while the transaction is pending (a decided one must not change items).
+        let header = record::load_header(c, &self.inner.tx_table, &self.id).await?;
+        match header.as_ref().map(|h| h.state) {
+            Some(TxState::Pending) => {}
+            _ => {
+                self.absorb_conflict(st, header).await?;
+                return Err(Error::RolledBack {
+                    tx_id: self.id.clone(),
+                });
+            }
+        }
+        let req = e.request(&st.requests).clone();
+        let schema = self.schema(&req.table).await?;
+        let place = self.image_place(&lock, &req).await?;
+        let writes =
+            item_lock::request_writes(&req, &lock, &schema, &self.id, Stage::Apply, &place);
+        for w in writes {
+            let is_check = matches!(w.kind, ddb::WriteKind::Check { .. });
+            match w.send(c, if is_check { None } else { rv.clone() }).await {
+                Ok(Written::Ok(attrs)) => {
+                    if is_check {
+                        continue;
+                    }
+                    let current = match rv {
+                        Some(ReturnValue::AllNew) => attrs.clone().map(item_lock::strip),
+                        _ => None,
+                    };
+                    let l = st
+                        .items
+                        .get_mut(r)
+                        .expect("entry")
+                        .lock
+                        .as_mut()
+                        .expect("locked");
+                    l.applied = true;
+                    l.current = current;
+                    if let ImagePlace::Table(id) = &place {
+                        l.image_ref = Some(id.clone());
+                    }
+                    return Ok(attrs.map(item_lock::strip));
+                }
+                Ok(Written::ConditionFailed(found)) => {
+                    let obs = Observed::of(found.as_ref());
+                    if !is_check && obs.locked_by(&self.id) && obs.applied {
+                        // Our own earlier attempt landed (its response was lost or throttled).
+                        let l = st
+                            .items
+                            .get_mut(r)
+                            .expect("entry")
+                            .lock
+                            .as_mut()
+                            .expect("locked");
+                        l.applied = true;
+                        l.current = obs.visible();
+                        return self.values_of_applied(&req, rv.as_ref(), &obs, &lock).await;
+                    }
+                    // Our lock is gone — or it is another lock of this transaction, taken by
+                    // another handle after someone decided and released the item.
+                    if !is_check && !obs.holds(&self.id, &lock) {
+                        // We lost the lock: someone decided the transaction.
+                        let header = record::load_header(c, &self.inner.tx_table, &self.id).await?;
+                        self.absorb_conflict(st, header).await?;
+                        return Err(Error::RolledBack {
+                            tx_id: self.id.clone(),
+                        });
+                    }
+                    let index = e.index();
+                    let item = if is_check { None } else { obs.visible() };
+                    st.rollback_cause = Some(crate::metrics::CONDITION_FAILED);
+                    self.rollback_locked(st).await?;
+                    return Err(Error::ConditionFailed {
+                        tx_id: self.id.clone(),
+                        request_index: index,
+                        table: req.table.clone(),
+                        key: req.key.clone(),
+                        item,
+                    });
+                }
+                Err(Error::DynamoDb {
+                    code: Some(code),
+                    message,
+                    ..
+                }) if code == "ValidationException" => {
+                    let index = e.index();
+                    st.rollback_cause = Some(crate::metrics::REQUEST_REJECTED);
+                    self.rollback_locked(st).await?;
+                    return Err(Error::RequestRejected {
+                        tx_id: self.id.clone(),
+                        request_index: index,
+                        table: req.table.clone(),
+                        message: request::explain_rejection(message.unwrap_or_default()),
+                    });
+                }
+                Err(err) => return Err(err),
+            }
+        }
+        Err(Error::invariant("apply produced no write"))
+    }
+
+    /// What `ReturnValues` shows of a write found already applied (a retry after a lost or
+    /// throttled response, or another handle's apply): DynamoDB's answer, computed from the item now
+    /// and its before-image.
+    pub(super) async fn values_of_applied(
+        &self,
+        req: &Request,
+        rv: Option<&ReturnValue>,
+        obs: &Observed,
+        lock: &LockInfo,
+    ) -> Result<Option<Item>> {
+        let now = obs.visible();
+        let before = || async {
+            if obs.transient {
+                Ok(None)
+            } else if let Some(img) = &obs.image {
+                Ok(Some(img.clone()))
+            } else if let Some(id) = &obs.image_ref {
+                item_lock::load_table_image(&self.inner.client, &self.inner.image_table, id).await
+            } else {
+                Ok(lock.before.clone())
+            }
+        };
+        let updated = |item: Option<Item>| -> Result<Option<Item>> {
+            let Some(update) = &req.update else {
+                return Ok(None);
+            };
+            // DynamoDB returns each updated top-level attribute whole (all of `m` for `m.a`).
+            let targets = expr::UpdateExpr::parse(update)?.targets(req.names.as_ref())?;
+            Ok(item
+                .map(|i| {
+                    i.into_iter()
+                        .filter(|(k, _)| targets.contains(k))
+                        .collect::<Item>()
+                })
+                .filter(|i| !i.is_empty()))
+        };
+        match rv {
+            Some(ReturnValue::UpdatedNew) => updated(now),
+            Some(ReturnValue::UpdatedOld) => updated(before().await?),
+            Some(ReturnValue::AllOld) => before().await,
+            _ => Ok(now),
+        }
+    }
+
+    /// Chooses where the before-image goes, saving it in the images table when it is large.
+    pub(super) async fn image_place(&self, lock: &LockInfo, req: &Request) -> Result<ImagePlace> {
+        if lock.transient || !matches!(req.op, Op::Put | Op::Update) {
+            return Ok(ImagePlace::Embedded);
+        }
+        if let Some(id) = &lock.image_ref {
+            return Ok(ImagePlace::Table(id.clone()));
+        }
+        let before = lock.before.clone().unwrap_or_default();
+        if request::image_fits_in_item(&before, req) {
+            return Ok(ImagePlace::Embedded);
+        }
+        // The same id for every attempt and every coordinator of this lock: a repeated save
+        // finds its row, and whoever finishes the transaction can delete it.
+        let id = match &lock.stamp {
+            Some(stamp) => item_lock::image_id(&self.id, &req.table, &req.key, stamp),
+            None => format!("{}#{}", self.id, uuid::Uuid::new_v4().simple()),
+        };
+        item_lock::save_table_image(&self.inner.client, &self.inner.image_table, &id, &before)
+            .await?;
+        Ok(ImagePlace::Table(id))
+    }
+}

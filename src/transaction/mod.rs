@@ -1,0 +1,425 @@
+//! [`Transaction`]: the coordinator of one transaction.
+//!
+//! Writes without `ReturnValues` are validated at once and buffered; `commit` records them all in the
+//! TX record with one write, locks every item concurrently, and then either commits everything with one
+//! `TransactWriteItems` (the record's flip to committed, every write, every unlock) or, for larger
+//! transactions, applies in batches conditional on the record being pending, flips the record with one
+//! write conditional on its version, and unlocks. Reads (`get_item`) and writes that return values
+//! drive their item at once. See `docs/PROTOCOL.md`.
+//!
+//! The handle and its public API live here; [`builders`] has the request builders, [`buffer`]
+//! validates, buffers and records requests, [`lock_phase`] locks items (resolving contention),
+//! [`commit`] drives a commit through one of its paths ([`write_only`], [`one_request`],
+//! [`phased`]), [`finish`] rolls back and completes through [`settle`](crate::settle), and
+//! [`drop`](mod@drop) says what dropping an unfinished handle does.
+
+mod buffer;
+mod builders;
+mod commit;
+mod drop;
+mod finish;
+mod lock_phase;
+mod one_request;
+mod phased;
+mod write_only;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use tokio::sync::OnceCell;
+use tracing::instrument;
+
+use crate::TxId;
+use crate::error::{Error, Item, Result};
+use crate::keys::{ItemRef, KeySchema};
+use crate::record::{self, RecordMeta, TxState};
+use crate::request::Request;
+use crate::settings::Inner;
+use crate::settle::Entry;
+
+use buffer::index_request;
+pub use builders::{DeleteItemBuilder, GetItemBuilder, PutItemBuilder, UpdateItemBuilder};
+
+/// Bounded retries of completing a committed transaction before `commit` reports it committed but
+/// not finished.
+const SETTLE_ATTEMPTS: usize = 4;
+/// Commit attempts that may find the record still pending after a decisive request failed before
+/// `commit` gives up and resolves the outcome by rolling back.
+const AMBIGUOUS_COMMITS: u32 = 3;
+
+/// One transaction. Create with [`TransactionManager::begin`] or [`TransactionManager::resume`].
+///
+/// Methods take `&self` so a transaction can be shared by the closure of
+/// [`TransactionManager::run`]; calls are serialised internally. [`commit`](Transaction::commit) and
+/// [`rollback`](Transaction::rollback) consume it.
+///
+/// # Drop
+/// What dropping a handle does depends on what *this handle* did, never on what others did with
+/// the same transaction:
+///
+/// - **Finished** ([`commit`](Transaction::commit), [`rollback`](Transaction::rollback),
+///   [`abandon`](Transaction::abandon) or [`delete`](Transaction::delete) was called, whatever it
+///   returned): nothing.
+/// - **Sent nothing** (a [`begin`](crate::TransactionManager::begin) handle whose writes are only
+///   buffered, or a [`resume`](crate::TransactionManager::resume) handle used only to inspect):
+///   nothing. Buffered requests are forgotten; a transaction another coordinator is driving goes
+///   on undisturbed.
+/// - **Sent a write for the transaction** (created or appended to its record, or sent a lock
+///   request — a read with [`get_item`](Transaction::get_item), a write with `ReturnValues`, or a
+///   commit future dropped midway), and not finished: with
+///   [`Settings::rollback_on_drop`](crate::Settings::rollback_on_drop) (the default) and a Tokio
+///   runtime running, a background task rolls the transaction back
+///   ([`TransactionManager::rollback_transaction`]); if it committed meanwhile, it stays committed.
+///   Without the setting or without a runtime it is left pending, and any coordinator that meets its
+///   locks, or the sweeper, rolls it back. Its locks never outlive that.
+///
+/// Use [`abandon`](Transaction::abandon) to leave a transaction on purpose.
+///
+/// ```no_run
+/// # async fn demo(manager: dynamodb_transactions::TransactionManager) -> dynamodb_transactions::Result<()> {
+/// use aws_sdk_dynamodb::types::AttributeValue;
+/// let tx = manager.begin();
+/// tx.update_item()
+///     .table_name("Accounts")
+///     .key("Id", AttributeValue::S("alice".into()))
+///     .update_expression("SET balance = balance - :amt")
+///     .condition_expression("balance >= :amt")
+///     .expression_attribute_values(":amt", AttributeValue::N("10".into()))
+///     .send()
+///     .await?;
+/// tx.update_item()
+///     .table_name("Accounts")
+///     .key("Id", AttributeValue::S("bob".into()))
+///     .update_expression("SET balance = balance + :amt")
+///     .expression_attribute_values(":amt", AttributeValue::N("10".into()))
+///     .send()
+///     .await?;
+/// tx.commit().await?;
+/// # Ok(()) }
+/// ```
+///
+/// # After commit or rollback
+/// [`commit`](Transaction::commit), [`rollback`](Transaction::rollback),
+/// [`abandon`](Transaction::abandon) and [`delete`](Transaction::delete) take the transaction by
+/// value, so using it afterwards does not compile:
+///
+/// ```compile_fail,E0382
+/// # async fn demo(manager: dynamodb_transactions::TransactionManager) -> dynamodb_transactions::Result<()> {
+/// use aws_sdk_dynamodb::types::AttributeValue;
+/// let tx = manager.begin();
+/// tx.commit().await?;
+/// tx.put_item() // error[E0382]: borrow of moved value: `tx`
+///     .table_name("Accounts")
+///     .item("Id", AttributeValue::S("carol".into()))
+///     .send()
+///     .await?;
+/// # Ok(()) }
+/// ```
+///
+/// A finished transaction can still be [resumed](crate::TransactionManager::resume) by id (to
+/// learn its outcome or finish its cleanup); the resumed handle refuses new requests before
+/// sending anything, with [`Error::AlreadyCommitted`] or [`Error::RolledBack`].
+///
+/// [`TransactionManager::begin`]: crate::TransactionManager::begin
+/// [`TransactionManager::resume`]: crate::TransactionManager::resume
+/// [`TransactionManager::run`]: crate::TransactionManager::run
+/// [`TransactionManager::rollback_transaction`]: crate::TransactionManager::rollback_transaction
+#[derive(Debug)]
+pub struct Transaction {
+    inner: Arc<Inner>,
+    id: TxId,
+    state: tokio::sync::Mutex<State>,
+    finished: AtomicBool,
+    /// This handle sent a write for the transaction (record create/append, a lock request): only
+    /// then may dropping it roll the transaction back.
+    wrote: AtomicBool,
+    /// The contention ticket this unit of work proposes for its record, shared by every attempt of
+    /// one unit of work.
+    ticket: Arc<OnceCell<u64>>,
+    /// The ticket in this transaction's record, once this handle knows it: the only ticket it
+    /// contends with (see `contention::Contender::ticket`).
+    ticket_recorded: OnceCell<u64>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// Every request, recorded ones first.
+    requests: Vec<Request>,
+    /// How many of `requests` are in the TX record.
+    recorded: usize,
+    /// The record as this coordinator last wrote or read it; `None` until it exists.
+    meta: Option<RecordMeta>,
+    /// One entry per item.
+    items: BTreeMap<ItemRef, Entry>,
+    /// Set when this handle learned the transaction is decided.
+    outcome: Option<TxState>,
+    /// DynamoDB rejected a batch without saying which request: apply one item per batch to find it.
+    isolate_rejections: bool,
+    /// The write-only fast path was tried and did not commit.
+    fast_path_failed: bool,
+    /// A write of the record (its creation, an append, or the fast path's committed record) was
+    /// sent and its outcome is unknown: the record may exist, holding requests this handle still
+    /// counts as unrecorded. Cleared once the record is read back or written successfully.
+    record_in_doubt: bool,
+    /// Items whose last write call failed after adding its request: the caller may retry that call.
+    unfinished: BTreeSet<ItemRef>,
+    /// A decisive commit request (fast path, one-request commit, decide) failed in a way that says
+    /// nothing about whether it landed (an earlier attempt of it may have).
+    decision_in_doubt: bool,
+    /// The fast path's request was sent: a committed record without requests is ours.
+    fast_path_sent: bool,
+    /// Commit attempts that found the record still pending after a decisive request failed.
+    ambiguous_commits: u32,
+    /// The last transient failure (throttling, conflict) a commit attempt backed off from.
+    transient: Option<Error>,
+    /// Why this handle rolls back (a metric label); `None`: a `rollback` call.
+    rollback_cause: Option<&'static str>,
+}
+
+/// Result of a transactional write.
+#[derive(Debug, Clone, Default, PartialEq)]
+#[non_exhaustive]
+pub struct WriteOutput {
+    /// The attributes asked for with `ReturnValues` (lock attributes never included).
+    pub attributes: Option<Item>,
+}
+
+impl WriteOutput {
+    /// The attributes asked for with `ReturnValues`.
+    pub fn attributes(&self) -> Option<&Item> {
+        self.attributes.as_ref()
+    }
+}
+
+/// Result of a transactional read.
+#[derive(Debug, Clone, Default, PartialEq)]
+#[non_exhaustive]
+pub struct GetOutput {
+    /// The item as this transaction sees it; `None` if it does not exist.
+    pub item: Option<Item>,
+}
+
+impl GetOutput {
+    /// The item as this transaction sees it.
+    pub fn item(&self) -> Option<&Item> {
+        self.item.as_ref()
+    }
+}
+
+enum CommitStep {
+    Done,
+    Again,
+}
+
+impl Transaction {
+    pub(crate) fn new(inner: Arc<Inner>, id: TxId) -> Transaction {
+        Transaction::with_ticket(inner, id, Arc::default())
+    }
+
+    /// A new transaction that inherits the ticket of earlier attempts of the same unit of work.
+    pub(crate) fn with_ticket(
+        inner: Arc<Inner>,
+        id: TxId,
+        ticket: Arc<OnceCell<u64>>,
+    ) -> Transaction {
+        Transaction {
+            inner,
+            id,
+            state: tokio::sync::Mutex::new(State::default()),
+            finished: AtomicBool::new(false),
+            wrote: AtomicBool::new(false),
+            ticket,
+            ticket_recorded: OnceCell::new(),
+        }
+    }
+
+    pub(crate) fn from_record(inner: Arc<Inner>, id: TxId, rec: record::Record) -> Transaction {
+        // A resumed handle is the transaction others see in the record: it contends with the
+        // record's ticket (a fresh one would make it younger in its own eyes only).
+        let ticket = Arc::new(OnceCell::new_with(rec.header.ticket));
+        let tx = Transaction::with_ticket(inner, id, ticket);
+        if let Some(t) = rec.header.ticket {
+            let _ = tx.ticket_recorded.set(t);
+        }
+        {
+            let mut st = tx.state.try_lock().expect("new transaction is not shared");
+            st.meta = Some(rec.header.meta());
+            st.recorded = rec.requests.len();
+            for r in rec.requests {
+                st.requests.push(r);
+                let i = st.requests.len() - 1;
+                index_request(&mut st, i);
+            }
+            if rec.header.state != TxState::Pending {
+                st.outcome = Some(rec.header.state);
+            }
+        }
+        tx
+    }
+
+    /// A handle on the transaction `id` as its record says.
+    ///
+    /// # Errors
+    /// [`Error::TransactionNotFound`] if no record exists.
+    pub(crate) async fn load(inner: Arc<Inner>, id: &TxId) -> Result<Transaction> {
+        let rec = record::load(&inner.client, &inner.tx_table, id)
+            .await?
+            .ok_or_else(|| Error::TransactionNotFound { tx_id: id.clone() })?;
+        Ok(Transaction::from_record(inner, id.clone(), rec))
+    }
+
+    /// The transaction's id: give it to [`TransactionManager::resume`] to drive it from elsewhere.
+    ///
+    /// [`TransactionManager::resume`]: crate::TransactionManager::resume
+    pub fn id(&self) -> &TxId {
+        &self.id
+    }
+
+    /// Starts a put (a full replacement of an item) in this transaction.
+    pub fn put_item(&self) -> PutItemBuilder<'_> {
+        PutItemBuilder::new(self)
+    }
+
+    /// Starts an update of an item in this transaction.
+    pub fn update_item(&self) -> UpdateItemBuilder<'_> {
+        UpdateItemBuilder::new(self)
+    }
+
+    /// Starts a delete of an item in this transaction.
+    pub fn delete_item(&self) -> DeleteItemBuilder<'_> {
+        DeleteItemBuilder::new(self)
+    }
+
+    /// Starts a locked read: the item as this transaction sees it, locked until the transaction ends.
+    pub fn get_item(&self) -> GetItemBuilder<'_> {
+        GetItemBuilder::new(self)
+    }
+
+    fn check_open(&self, st: &State) -> Result<()> {
+        if self.finished.load(Ordering::SeqCst) {
+            return Err(Error::TransactionFinished {
+                tx_id: self.id.clone(),
+            });
+        }
+        match st.outcome {
+            Some(TxState::Committed) => Err(Error::AlreadyCommitted {
+                tx_id: self.id.clone(),
+            }),
+            Some(TxState::RolledBack) => Err(Error::RolledBack {
+                tx_id: self.id.clone(),
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    async fn schema(&self, table: &str) -> Result<Arc<KeySchema>> {
+        self.inner.schema(table).await
+    }
+
+    /// Commits the transaction.
+    ///
+    /// Records any buffered writes, locks every item, applies every write and flips the record to
+    /// committed. Once it returns `Ok`, every write is durable and visible.
+    ///
+    /// # Errors
+    /// Every error says what happened to the transaction; [`Error::transaction_outcome`] reads it
+    /// from the error alone (the [`TxOutcome`](crate::TxOutcome) is in brackets):
+    /// - [`Error::ConditionFailed`] / [`Error::RequestRejected`] (`RolledBack`): a request's condition was false or
+    ///   DynamoDB rejected it; the transaction was rolled back. Not retryable.
+    /// - [`Error::RolledBack`] (`RolledBack`): the transaction was rolled back — by another transaction that needed
+    ///   its items, or by this `commit` after a commit request failed in a way that said nothing
+    ///   about whether it landed and the record still showed it pending (rolling back, conditional
+    ///   on the record's version, makes sure no such request lands later). Nothing was applied;
+    ///   running the unit of work again is safe.
+    /// - [`Error::Undetermined`] (`Undetermined`): a commit request failed ambiguously and the record could not be
+    ///   read back (or the rollback that would settle it failed); the transaction may or may not
+    ///   have committed, exactly once at most. Resume it later to learn the outcome; do not simply
+    ///   run the work again.
+    /// - [`Error::UnknownOutcome`] (`Undetermined`): the record was deleted meanwhile.
+    /// - [`Error::AlreadyCommitted`] (`Committed`): the transaction **is committed**; do not run the work again.
+    ///   Either releasing its locks and finalizing its record kept failing after a few retries
+    ///   (readers see through the locks; the next coordinator that meets them, or the sweeper,
+    ///   finishes), or another coordinator committed the record before this handle's unrecorded
+    ///   requests were added (those requests were not applied).
+    /// - [`Error::ItemLocked`], or a [`Error::DynamoDb`] error (`Pending`) — retryable
+    ///   ([`is_retryable`](Error::is_retryable): throttling, a transaction conflict, a 5xx or
+    ///   timeout before any commit request was sent, a commit request that provably never left
+    ///   the machine — `ambiguous: false`) or not (access denied): nothing was decided and no commit request can
+    ///   land any more; the transaction is still pending with its locks (roll it back, or leave
+    ///   it to contenders and the sweeper), unless this `commit` or a contender already rolled it
+    ///   back. Retrying the unit of work is safe once it is rolled back. `InvalidRequest`,
+    ///   `Serde` and `ReadContention` are `Pending` too; `Invariant` (a broken protocol
+    ///   invariant) is `Undetermined`.
+    ///
+    /// `Ok` always means finished: every write applied, every lock released and the record
+    /// finalized. A commit request that landed is never reported as a retryable error: when any commit request (the
+    /// fast path's, the one-request commit's, the phased flip, or the SDK's own retries of them)
+    /// fails, the record is read, and a committed record means `Ok`.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe in the sense that the outcome is then unknown to the caller: dropping the future
+    /// midway leaves the transaction pending (or already committed). It is never left half-applied:
+    /// any coordinator can finish it with [`TransactionManager::resume`], and contending transactions or
+    /// the sweeper roll it back.
+    ///
+    /// [`TransactionManager::resume`]: crate::TransactionManager::resume
+    #[instrument(level = "info", skip_all, fields(tx = %self.id, outcome = tracing::field::Empty, error.kind = tracing::field::Empty))]
+    pub async fn commit(self) -> Result<()> {
+        let r = self.commit_inner().await;
+        crate::metrics::commit_result(&r);
+        crate::metrics::record_outcome(&r, "committed");
+        self.finished.store(true, Ordering::SeqCst);
+        r
+    }
+
+    /// Rolls the transaction back: no write of it takes effect, every lock is released.
+    ///
+    /// `Ok` means the record says rolled back (or no record exists and none can appear: when the
+    /// answer to the record's creation was lost, the record is written as rolled back unless the
+    /// creation landed, which is then rolled back).
+    ///
+    /// # Errors
+    /// [`Error::AlreadyCommitted`] if it committed first (its completion is then driven to the end):
+    /// [`Error::transaction_outcome`] is `Committed`. Other errors leave the transaction pending (or
+    /// rolled back but not yet settled) and read `Pending` (`Undetermined` for
+    /// [`Error::UnknownOutcome`], the record being gone, and for `Invariant`); calling `rollback`
+    /// again on a resumed handle finishes it.
+    ///
+    /// # Cancel safety
+    /// Dropping the future midway leaves the transaction pending or rolled back but not fully cleaned;
+    /// calling `rollback` again on a resumed handle, any contending transaction, or the sweeper finishes
+    /// it.
+    #[instrument(level = "info", skip_all, fields(tx = %self.id, outcome = tracing::field::Empty, error.kind = tracing::field::Empty))]
+    pub async fn rollback(self) -> Result<()> {
+        let r = async {
+            let mut st = self.state.lock().await;
+            if self.finished.load(Ordering::SeqCst) {
+                return Err(Error::TransactionFinished {
+                    tx_id: self.id.clone(),
+                });
+            }
+            self.rollback_locked(&mut st).await
+        }
+        .await;
+        self.finished.store(true, Ordering::SeqCst);
+        crate::metrics::record_outcome(&r, "rolled_back");
+        r
+    }
+
+    /// Leaves the transaction as it is, without committing or rolling back, as if this process had
+    /// died. Its record and locks stay until another coordinator or the sweeper resolves them.
+    pub fn abandon(self) {
+        self.finished.store(true, Ordering::SeqCst);
+    }
+
+    /// Deletes the transaction's record, which must be finalized (committed or rolled back and
+    /// cleaned up). Returns false when it is not finalized yet.
+    ///
+    /// # Cancel safety
+    /// Safe to drop midway; calling again finishes the job.
+    pub async fn delete(self) -> Result<bool> {
+        self.finished.store(true, Ordering::SeqCst);
+        record::delete(&self.inner.client, &self.inner.tx_table, &self.id).await
+    }
+}

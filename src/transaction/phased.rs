@@ -1,0 +1,167 @@
+//! The phased commit, for transactions too large for one request: apply every write (batches
+//! conditional on the record being pending), flip the record conditional on its version, then
+//! settle.
+
+use futures::StreamExt;
+use tracing::{debug, instrument};
+
+use crate::ddb::{self, Transacted, Write};
+use crate::error::{Error, Result};
+use crate::item_lock::{self, ImagePlace, Stage};
+use crate::keys::ItemRef;
+use crate::record::{self, Flipped, TxState};
+use crate::request;
+use crate::settle::{group_by_owner, group_with_owners};
+
+use super::commit::is_rejection;
+use super::{CommitStep, State, Transaction};
+
+pub(super) type AppliedGroup = (Vec<Write>, Vec<Option<ItemRef>>, Result<Transacted>);
+
+impl Transaction {
+    /// Commits in phases: apply every write (batches conditional on the record being pending), flip
+    /// the record, unlock every item, finalize.
+    #[instrument(level = "debug", name = "commit_phased", skip_all, fields(tx = %self.id, items = st.items.len()))]
+    pub(super) async fn commit_phased(&self, st: &mut State) -> Result<CommitStep> {
+        let _timer = crate::metrics::PhaseTimer::start(crate::metrics::COMMIT);
+        let meta = st.meta.expect("flushed");
+        // 1. Apply.
+        let mut writes = Vec::new();
+        let mut owners = Vec::new();
+        let keys: Vec<ItemRef> = st.items.keys().cloned().collect();
+        for k in &keys {
+            let e = st.items[k].clone();
+            let lock = e
+                .lock
+                .clone()
+                .ok_or_else(|| Error::invariant("applying to an unlocked item"))?;
+            if lock.applied {
+                continue;
+            }
+            let req = e.request(&st.requests).clone();
+            let schema = self.schema(&req.table).await?;
+            let place = self.image_place(&lock, &req).await?;
+            if let ImagePlace::Table(id) = &place {
+                st.items
+                    .get_mut(k)
+                    .expect("entry")
+                    .lock
+                    .as_mut()
+                    .expect("locked")
+                    .image_ref = Some(id.clone());
+            }
+            for w in item_lock::request_writes(&req, &lock, &schema, &self.id, Stage::Apply, &place)
+            {
+                writes.push(w);
+                owners.push(Some(k.clone()));
+            }
+        }
+        let c = &self.inner.client;
+        let groups = if st.isolate_rejections {
+            group_by_owner(writes, owners)
+        } else {
+            group_with_owners(writes, owners, 1)
+        };
+        let results: Vec<AppliedGroup> = futures::stream::iter(groups)
+            .map(|(ws, os)| async move {
+                let mut batch = vec![record::pending_check(&self.inner.tx_table, &self.id)];
+                batch.extend(ws);
+                let out = ddb::transact(c, &batch).await;
+                (batch, os, out)
+            })
+            .buffer_unordered(self.inner.settings.concurrency.clamp(1, 8))
+            .collect()
+            .await;
+        let mut again = false;
+        for r in results {
+            let (batch, os, out) = r;
+            let out = match out {
+                Ok(o) => o,
+                Err(e) if is_rejection(&e) => {
+                    let owners: Vec<&ItemRef> = os.iter().flatten().collect();
+                    if owners.len() > 1 || owners.windows(2).any(|w| w[0] != w[1]) {
+                        st.isolate_rejections = true;
+                        again = true;
+                        continue;
+                    }
+                    let Some(k) = owners.first().map(|k| (*k).clone()) else {
+                        return Err(e);
+                    };
+                    let e2 = st.items[&k].clone();
+                    let req = e2.request(&st.requests).clone();
+                    st.rollback_cause = Some(crate::metrics::REQUEST_REJECTED);
+                    self.rollback_locked(st).await?;
+                    return Err(Error::RequestRejected {
+                        tx_id: self.id.clone(),
+                        request_index: e2.index(),
+                        table: req.table,
+                        message: match &e {
+                            Error::DynamoDb { message, .. } => {
+                                request::explain_rejection(message.clone().unwrap_or_default())
+                            }
+                            other => other.to_string(),
+                        },
+                    });
+                }
+                Err(e) => return Err(e),
+            };
+            match out {
+                Transacted::Ok => {
+                    for k in os.iter().flatten() {
+                        let op = st.items[k].op(&st.requests);
+                        if let Some(l) = st.items.get_mut(k).and_then(|e| e.lock.as_mut()) {
+                            // Every write is applied (a delete marked) before commit; reads are not.
+                            if op.is_write() {
+                                l.applied = true;
+                            }
+                        }
+                    }
+                }
+                Transacted::Cancelled(reasons) => {
+                    if !reasons[0].is_ok() {
+                        return self.header_failed(st, &reasons[0]).await;
+                    }
+                    match self.items_failed(st, &batch, &os, &reasons, 1).await? {
+                        CommitStep::Again => again = true,
+                        CommitStep::Done => return Ok(CommitStep::Done),
+                    }
+                }
+            }
+        }
+        if again {
+            return Ok(CommitStep::Again);
+        }
+        // 2. Flip.
+        let flipped = match record::decide(
+            c,
+            &self.inner.tx_table,
+            &self.id,
+            meta.version,
+            TxState::Committed,
+        )
+        .await
+        {
+            Ok(f) => f,
+            // Ambiguous, or the SDK's retry of an attempt that may have landed failed otherwise.
+            Err(e @ Error::DynamoDb { .. }) => {
+                return self.learn_after_ambiguous_commit(st, e).await;
+            }
+            Err(e) => return Err(e),
+        };
+        match flipped {
+            Flipped::Ok => {}
+            Flipped::Failed(Some(h)) if h.state == TxState::Committed => {}
+            Flipped::Failed(header) => {
+                self.absorb_conflict(st, header).await?;
+                return Ok(CommitStep::Again);
+            }
+        }
+        st.outcome = Some(TxState::Committed);
+        debug!(tx = %self.id, items = st.items.len(), "committed; unlocking");
+        // 3-4. Unlock and finalize. The transaction is committed whatever happens here; a failure
+        // is retried (bounded), and only when that keeps failing does commit say "committed, not
+        // finished" (locks left are seen through by readers and released by others).
+        self.settle_committed(st, true).await?;
+        Ok(CommitStep::Done)
+    }
+}

@@ -1,0 +1,51 @@
+//! Contention policies: who waits, who is rolled back, and that no schedule deadlocks. One file
+//! per concept; the helpers they share are here.
+#[path = "../common/mod.rs"]
+mod common;
+
+mod policies;
+mod tickets;
+mod wound_races;
+
+use std::time::Duration;
+
+use common::*;
+use dynamodb_transactions::{ContentionPolicy, Error, TransactionManager};
+
+/// Managers over the env's tables with tickets taken when a transaction begins (so ticket order is
+/// the order in which the transactions first wrote), a short lock wait and the given dead time.
+fn ordered(env: &TestEnv, dead_after: Duration) -> TransactionManager {
+    TransactionManager::builder(client())
+        .transactions_table(env.manager.transactions_table())
+        .images_table(env.manager.images_table())
+        .configure(|s| {
+            s.rollback_on_drop = false;
+            s.contention = ContentionPolicy::Ordered {
+                dead_after,
+                ticket_at_begin: true,
+            };
+            s.lock_wait = Duration::from_millis(400);
+            s.wound_grace = Duration::from_millis(50);
+        })
+        .build()
+}
+
+async fn ticket_of(env: &TestEnv, id: &dynamodb_transactions::TxId) -> u64 {
+    let row = env
+        .raw_get(
+            env.manager.transactions_table(),
+            &item(&[("_TxId", s(id.as_str())), ("_TxN", n(0))]),
+        )
+        .await
+        .unwrap();
+    row["_TxK"].as_n().unwrap().parse().unwrap()
+}
+
+async fn lock(tx: &dynamodb_transactions::Transaction, table: &str, k: &str) -> Result<(), Error> {
+    tx.get_item()
+        .table_name(table)
+        .key("Id", s(k))
+        .send()
+        .await
+        .map(|_| ())
+}

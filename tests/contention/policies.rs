@@ -1,0 +1,267 @@
+//! The contention policies: who waits, who is rolled back, and that no schedule deadlocks.
+
+use std::time::Duration;
+
+use dynamodb_transactions::{ContentionPolicy, Error, TransactionManager, TxState};
+
+use crate::common::*;
+use crate::{ordered, ticket_of};
+
+#[tokio::test]
+async fn a_younger_transaction_waits_for_an_older_one_and_never_rolls_it_back() {
+    let env = TestEnv::new("ct-wait").await;
+    env.raw_put(&env.table, item(&[("Id", s("k")), ("v", n(1))]))
+        .await;
+    let m = ordered(&env, Duration::from_secs(30));
+    let old = m.begin();
+    old.get_item()
+        .table_name(&env.table)
+        .key("Id", s("k"))
+        .send()
+        .await
+        .unwrap();
+    let young = m.begin();
+    young
+        .get_item()
+        .table_name(&env.table)
+        .key("Id", s("other"))
+        .send()
+        .await
+        .unwrap();
+    assert!(ticket_of(&env, old.id()).await < ticket_of(&env, young.id()).await);
+
+    // The younger one meets the older one's lock: it waits, then gives up, and the older one is
+    // untouched.
+    let err = young
+        .get_item()
+        .table_name(&env.table)
+        .key("Id", s("k"))
+        .send()
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::ItemLocked { .. }), "{err:?}");
+    assert!(err.is_retryable());
+    assert_eq!(
+        env.tx_state(old.id()).await,
+        Some((TxState::Pending, false))
+    );
+    let raw = env.raw_get(&env.table, &key("k")).await.unwrap();
+    assert_eq!(
+        raw["_TxId"],
+        s(old.id().as_str()),
+        "still locked by the older transaction"
+    );
+
+    old.update_item()
+        .table_name(&env.table)
+        .key("Id", s("k"))
+        .update_expression("SET v = :two")
+        .expression_attribute_values(":two", n(2))
+        .send()
+        .await
+        .unwrap();
+    old.commit().await.unwrap();
+    young.rollback().await.unwrap();
+    assert_eq!(
+        env.raw_get(&env.table, &key("k")).await.unwrap(),
+        item(&[("Id", s("k")), ("v", n(2))])
+    );
+}
+
+#[tokio::test]
+async fn an_older_transaction_rolls_back_a_younger_one() {
+    let env = TestEnv::new("ct-wound").await;
+    env.raw_put(&env.table, item(&[("Id", s("k")), ("v", n(1))]))
+        .await;
+    let m = ordered(&env, Duration::from_secs(30));
+    let old = m.begin();
+    old.get_item()
+        .table_name(&env.table)
+        .key("Id", s("first"))
+        .send()
+        .await
+        .unwrap();
+    let young = m.begin();
+    young
+        .get_item()
+        .table_name(&env.table)
+        .key("Id", s("k"))
+        .send()
+        .await
+        .unwrap();
+    young
+        .update_item()
+        .table_name(&env.table)
+        .key("Id", s("k"))
+        .update_expression("SET v = :y")
+        .expression_attribute_values(":y", n(100))
+        .return_values(aws_sdk_dynamodb::types::ReturnValue::AllNew)
+        .send()
+        .await
+        .unwrap();
+    assert!(ticket_of(&env, old.id()).await < ticket_of(&env, young.id()).await);
+
+    // The older one needs the item: after a short grace it rolls the younger one back.
+    let got = old
+        .get_item()
+        .table_name(&env.table)
+        .key("Id", s("k"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        got.item.unwrap()["v"],
+        n(1),
+        "the younger one's applied write was undone"
+    );
+    assert_eq!(
+        env.tx_state(young.id()).await,
+        Some((TxState::RolledBack, true))
+    );
+    assert!(young.commit().await.unwrap_err().is_rolled_back());
+    old.commit().await.unwrap();
+    assert_eq!(
+        env.raw_get(&env.table, &key("k")).await.unwrap(),
+        item(&[("Id", s("k")), ("v", n(1))])
+    );
+}
+
+#[tokio::test]
+async fn a_dead_transaction_is_rolled_back_whatever_its_ticket() {
+    let env = TestEnv::new("ct-dead").await;
+    env.raw_put(&env.table, item(&[("Id", s("k")), ("v", n(1))]))
+        .await;
+    let m = ordered(&env, Duration::from_millis(300));
+    let old = m.begin();
+    let old_id = old.id().clone();
+    old.get_item()
+        .table_name(&env.table)
+        .key("Id", s("k"))
+        .send()
+        .await
+        .unwrap();
+    old.abandon(); // its coordinator dies, holding the lock
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let young = m.begin();
+    young
+        .get_item()
+        .table_name(&env.table)
+        .key("Id", s("k"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        env.tx_state(&old_id).await,
+        Some((TxState::RolledBack, true))
+    );
+    young.commit().await.unwrap();
+    assert_eq!(
+        env.raw_get(&env.table, &key("k")).await.unwrap(),
+        item(&[("Id", s("k")), ("v", n(1))])
+    );
+}
+
+#[tokio::test]
+async fn roll_back_others_policy_rolls_back_the_holder_whatever_its_age() {
+    let env = TestEnv::with_settings("ct-rbo", |s| {
+        s.contention = ContentionPolicy::RollBackOthers
+    })
+    .await;
+    env.raw_put(&env.table, item(&[("Id", s("k")), ("v", n(1))]))
+        .await;
+    let old = env.manager.begin();
+    old.get_item()
+        .table_name(&env.table)
+        .key("Id", s("k"))
+        .send()
+        .await
+        .unwrap();
+    let young = env.manager.begin();
+    young
+        .get_item()
+        .table_name(&env.table)
+        .key("Id", s("k"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        env.tx_state(old.id()).await,
+        Some((TxState::RolledBack, true))
+    );
+    assert!(old.commit().await.unwrap_err().is_rolled_back());
+    young.commit().await.unwrap();
+}
+
+#[tokio::test]
+async fn crossing_lock_orders_never_deadlock() {
+    let env = TestEnv::new("ct-cross").await;
+    for k in ["a", "b", "c"] {
+        env.raw_put(&env.table, item(&[("Id", s(k)), ("v", n(0))]))
+            .await;
+    }
+    // Default policy: tickets at first contention.
+    let orders: [&[&str]; 4] = [
+        &["a", "b", "c"],
+        &["c", "b", "a"],
+        &["b", "a", "c"],
+        &["c", "a", "b"],
+    ];
+    let mut handles = Vec::new();
+    for (w, order) in orders.iter().enumerate() {
+        let m = TransactionManager::builder(client())
+            .transactions_table(env.manager.transactions_table())
+            .images_table(env.manager.images_table())
+            .configure(|s| s.run_attempts = 50)
+            .build();
+        let table = env.table.clone();
+        let order: Vec<String> = order.iter().map(|s| s.to_string()).collect();
+        handles.push(tokio::spawn(async move {
+            for _ in 0..4 {
+                let (table, order) = (table.clone(), order.clone());
+                m.run(async move |tx| {
+                    // Read every item in this worker's order, then increment all of them.
+                    let mut vals = Vec::new();
+                    for k in &order {
+                        let it = tx
+                            .get_item()
+                            .table_name(&table)
+                            .key("Id", s(k))
+                            .send()
+                            .await?;
+                        vals.push(
+                            it.item.unwrap()["v"]
+                                .as_n()
+                                .unwrap()
+                                .parse::<i64>()
+                                .unwrap(),
+                        );
+                    }
+                    for (k, v) in order.iter().zip(vals) {
+                        tx.put_item()
+                            .table_name(&table)
+                            .item("Id", s(k))
+                            .item("v", n(v + 1))
+                            .send()
+                            .await?;
+                    }
+                    Ok::<_, Error>(())
+                })
+                .await
+                .unwrap_or_else(|e| panic!("worker {w}: {e}"));
+            }
+        }));
+    }
+    for h in handles {
+        tokio::time::timeout(Duration::from_secs(120), h)
+            .await
+            .expect("no deadlock")
+            .unwrap();
+    }
+    // 4 workers x 4 increments, no lost update.
+    for k in ["a", "b", "c"] {
+        assert_eq!(
+            env.raw_get(&env.table, &key(k)).await.unwrap(),
+            item(&[("Id", s(k)), ("v", n(16))])
+        );
+    }
+}

@@ -1,0 +1,51 @@
+//! Transactions end to end: large transactions, conditions, rejections, bad input, read-your-writes,
+//! lock upgrades and request counts, on both commit paths. One file per concept; the helpers they
+//! share are here.
+#[path = "../common/mod.rs"]
+mod common;
+
+mod commit_paths;
+mod drop;
+mod images;
+mod in_doubt;
+mod item_size;
+mod large;
+mod lost_record_writes;
+mod reads;
+mod validation;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use common::*;
+
+/// Both commit paths: one `TransactWriteItems`, and phases.
+async fn envs(prefix: &str) -> Vec<TestEnv> {
+    vec![
+        TestEnv::new(&format!("{prefix}-os")).await,
+        TestEnv::with_settings(&format!("{prefix}-ph"), |s| s.one_shot_max_items = 0).await,
+    ]
+}
+
+async fn assert_clean(env: &TestEnv) {
+    for i in env.scan_all(&env.table).await {
+        assert!(!has_tx_attrs(&i), "lock attributes left: {i:?}");
+    }
+    assert!(
+        env.scan_all(env.manager.images_table()).await.is_empty(),
+        "images left"
+    );
+}
+
+async fn counts(env: &TestEnv, ids: &[&str]) -> Vec<AttributeValue> {
+    let mut out = Vec::new();
+    for id in ids {
+        let i = env.raw_get(&env.table, &key(id)).await.unwrap();
+        assert!(!has_tx_attrs(&i), "lock attributes left: {i:?}");
+        out.push(i["n"].clone());
+    }
+    out
+}
+
+async fn assert_no_images(env: &TestEnv, what: &str) {
+    let images = env.scan_all(env.manager.images_table()).await;
+    assert!(images.is_empty(), "{what}: images left: {}", images.len());
+}
