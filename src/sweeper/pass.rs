@@ -18,8 +18,8 @@ use crate::error::{Error, Item, Result};
 use crate::item_lock::{self, Observed};
 use crate::manager::TransactionManager;
 use crate::record::{self, TxState};
+use crate::settle;
 use crate::tables::{IMAGE_ID, TX_ID, TX_ROW};
-use crate::transaction::Transaction;
 
 /// An error's description without attribute values (for logs above debug).
 fn without_values(e: &Error) -> String {
@@ -233,8 +233,7 @@ impl Pass<'_> {
             return Ok(());
         }
         let judged = h.updated_ms;
-        let tx = Transaction::from_record(self.mgr.clone(), id.clone(), rec);
-        match tx.rollback_if_idle(judged).await {
+        match settle::roll_back_idle(&self.mgr.inner, id, rec, judged).await {
             Ok(true) => {
                 debug!(tx = %id, "sweep: rolled back an idle pending transaction");
                 self.note(|r| r.rolled_back.push(id.clone()));

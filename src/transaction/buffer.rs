@@ -10,7 +10,7 @@ use tracing::{debug, instrument};
 
 use crate::error::{Error, Item, Result};
 use crate::expr;
-use crate::isolation::cond::value_eq;
+use crate::expr::value_eq;
 use crate::item_lock::LockInfo;
 use crate::keys::ItemRef;
 use crate::record::{self, Appended, Header, TxState};

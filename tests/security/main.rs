@@ -11,7 +11,7 @@
 //! - a finished transaction, resumed by id, accepts no new request and writes nothing.
 //!
 //! `tests/isolation/` checks the isolated reads' contents in every lock state and
-//! `tests/transaction.rs` the validation of unlocked requests; this file covers what they do not.
+//! `tests/transaction/validation.rs` the validation of unlocked requests; this file covers what they do not.
 #[path = "../common/mod.rs"]
 mod common;
 
