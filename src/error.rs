@@ -43,6 +43,21 @@ pub enum Error {
         tx_id: TxId,
     },
 
+    /// Another handle of this transaction (another coordinator, or a handle made by
+    /// [`TransactionManager::resume`](crate::TransactionManager::resume)) committed it before this
+    /// handle recorded its last `unrecorded` requests: the transaction committed without them, so
+    /// they were never applied. Whatever this handle recorded before (reads, writes with
+    /// `ReturnValues`) is part of the committed transaction.
+    #[error(
+        "transaction {tx_id} was committed by another handle before {unrecorded} request(s) of this handle were recorded; they were not applied"
+    )]
+    CommittedWithout {
+        /// The transaction.
+        tx_id: TxId,
+        /// How many requests of this handle are not part of the committed transaction.
+        unrecorded: usize,
+    },
+
     /// The transaction's record is gone, so whether it committed or rolled back cannot be known.
     #[error("the outcome of transaction {tx_id} is unknown: its record was deleted")]
     UnknownOutcome {
@@ -233,6 +248,12 @@ pub enum TxOutcome {
     /// [`TransactionManager::rollback_transaction`]: crate::TransactionManager::rollback_transaction
     /// [`TransactionManager::run`]: crate::TransactionManager::run
     Pending,
+    /// The transaction committed, but without some requests of this handle: another handle of the
+    /// same transaction decided it before they were recorded
+    /// ([`Error::CommittedWithout`]). Those requests never took effect; what this handle recorded
+    /// earlier did. Running the whole work again would apply the recorded part twice: run only what
+    /// is missing, in a new transaction.
+    CommittedWithout,
     /// Whether the transaction committed cannot be known from here: a commit request may have
     /// landed and the record could not be read back (or is gone). It is applied at most once;
     /// resume it (or read [`TransactionManager::transaction_state`]) later to learn the outcome.
@@ -307,6 +328,7 @@ impl Error {
     /// | Error | Outcome |
     /// |---|---|
     /// | [`AlreadyCommitted`](Error::AlreadyCommitted) | [`Committed`](TxOutcome::Committed) |
+    /// | [`CommittedWithout`](Error::CommittedWithout) | [`CommittedWithout`](TxOutcome::CommittedWithout) |
     /// | [`RolledBack`](Error::RolledBack), [`ConditionFailed`](Error::ConditionFailed), [`RequestRejected`](Error::RequestRejected) | [`RolledBack`](TxOutcome::RolledBack) |
     /// | [`Undetermined`](Error::Undetermined), [`UnknownOutcome`](Error::UnknownOutcome), [`Invariant`](Error::Invariant) | [`Undetermined`](TxOutcome::Undetermined) |
     /// | [`ItemLocked`](Error::ItemLocked), [`DynamoDb`](Error::DynamoDb) (retryable or not), [`ReadContention`](Error::ReadContention), [`InvalidRequest`](Error::InvalidRequest), [`DuplicateRequest`](Error::DuplicateRequest), [`Serde`](Error::Serde) | [`Pending`](TxOutcome::Pending) |
@@ -323,6 +345,7 @@ impl Error {
     pub fn transaction_outcome(&self) -> Option<TxOutcome> {
         Some(match self {
             Error::AlreadyCommitted { .. } => TxOutcome::Committed,
+            Error::CommittedWithout { .. } => TxOutcome::CommittedWithout,
             Error::RolledBack { .. }
             | Error::ConditionFailed { .. }
             | Error::RequestRejected { .. } => TxOutcome::RolledBack,

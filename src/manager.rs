@@ -163,6 +163,15 @@ impl TransactionManager {
     /// Resumes a transaction from its record, to drive it from this coordinator: `commit` finishes
     /// it, `rollback` undoes it, reads and writes add to it.
     ///
+    /// # Two handles of one transaction
+    /// A resumed handle is another coordinator of the same transaction, even in the same process:
+    /// the handles share no memory. Each sees the other's requests once they are recorded (reads
+    /// and writes with `ReturnValues` record at once; other writes at commit), and an append that
+    /// meets the other's merges its requests. If one handle commits while the other still holds
+    /// unrecorded writes, the other's `commit` returns [`Error::CommittedWithout`] naming how many
+    /// of its requests were left out, never `Ok` or [`Error::AlreadyCommitted`]. Drive a transaction
+    /// from one handle at a time; resume to take over a handle that is gone.
+    ///
     /// # Errors
     /// [`Error::TransactionNotFound`] if no record exists.
     ///
@@ -311,7 +320,11 @@ impl TransactionManager {
             let err = match work(&tx).await {
                 Ok(v) => match tx.commit().await {
                     Ok(()) => return crate::metrics::run_result(Ok(v), attempt),
-                    Err(e) if e.is_undetermined() => {
+                    // Undetermined, or committed without some requests: retrying the work is
+                    // not safe, and rolling back cannot change a commit.
+                    Err(e)
+                        if e.is_undetermined() || matches!(e, Error::CommittedWithout { .. }) =>
+                    {
                         return crate::metrics::run_result(Err(e), attempt);
                     }
                     Err(e) => {

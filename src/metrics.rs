@@ -197,6 +197,7 @@ pub(crate) fn error_kind(e: &Error) -> &'static str {
     match e {
         Error::RolledBack { .. } => "rolled_back",
         Error::AlreadyCommitted { .. } => "already_committed",
+        Error::CommittedWithout { .. } => "committed_without",
         Error::UnknownOutcome { .. } => "unknown_outcome",
         Error::Undetermined { .. } => "undetermined",
         Error::TransactionNotFound { .. } => "transaction_not_found",
@@ -238,6 +239,7 @@ pub(crate) fn record_outcome<T>(r: &Result<T, Error>, ok: &'static str) {
                 | Error::ConditionFailed { .. }
                 | Error::RequestRejected { .. } => "rolled_back",
                 Error::AlreadyCommitted { .. } => "committed",
+                Error::CommittedWithout { .. } => "committed_without",
                 Error::Undetermined { .. } | Error::UnknownOutcome { .. } => "unknown",
                 _ => "failed",
             };

@@ -205,12 +205,35 @@ impl Transaction {
                 })
             }
             TxState::Committed => {
+                // Requests of ours the decision did not include were never applied: saying
+                // "committed" would tell the caller they were.
+                let unrecorded = self.unrecorded_in_decided(st).await?;
                 self.finish_decided(st, TxState::Committed).await?;
+                if unrecorded > 0 {
+                    return Err(Error::CommittedWithout {
+                        tx_id: self.id.clone(),
+                        unrecorded,
+                    });
+                }
                 Err(Error::AlreadyCommitted {
                     tx_id: self.id.clone(),
                 })
             }
         }
+    }
+
+    /// How many of this handle's requests not known to be recorded are missing from the record (read
+    /// now; an earlier write of it whose answer was lost may have recorded some of them).
+    async fn unrecorded_in_decided(&self, st: &State) -> Result<usize> {
+        if st.requests.len() == st.recorded {
+            return Ok(0);
+        }
+        let rec = record::load(&self.inner.client, &self.inner.tx_table, &self.id).await?;
+        let in_record = rec.map(|r| r.requests).unwrap_or_default();
+        Ok(st.requests[st.recorded..]
+            .iter()
+            .filter(|r| !in_record.iter().any(|x| same_request(x, r)))
+            .count())
     }
 
     /// Another coordinator appended requests: adopt the record's list, keep ours that are not in it.

@@ -312,6 +312,7 @@ pub(super) fn is_outcome(e: &Error) -> bool {
         e,
         Error::RolledBack { .. }
             | Error::AlreadyCommitted { .. }
+            | Error::CommittedWithout { .. }
             | Error::ConditionFailed { .. }
             | Error::RequestRejected { .. }
             | Error::UnknownOutcome { .. }

@@ -6,6 +6,7 @@ mod common;
 
 mod commit_paths;
 mod drop;
+mod handles;
 mod images;
 mod in_doubt;
 mod item_size;
