@@ -189,15 +189,21 @@ pub enum Error {
 
     /// A DynamoDB request failed.
     ///
-    /// Displayed on one line as `DynamoDB <operation> failed (<code>): <message>`; for a failure
+    /// Displayed on one line as `DynamoDB <operation> failed (<code>) on table <table>, key <key>:
+    /// <message>` (table and key where known); for a failure
     /// without an answer (no connection, a timeout) the message is the chain of causes, e.g.
     /// `DynamoDB DescribeTable failed: dispatch failure: io error: client error (Connect): tcp
     /// connect error: Connection refused (os error 111)`. The SDK error stays available as the
     /// [`source`](std::error::Error::source).
-    #[error("DynamoDB {operation} failed{}: {}", code.as_deref().map(|c| format!(" ({c})")).unwrap_or_default(), one_line(message.as_deref().unwrap_or("no message")))]
+    #[error("DynamoDB {operation} failed{}{}: {}", code.as_deref().map(|c| format!(" ({c})")).unwrap_or_default(), DisplayTarget(table, key), one_line(message.as_deref().unwrap_or("no message")))]
     DynamoDb {
         /// The operation, e.g. `"UpdateItem"`.
         operation: &'static str,
+        /// The table of the request, when it names one (`None` for requests over several tables,
+        /// such as `TransactWriteItems`).
+        table: Option<String>,
+        /// The key of the item, for a request on one item whose key is known.
+        key: Option<Item>,
         /// DynamoDB's error code, e.g. `"ThrottlingException"`.
         code: Option<String>,
         /// DynamoDB's message.
@@ -416,11 +422,30 @@ impl Error {
         };
         Error::DynamoDb {
             operation,
+            table: None,
+            key: None,
             code,
             message,
             ambiguous,
             source: Box::new(err),
         }
+    }
+
+    /// Names the table a failed DynamoDB request was sent to (other errors are returned as they are).
+    pub(crate) fn on_table(mut self, name: &str) -> Error {
+        if let Error::DynamoDb { table, .. } = &mut self {
+            *table = Some(name.to_string());
+        }
+        self
+    }
+
+    /// Names the table and the key of the item a failed DynamoDB request was about.
+    pub(crate) fn on_item(mut self, name: &str, item_key: &Item) -> Error {
+        if let Error::DynamoDb { table, key, .. } = &mut self {
+            *table = Some(name.to_string());
+            *key = Some(item_key.clone());
+        }
+        self
     }
 }
 
@@ -460,6 +485,21 @@ fn find_source<'a, T: std::error::Error + 'static>(
         cur = c.source();
     }
     None
+}
+
+/// ` on table T, key K` for the `Display` of [`Error::DynamoDb`]; empty when neither is known.
+struct DisplayTarget<'a>(&'a Option<String>, &'a Option<Item>);
+
+impl fmt::Display for DisplayTarget<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(t) = self.0 {
+            write!(f, " on table {t}")?;
+        }
+        if let Some(k) = self.1 {
+            write!(f, ", key {}", DisplayKey(k))?;
+        }
+        Ok(())
+    }
 }
 
 /// A key (or item) on one line: `Id = "a", Sort = 5`, attributes in name order.

@@ -45,7 +45,7 @@ pub(crate) async fn describe(client: &Client, table: &str) -> Result<Option<Tabl
         Ok(out) => Ok(out.table),
         Err(e) => match e.as_service_error() {
             Some(DescribeTableError::ResourceNotFoundException(_)) => Ok(None),
-            _ => Err(Error::sdk("DescribeTable", e)),
+            _ => Err(Error::sdk("DescribeTable", e).on_table(table)),
         },
     }
 }
@@ -149,7 +149,7 @@ pub(crate) async fn create_or_verify(
             .as_service_error()
             .is_some_and(|s| s.is_resource_in_use_exception())
         {
-            return Err(Error::sdk("CreateTable", e));
+            return Err(Error::sdk("CreateTable", e).on_table(table));
         }
     }
     wait_active(client, table, layout, wait).await

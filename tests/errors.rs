@@ -98,7 +98,7 @@ async fn a_refused_connection_is_not_ambiguous_and_reads_as_one_line() {
         assert_one_readable_line(&err);
         let line = err.to_string();
         assert!(
-            line.starts_with("DynamoDB DescribeTable failed: dispatch failure: ")
+            line.starts_with("DynamoDB DescribeTable failed on table Tx: dispatch failure: ")
                 && line.contains("the request was never sent")
                 && line.to_lowercase().contains("connection refused"),
             "{line}"
@@ -358,6 +358,8 @@ fn dynamodb_errors_display_as_one_line() {
         (
             Error::DynamoDb {
                 operation: "PutItem",
+                table: None,
+                key: None,
                 code: Some("ValidationException".into()),
                 message: Some("One or more parameter values were invalid:\n  bad".into()),
                 ambiguous: false,
@@ -368,6 +370,8 @@ fn dynamodb_errors_display_as_one_line() {
         (
             Error::DynamoDb {
                 operation: "TransactWriteItems",
+                table: None,
+                key: None,
                 code: Some("ThrottlingError".into()),
                 message: None,
                 ambiguous: false,
@@ -378,12 +382,26 @@ fn dynamodb_errors_display_as_one_line() {
         (
             Error::DynamoDb {
                 operation: "GetItem",
+                table: None,
+                key: None,
                 code: None,
                 message: Some("dispatch failure: io error: connection refused".into()),
                 ambiguous: false,
                 source: "x".into(),
             },
             "DynamoDB GetItem failed: dispatch failure: io error: connection refused",
+        ),
+        (
+            Error::DynamoDb {
+                operation: "UpdateItem",
+                table: Some("Accounts".into()),
+                key: Some(item(&[("Id", s("a")), ("Sort", n(5))])),
+                code: Some("ValidationException".into()),
+                message: Some("bad".into()),
+                ambiguous: false,
+                source: "x".into(),
+            },
+            r#"DynamoDB UpdateItem failed (ValidationException) on table Accounts, key Id = "a", Sort = 5: bad"#,
         ),
     ];
     for (e, want) in shapes {
@@ -398,6 +416,29 @@ fn dynamodb_errors_display_as_one_line() {
         locked.to_string(),
         r#"item of table Accounts (key Id = "a", Sort = 5) is locked by transaction t1"#
     );
+}
+
+/// A failed request on one item names its table and key, as DynamoDB answered it for real.
+#[tokio::test]
+async fn a_failed_request_names_its_table_and_key() {
+    // A manager whose transactions table does not exist: reading a record is a GetItem that
+    // DynamoDB refuses with ResourceNotFoundException.
+    let missing = unique_name("err-target-missing");
+    let manager = TransactionManager::builder(client())
+        .transactions_table(&missing)
+        .build();
+    let e = manager.transaction_state(&"t1".into()).await.unwrap_err();
+    assert!(
+        matches!(&e, Error::DynamoDb { table: Some(t), key: Some(_), .. } if *t == missing),
+        "{e:?}"
+    );
+    assert_eq!(
+        e.to_string().split(": ").next().unwrap(),
+        format!(
+            r#"DynamoDB GetItem failed (ResourceNotFoundException) on table {missing}, key _TxId = "t1", _TxN = 0"#
+        ),
+    );
+    assert_one_readable_line(&e);
 }
 
 /// Each outcome, driven for real, read from the error alone, and checked against the record.

@@ -276,7 +276,7 @@ impl Write {
                         Some(aws_sdk_dynamodb::operation::put_item::PutItemError::ConditionalCheckFailedException(c)) => {
                             Ok(Written::ConditionFailed(c.item.clone()))
                         }
-                        _ => Err(Error::sdk("PutItem", e)),
+                        _ => Err(Error::sdk("PutItem", e).on_table(&self.table)),
                     },
                 }
             }
@@ -299,7 +299,7 @@ impl Write {
                         Some(aws_sdk_dynamodb::operation::update_item::UpdateItemError::ConditionalCheckFailedException(c)) => {
                             Ok(Written::ConditionFailed(c.item.clone()))
                         }
-                        _ => Err(Error::sdk("UpdateItem", e)),
+                        _ => Err(Error::sdk("UpdateItem", e).on_item(&self.table, key)),
                     },
                 }
             }
@@ -321,7 +321,7 @@ impl Write {
                         Some(aws_sdk_dynamodb::operation::delete_item::DeleteItemError::ConditionalCheckFailedException(c)) => {
                             Ok(Written::ConditionFailed(c.item.clone()))
                         }
-                        _ => Err(Error::sdk("DeleteItem", e)),
+                        _ => Err(Error::sdk("DeleteItem", e).on_item(&self.table, key)),
                     },
                 }
             }
@@ -333,6 +333,8 @@ impl Write {
                         Some(r) if r.is_condition_failed() => Ok(Written::ConditionFailed(r.item)),
                         Some(r) => Err(Error::DynamoDb {
                             operation: "TransactWriteItems",
+                            table: Some(self.table.clone()),
+                            key: None,
                             code: Some(r.code.clone()),
                             message: r.message.clone(),
                             ambiguous: false,
@@ -470,7 +472,7 @@ pub(crate) async fn batch_delete(client: &Client, table: &str, keys: Vec<Item>) 
                 .set_request_items(Some(pending))
                 .send()
                 .await
-                .map_err(|e| Error::sdk("BatchWriteItem", e))?;
+                .map_err(|e| Error::sdk("BatchWriteItem", e).on_table(table))?;
             pending = resp.unprocessed_items.unwrap_or_default();
             pending.retain(|_, v| !v.is_empty());
             if !pending.is_empty() {

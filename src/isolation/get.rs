@@ -126,7 +126,7 @@ impl IsolatedGetItemBuilder<'_> {
             .consistent_read(self.consistent)
             .send()
             .await
-            .map_err(|e| Error::sdk("GetItem", e))?
+            .map_err(|e| Error::sdk("GetItem", e).on_item(&self.table, &self.key))?
             .item;
         let item = match resolve(self.mgr, self.level, raw.as_ref(), None).await? {
             Seen::Absent => None,

@@ -128,7 +128,7 @@ impl Prepared {
                     .set_scan_index_forward(forward)
                     .send()
                     .await
-                    .map_err(|e| Error::sdk("Query", e))?;
+                    .map_err(|e| Error::sdk("Query", e).on_table(&s.table))?;
                 (out.items.unwrap_or_default(), out.last_evaluated_key)
             }
             Kind::Scan { segment, total } => {
@@ -147,7 +147,7 @@ impl Prepared {
                     .set_total_segments(total)
                     .send()
                     .await
-                    .map_err(|e| Error::sdk("Scan", e))?;
+                    .map_err(|e| Error::sdk("Scan", e).on_table(&s.table))?;
                 (out.items.unwrap_or_default(), out.last_evaluated_key)
             }
         };

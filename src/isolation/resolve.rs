@@ -50,7 +50,10 @@ async fn tx_state(
         .consistent_read(true)
         .send()
         .await
-        .map_err(|e| Error::sdk("GetItem", e))?;
+        .map_err(|e| {
+            let key = record::header_key(&TxId(owner.to_string()));
+            Error::sdk("GetItem", e).on_item(&mgr.inner.tx_table, &key)
+        })?;
     let state = match out.item {
         None => None,
         Some(i) => Some(match i.get(record::STATE).and_then(|v| v.as_s().ok()) {
@@ -142,7 +145,7 @@ impl Ctx {
                 .consistent_read(true)
                 .send()
                 .await
-                .map_err(|e| Error::sdk("GetItem", e))?
+                .map_err(|e| Error::sdk("GetItem", e).on_item(&self.table, key))?
                 .item;
             match resolve(&self.mgr, self.level, raw.as_ref(), None).await? {
                 Seen::Absent => return Ok(None),

@@ -104,7 +104,7 @@ pub(crate) async fn load_table_image(
         .consistent_read(true)
         .send()
         .await
-        .map_err(|e| Error::sdk("GetItem", e))?;
+        .map_err(|e| Error::sdk("GetItem", e).on_table(image_table))?;
     Ok(out.item.map(|mut i| {
         i.remove(crate::tables::IMAGE_ID);
         i

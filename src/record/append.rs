@@ -265,6 +265,8 @@ async fn append_chunks(
                 .collect();
             Err(Error::DynamoDb {
                 operation: "TransactWriteItems",
+                table: None,
+                key: None,
                 code: why.first().cloned(),
                 message: Some(format!("appending request rows was cancelled: {why:?}")),
                 ambiguous: false,

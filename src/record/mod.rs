@@ -208,7 +208,7 @@ pub(crate) async fn load_header(client: &Client, table: &str, id: &TxId) -> Resu
         .consistent_read(true)
         .send()
         .await
-        .map_err(|e| Error::sdk("GetItem", e))?;
+        .map_err(|e| Error::sdk("GetItem", e).on_item(table, &header_key(id)))?;
     out.item.as_ref().map(Header::parse).transpose()
 }
 
@@ -243,7 +243,10 @@ async fn partition_rows(
                 .projection_expression("#id, #n")
                 .expression_attribute_names("#n", TX_ROW);
         }
-        let page = query.send().await.map_err(|e| Error::sdk("Query", e))?;
+        let page = query
+            .send()
+            .await
+            .map_err(|e| Error::sdk("Query", e).on_table(table))?;
         rows.extend(page.items.unwrap_or_default());
         start = page.last_evaluated_key;
         if start.is_none() {

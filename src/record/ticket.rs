@@ -22,7 +22,10 @@ pub(crate) async fn take_ticket(client: &Client, table: &str) -> Result<u64> {
         .return_values(aws_sdk_dynamodb::types::ReturnValue::UpdatedNew)
         .send()
         .await
-        .map_err(|e| Error::sdk("UpdateItem", e))?;
+        .map_err(|e| {
+            let key = header_key(&TxId(TICKET_COUNTER_ID.to_string()));
+            Error::sdk("UpdateItem", e).on_item(table, &key)
+        })?;
     out.attributes
         .as_ref()
         .and_then(|a| a.get(TICKET))

@@ -9,6 +9,8 @@ use crate::keys::ItemRef;
 pub(crate) fn cancelled_error(reason: &ddb::Reason) -> Error {
     Error::DynamoDb {
         operation: "TransactWriteItems",
+        table: None,
+        key: None,
         code: Some(reason.code.clone()),
         message: reason.message.clone(),
         ambiguous: false,

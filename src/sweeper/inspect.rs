@@ -267,7 +267,7 @@ async fn client_expiry(client: &Client, table: &str, id: &TxId) -> Result<Option
         .consistent_read(true)
         .send()
         .await
-        .map_err(|e| Error::sdk("GetItem", e))?;
+        .map_err(|e| Error::sdk("GetItem", e).on_item(table, &record::header_key(id)))?;
     Ok(out
         .item
         .and_then(|i| i.get(record::EXPIRES).and_then(|v| v.as_n().ok()).cloned())

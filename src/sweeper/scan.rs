@@ -103,7 +103,7 @@ where
                 .set_exclusive_start_key(start.take())
                 .send()
                 .await
-                .map_err(|e| Error::sdk("Scan", e))?;
+                .map_err(|e| Error::sdk("Scan", e).on_table(spec.table))?;
             let items = page.items.unwrap_or_default();
             let n = items.len() as u64;
             futures::stream::iter(items)
