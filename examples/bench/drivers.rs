@@ -1,0 +1,129 @@
+//! Who runs a transaction scenario: the library with its default settings, the library with the
+//! write-only fast path off (the locking protocol), the library in the Java library's shape (one
+//! request in flight, phased commit), or native `TransactWriteItems` (one request, no protocol).
+
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::types::{Delete, Put, TransactWriteItem, Update};
+use dynamodb_transactions::{Settings, TransactionManager};
+
+use crate::transactions::{Kind, PAD, n_val, s};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Driver {
+    /// Default `Settings` (write-only transactions of < 100 items take the fast path).
+    Library,
+    /// `write_only_fast_path = false`: every transaction goes through the locking protocol.
+    Locking,
+    /// The Java library's shape: `concurrency = 1`, `one_shot_max_items = 0`, no fast path.
+    Sequential,
+    /// One `TransactWriteItems` with the N actions (N ≤ 100, writes only).
+    Native,
+}
+
+impl Driver {
+    pub fn label(self) -> &'static str {
+        match self {
+            Driver::Library => "library",
+            Driver::Locking => "locking",
+            Driver::Sequential => "sequential",
+            Driver::Native => "native",
+        }
+    }
+
+    /// The drivers that run `kind` at size `n`. Reads and transfers always take the locking
+    /// protocol, so the locking driver would repeat the library's figures there.
+    pub fn for_row(kind: Kind, n: usize) -> Vec<Driver> {
+        let mut d = vec![Driver::Library];
+        if kind.writes_only() {
+            d.push(Driver::Locking);
+        }
+        d.push(Driver::Sequential);
+        if kind.writes_only() && n <= 100 {
+            d.push(Driver::Native);
+        }
+        d
+    }
+
+    /// Applies this driver's settings on top of the defaults (`concurrency`: the library's
+    /// in-flight limit from the command line, if any).
+    pub fn configure(self, st: &mut Settings, concurrency: Option<usize>) {
+        match self {
+            Driver::Library | Driver::Locking => {
+                if let Some(c) = concurrency {
+                    st.concurrency = c;
+                }
+                if self == Driver::Locking {
+                    st.write_only_fast_path = false;
+                }
+            }
+            Driver::Sequential => {
+                st.concurrency = 1;
+                st.one_shot_max_items = 0;
+                st.write_only_fast_path = false;
+            }
+            Driver::Native => {}
+        }
+    }
+
+    /// A manager with this driver's settings on the benchmark's tables.
+    pub fn manager(
+        self,
+        client: Client,
+        prefix: &str,
+        concurrency: Option<usize>,
+    ) -> TransactionManager {
+        TransactionManager::builder(client)
+            .transactions_table(format!("{prefix}-tx"))
+            .images_table(format!("{prefix}-img"))
+            .configure(|st| self.configure(st, concurrency))
+            .build()
+    }
+}
+
+/// The native equivalent of one write scenario: one `TransactWriteItems` with the N actions.
+pub async fn run_native(client: &Client, table: &str, kind: Kind, keys: &[String]) {
+    let items: Vec<TransactWriteItem> = keys
+        .iter()
+        .map(|k| match kind {
+            Kind::Update => TransactWriteItem::builder()
+                .update(
+                    Update::builder()
+                        .table_name(table)
+                        .key("Id", s(k))
+                        .update_expression("SET hits = hits + :one")
+                        .expression_attribute_values(":one", n_val(1))
+                        .build()
+                        .expect("update"),
+                )
+                .build(),
+            Kind::Insert => TransactWriteItem::builder()
+                .put(
+                    Put::builder()
+                        .table_name(table)
+                        .item("Id", s(k))
+                        .item("hits", n_val(0))
+                        .item("pad", s(PAD))
+                        .condition_expression("attribute_not_exists(Id)")
+                        .build()
+                        .expect("put"),
+                )
+                .build(),
+            Kind::Delete => TransactWriteItem::builder()
+                .delete(
+                    Delete::builder()
+                        .table_name(table)
+                        .key("Id", s(k))
+                        .build()
+                        .expect("delete"),
+                )
+                .build(),
+            Kind::Read | Kind::Transfer => unreachable!("no native equivalent of reads"),
+        })
+        .collect();
+    client
+        .transact_write_items()
+        .set_transact_items(Some(items))
+        .send()
+        .await
+        .expect("native transaction");
+}

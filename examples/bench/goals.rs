@@ -1,0 +1,145 @@
+//! The performance goals (issue 8's, met, and issue 15's targets) checked against this run.
+
+use std::fmt::Write as _;
+
+use crate::contention::ContentionFigures;
+use crate::locks::{self, LockResults};
+use crate::report::num;
+use crate::transactions::{Kind, Row};
+
+/// Throughput of npm `dynamodb-lock-client` 0.7.3 FailClosed under 16 contenders, measured
+/// elsewhere on DynamoDB Local (docs/PERFORMANCE.md, peer locks): the queue lock's target.
+const PEER_FAIL_CLOSED_ACQ_PER_S: f64 = 56.0;
+
+fn mark(ok: bool) -> &'static str {
+    if ok { "met" } else { "NOT met" }
+}
+
+pub fn goals(rows: &[Row], locks: &LockResults, contention: &[ContentionFigures]) -> String {
+    let mut out = String::new();
+    let updates: Vec<&Row> = rows.iter().filter(|r| r.kind == Kind::Update).collect();
+    let find = |kind: Kind, n: usize| rows.iter().find(|r| r.kind == kind && r.n == n);
+    if !updates.is_empty() {
+        let detail: Vec<String> = updates
+            .iter()
+            .map(|r| format!("N={}: {} ≤ {}", r.n, num(r.lib.requests()), 2 * r.n + 8))
+            .collect();
+        let ok = updates
+            .iter()
+            .all(|r| r.lib.requests() <= (2 * r.n + 8) as f64);
+        let _ = writeln!(
+            out,
+            "- Requests per N-item update transaction ≤ 2N + 8: **{}** ({})",
+            mark(ok),
+            detail.join(", ")
+        );
+        let small: Vec<&&Row> = updates.iter().filter(|r| r.n <= 100).collect();
+        let detail: Vec<String> = small
+            .iter()
+            .map(|r| format!("N={}: {}", r.n, r.lib.path_median()))
+            .collect();
+        let _ = writeln!(
+            out,
+            "- Critical path ≤ 8 round trips for N ≤ 100: **{}** ({})",
+            mark(small.iter().all(|r| r.lib.path_median() <= 8)),
+            detail.join(", ")
+        );
+    }
+    if let Some(r) = find(Kind::Update, 25)
+        && let Some(nat) = &r.native
+    {
+        let ratio = r.lib.pct(50.0) / nat.pct(50.0);
+        let _ = writeln!(
+            out,
+            "- Commit latency at N = 25 within 3× native: **{}** ({:.1} ms vs {:.1} ms, {:.2}×)",
+            mark(ratio <= 3.0),
+            r.lib.pct(50.0),
+            nat.pct(50.0),
+            ratio
+        );
+        if let Some(l) = &r.locking {
+            let ratio = l.pct(50.0) / nat.pct(50.0);
+            let _ = writeln!(
+                out,
+                "- Issue 15: locking protocol at N = 25 ≤ 2.0× native p50 and ≤ 3 requests: **{}** ({:.2}×, {} requests)",
+                mark(ratio <= 2.0 && l.requests() <= 3.0),
+                ratio,
+                num(l.requests())
+            );
+        }
+    }
+    if let Some(r) = find(Kind::Update, 1000) {
+        let _ = writeln!(
+            out,
+            "- A 1,000-item transaction commits: **{}** ({} committed, p50 {:.0} ms); issue 15, ≤ 60 requests: **{}** ({})",
+            mark(r.lib.txs > 0),
+            r.lib.txs,
+            r.lib.pct(50.0),
+            mark(r.lib.requests() <= 60.0),
+            num(r.lib.requests())
+        );
+    }
+    if let Some(r) = find(Kind::Transfer, 2) {
+        let _ = writeln!(
+            out,
+            "- Issue 15: transfer (2 reads, 2 writes) critical path ≤ 3: **{}** ({})",
+            mark(r.lib.path_median() <= 3),
+            r.lib.path_median()
+        );
+    }
+    if let Some(r) = find(Kind::Read, 10) {
+        let _ = writeln!(
+            out,
+            "- Issue 15: read lock N = 10 requests ≤ N + 2: **{}** ({}, path {})",
+            mark(r.lib.requests() <= 12.0),
+            num(r.lib.requests()),
+            r.lib.path_median()
+        );
+    }
+    let counter = contention.iter().find(|c| c.mode == "counter");
+    for c in contention.iter().filter(|c| c.mode != "counter") {
+        let goodput_ok = counter.is_none_or(|k| c.tx_per_s >= k.tx_per_s);
+        let _ = writeln!(
+            out,
+            "- Issue 15: tickets from {}: goodput ≥ the counter's, max attempts ≤ 3, no ticket requests: **{}** ({:.1} tx/s, max {}, {:.2} ticket requests / tx)",
+            c.mode,
+            mark(goodput_ok && c.attempts.max() <= 3.0 && c.ticket_requests == 0.0),
+            c.tx_per_s,
+            c.attempts.max(),
+            c.ticket_requests
+        );
+    }
+    let (uq, ul) = (
+        locks.uncontended(locks::QUEUE),
+        locks.uncontended(locks::LEASE),
+    );
+    if let (Some(q), Some(l)) = (uq, ul) {
+        let _ = writeln!(
+            out,
+            "- Issue 15: queue lock uncontended ≤ 2 requests and p50 ≤ the lease lock's: **{}** ({} requests, {:.1} ms vs {:.1} ms)",
+            mark(q.requests <= 2.0 && q.cycle.pct(50.0) <= l.cycle.pct(50.0)),
+            num(q.requests),
+            q.cycle.pct(50.0),
+            l.cycle.pct(50.0)
+        );
+    }
+    if let Some(q) = locks.contended(locks::QUEUE) {
+        let handoff = q.handoff.pct(50.0);
+        let _ = writeln!(
+            out,
+            "- Issue 15: queue lock under contention ≥ {PEER_FAIL_CLOSED_ACQ_PER_S} acquisitions/s, handoff p50 ≤ 10 ms, ≤ 20 reads per waiter per second, worst wait ≤ 2× ideal: **{}** ({:.1}/s, {:.1} ms, {:.1} reads/s, {:.0} ms vs ideal {:.0} ms)",
+            mark(
+                q.acq_per_s >= PEER_FAIL_CLOSED_ACQ_PER_S
+                    && handoff <= 10.0
+                    && q.reads_per_waiter_s <= 20.0
+                    && q.wait.max() <= 2.0 * q.wait_max_ideal_ms
+            ),
+            q.acq_per_s,
+            handoff,
+            q.reads_per_waiter_s,
+            q.wait.max(),
+            q.wait_max_ideal_ms
+        );
+    }
+    out
+}

@@ -1,0 +1,180 @@
+//! Performance benchmark (issues 8 and 15), all in one run against one DynamoDB:
+//! - transactions: requests, write units, critical path and commit latency of N-item transactions
+//!   through the library (default settings), the locking protocol (fast path off), the Java
+//!   library's request shape (sequential) and native `TransactWriteItems`; read locks and a bank
+//!   transfer;
+//! - contention: bank transfers over hot accounts, once per ticket mode;
+//! - locks: the queue and lease locks uncontended and under contention, in the shape of the
+//!   peer-lock comparison.
+//!
+//! ```text
+//! export AWS_ENDPOINT_URL_DYNAMODB=$(scripts/dynamodb-local start)
+//! cargo run --release --example bench            # full run (several minutes)
+//! cargo run --release --example bench -- --quick # smoke run
+//! ```
+//!
+//! Requests are seen by an SDK interceptor (`recorder`); percentiles come from HdrHistogram
+//! (`stats`). Write units assume small items (< 1 KB): PutItem / UpdateItem / DeleteItem = 1, each
+//! TransactWriteItems action = 2 (condition checks included), each BatchWriteItem item = 1.
+//!
+//! The last line printed is one JSON object (keys of the per-N maps are N).
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod contention;
+mod drivers;
+mod goals;
+mod locks;
+mod recorder;
+mod report;
+mod stats;
+mod transactions;
+
+use clap::Parser;
+
+#[derive(Parser, Debug, Clone)]
+#[command(about = "Requests, critical path and latency of transactions, contention and locks")]
+pub struct Args {
+    /// Items per transaction (update rows), comma separated.
+    #[arg(long, value_delimiter = ',', default_values_t = [1usize, 10, 25, 100, 1000])]
+    sizes: Vec<usize>,
+    /// Items per transaction of the insert, delete and read-lock rows (0: none).
+    #[arg(long, value_delimiter = ',', default_values_t = [10usize, 100])]
+    op_sizes: Vec<usize>,
+    /// Measured transactions per driver for N <= 25.
+    #[arg(long, default_value_t = 50)]
+    small: usize,
+    /// Measured transactions per driver for 25 < N <= 100.
+    #[arg(long, default_value_t = 10)]
+    medium: usize,
+    /// Measured transactions per driver for N > 100.
+    #[arg(long, default_value_t = 2)]
+    large: usize,
+    /// Unmeasured warm-up transactions per driver and row (at most 1 for N > 100).
+    #[arg(long, default_value_t = 3)]
+    warmup: usize,
+    /// `Settings::concurrency` of the library and locking drivers (default: the library's).
+    #[arg(long)]
+    concurrency: Option<usize>,
+    /// Contention: concurrent coordinators.
+    #[arg(long, default_value_t = 16)]
+    workers: usize,
+    /// Contention: hot accounts.
+    #[arg(long, default_value_t = 4)]
+    accounts: usize,
+    /// Contention: transfers per ticket mode.
+    #[arg(long, default_value_t = 400)]
+    transfers: usize,
+    /// Contention: random seed.
+    #[arg(long, default_value_t = 11)]
+    seed: u64,
+    /// Locks: uncontended acquire + release cycles measured.
+    #[arg(long, default_value_t = 200)]
+    solo_cycles: usize,
+    /// Locks: uncontended warm-up cycles.
+    #[arg(long, default_value_t = 5)]
+    solo_warmup: usize,
+    /// Locks: contenders on the one lock.
+    #[arg(long, default_value_t = 16)]
+    contenders: usize,
+    /// Locks: acquisitions per contender.
+    #[arg(long, default_value_t = 20)]
+    rounds: usize,
+    /// Locks: how long a holder sleeps between reading and writing the counter, ms.
+    #[arg(long, default_value_t = 5)]
+    hold_ms: u64,
+    /// Locks: sleep between tries of the naive lease-lock loop, ms.
+    #[arg(long, default_value_t = 20)]
+    naive_sleep_ms: u64,
+    /// Fast smoke run: few transactions, transfers and lock rounds.
+    #[arg(long)]
+    quick: bool,
+    /// Skip the transaction benchmark.
+    #[arg(long)]
+    no_tx: bool,
+    /// Skip the contention benchmark.
+    #[arg(long)]
+    no_contention: bool,
+    /// Skip the lock benchmark.
+    #[arg(long)]
+    no_locks: bool,
+    /// Keep the tables afterwards.
+    #[arg(long)]
+    keep_tables: bool,
+}
+
+impl Args {
+    fn count(&self, n: usize) -> usize {
+        match n {
+            0..=25 => self.small,
+            26..=100 => self.medium,
+            _ => self.large,
+        }
+    }
+
+    fn warmup(&self, n: usize) -> usize {
+        if n > 100 {
+            self.warmup.min(1)
+        } else {
+            self.warmup
+        }
+    }
+
+    fn shrink_for_quick(&mut self) {
+        self.small = self.small.min(5);
+        self.medium = self.medium.min(2);
+        self.large = self.large.min(1);
+        self.warmup = self.warmup.min(1);
+        self.transfers = self.transfers.min(40);
+        self.solo_cycles = self.solo_cycles.min(20);
+        self.solo_warmup = self.solo_warmup.min(2);
+        self.rounds = self.rounds.min(3);
+    }
+}
+
+#[tokio::main]
+async fn main() {
+    let mut args = Args::parse();
+    common::require_endpoint("bench");
+    if args.quick {
+        args.shrink_for_quick();
+    }
+    assert!(args.accounts >= 2, "need at least two accounts");
+    let prefix = format!("bench-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+    eprintln!("bench: tables {prefix}-*; {args:?}");
+
+    let rows = if args.no_tx {
+        Vec::new()
+    } else {
+        transactions::bench_transactions(&args, &prefix).await
+    };
+    let contention = if args.no_contention {
+        Vec::new()
+    } else {
+        contention::bench_contention(&args, &prefix).await
+    };
+    let locks = if args.no_locks {
+        locks::LockResults::default()
+    } else {
+        locks::bench_locks(&args, &prefix).await
+    };
+
+    if !rows.is_empty() {
+        println!("### Transactions\n");
+        println!("{}", report::tx_table(&rows));
+        println!("#### Where the time goes\n");
+        println!("{}", report::breakdown_table(&rows));
+    }
+    if !contention.is_empty() {
+        println!("### Contention\n");
+        println!("{}", report::contention_table(&args, &contention));
+    }
+    if !locks.uncontended.is_empty() || !locks.contended.is_empty() {
+        println!("### Locks\n");
+        println!("{}", report::lock_tables(&args, &locks));
+    }
+    println!("### Goals\n");
+    println!("{}", goals::goals(&rows, &locks, &contention));
+    println!("{}", report::json(&rows, &locks, &contention));
+}

@@ -1,0 +1,359 @@
+//! The transaction scenarios (update, insert, delete, read lock, bank transfer) and the rows that
+//! measure them: every driver of a row runs the same scenario on fresh keys, the drivers taking
+//! turns transaction by transaction so that noise from the shared machine hits them alike.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::types::{AttributeValue, PutRequest, WriteRequest};
+use dynamodb_transactions::TransactionManager;
+use futures::StreamExt;
+
+use crate::Args;
+use crate::common;
+use crate::drivers::{Driver, run_native};
+use crate::recorder::{Rec, Recorder};
+use crate::report::num;
+use crate::stats::Stats;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Kind {
+    /// N `update_item`s (`SET hits = hits + :one`, buffered) and `commit()`.
+    Update,
+    /// N `put_item`s of new items.
+    Insert,
+    /// N `delete_item`s of existing items.
+    Delete,
+    /// N `get_item`s (read locks) and `commit()`.
+    Read,
+    /// A bank transfer: `get_item` two accounts, update both, `commit()` (N = 2).
+    Transfer,
+}
+
+impl Kind {
+    pub fn label(self) -> &'static str {
+        match self {
+            Kind::Update => "update",
+            Kind::Insert => "insert",
+            Kind::Delete => "delete",
+            Kind::Read => "read lock",
+            Kind::Transfer => "transfer",
+        }
+    }
+
+    /// Transactions that only write: the fast path applies, and native `TransactWriteItems` can
+    /// do the same.
+    pub fn writes_only(self) -> bool {
+        matches!(self, Kind::Update | Kind::Insert | Kind::Delete)
+    }
+}
+
+/// What each driver did over the measured transactions of one (kind, N).
+#[derive(Debug, Clone)]
+pub struct Row {
+    pub kind: Kind,
+    pub n: usize,
+    pub lib: Stats,
+    /// The locking protocol (fast path off); only for write-only kinds.
+    pub locking: Option<Stats>,
+    pub seq: Stats,
+    /// Native `TransactWriteItems`; only for write-only kinds with N ≤ 100.
+    pub native: Option<Stats>,
+}
+
+impl Row {
+    fn stats_mut(&mut self, d: Driver) -> &mut Stats {
+        match d {
+            Driver::Library => &mut self.lib,
+            Driver::Locking => self.locking.as_mut().expect("locking row"),
+            Driver::Sequential => &mut self.seq,
+            Driver::Native => self.native.as_mut().expect("native row"),
+        }
+    }
+}
+
+pub fn s(v: &str) -> AttributeValue {
+    AttributeValue::S(v.to_string())
+}
+
+pub fn n_val(v: i64) -> AttributeValue {
+    AttributeValue::N(v.to_string())
+}
+
+/// Padding so items look like small records (about 100 bytes).
+pub const PAD: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+fn hits(item: Option<&dynamodb_transactions::Item>) -> i64 {
+    item.and_then(|i| i.get("hits"))
+        .and_then(|v| v.as_n().ok())
+        .and_then(|v| v.parse().ok())
+        .expect("item with hits")
+}
+
+struct TxBench {
+    admin: Client,
+    recorder: Recorder,
+    table: String,
+    lib: TransactionManager,
+    locking: TransactionManager,
+    seq: TransactionManager,
+    next_tag: AtomicU64,
+    next_batch: AtomicU64,
+}
+
+/// Writes items `keys` (hits = 0) with BatchWriteItem, unmeasured.
+pub async fn seed(client: &Client, table: &str, keys: &[String]) {
+    let chunks: Vec<Vec<WriteRequest>> = keys
+        .chunks(25)
+        .map(|c| {
+            c.iter()
+                .map(|k| {
+                    WriteRequest::builder()
+                        .put_request(
+                            PutRequest::builder()
+                                .item("Id", s(k))
+                                .item("hits", n_val(0))
+                                .item("pad", s(PAD))
+                                .build()
+                                .expect("put request"),
+                        )
+                        .build()
+                })
+                .collect()
+        })
+        .collect();
+    futures::stream::iter(chunks)
+        .for_each_concurrent(8, |mut reqs| async move {
+            for _ in 0..20 {
+                let out = client
+                    .batch_write_item()
+                    .request_items(table, reqs.clone())
+                    .send()
+                    .await
+                    .expect("seed");
+                reqs = out
+                    .unprocessed_items
+                    .and_then(|mut m| m.remove(table))
+                    .unwrap_or_default();
+                if reqs.is_empty() {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            panic!("seeding did not finish");
+        })
+        .await;
+}
+
+impl TxBench {
+    /// Keys one transaction of `kind` with `n` items works on (seeded when they must exist).
+    async fn prepare(&self, kind: Kind, n: usize) -> Vec<String> {
+        match kind {
+            Kind::Update | Kind::Read | Kind::Transfer => (0..n).map(|i| format!("u{i}")).collect(),
+            Kind::Insert => {
+                let b = self.next_batch.fetch_add(1, Ordering::SeqCst);
+                (0..n).map(|i| format!("i{b}-{i}")).collect()
+            }
+            Kind::Delete => {
+                let b = self.next_batch.fetch_add(1, Ordering::SeqCst);
+                let keys: Vec<String> = (0..n).map(|i| format!("d{b}-{i}")).collect();
+                seed(&self.admin, &self.table, &keys).await;
+                keys
+            }
+        }
+    }
+
+    /// One transaction of the scenario `kind` through the library.
+    async fn run_library(&self, mgr: &TransactionManager, kind: Kind, keys: &[String]) {
+        let tx = mgr.begin();
+        let table = &self.table;
+        match kind {
+            Kind::Update => {
+                for k in keys {
+                    tx.update_item()
+                        .table_name(table)
+                        .key("Id", s(k))
+                        .update_expression("SET hits = hits + :one")
+                        .expression_attribute_values(":one", n_val(1))
+                        .send()
+                        .await
+                        .expect("update");
+                }
+            }
+            Kind::Insert => {
+                for k in keys {
+                    tx.put_item()
+                        .table_name(table)
+                        .item("Id", s(k))
+                        .item("hits", n_val(0))
+                        .item("pad", s(PAD))
+                        .send()
+                        .await
+                        .expect("put");
+                }
+            }
+            Kind::Delete => {
+                for k in keys {
+                    tx.delete_item()
+                        .table_name(table)
+                        .key("Id", s(k))
+                        .send()
+                        .await
+                        .expect("delete");
+                }
+            }
+            Kind::Read => {
+                for k in keys {
+                    let out = tx
+                        .get_item()
+                        .table_name(table)
+                        .key("Id", s(k))
+                        .send()
+                        .await
+                        .expect("get");
+                    assert!(out.item().is_some(), "item {k} exists");
+                }
+            }
+            Kind::Transfer => {
+                let mut balances = Vec::new();
+                for k in keys {
+                    let out = tx
+                        .get_item()
+                        .table_name(table)
+                        .key("Id", s(k))
+                        .send()
+                        .await
+                        .expect("get");
+                    balances.push(hits(out.item()));
+                }
+                // The first account pays one to the second.
+                for (i, (k, b)) in keys.iter().zip(balances).enumerate() {
+                    let delta = if i == 0 { -1 } else { 1 };
+                    tx.update_item()
+                        .table_name(table)
+                        .key("Id", s(k))
+                        .update_expression("SET hits = :v")
+                        .expression_attribute_values(":v", n_val(b + delta))
+                        .send()
+                        .await
+                        .expect("update");
+                }
+            }
+        }
+        tx.commit().await.expect("commit");
+    }
+
+    /// One transaction of `driver`, measured under a fresh tag.
+    async fn one(&self, driver: Driver, kind: Kind, n: usize) -> (Vec<Rec>, Duration) {
+        let keys = self.prepare(kind, n).await;
+        let tag = self.next_tag.fetch_add(1, Ordering::SeqCst);
+        self.recorder.set_tag(tag);
+        let t0 = Instant::now();
+        match driver {
+            Driver::Library => self.run_library(&self.lib, kind, &keys).await,
+            Driver::Locking => self.run_library(&self.locking, kind, &keys).await,
+            Driver::Sequential => self.run_library(&self.seq, kind, &keys).await,
+            Driver::Native => run_native(&self.admin, &self.table, kind, &keys).await,
+        }
+        let elapsed = t0.elapsed();
+        self.recorder.set_tag(0);
+        (self.recorder.take(tag), elapsed)
+    }
+
+    async fn row(&self, args: &Args, kind: Kind, n: usize) -> Row {
+        let drivers = Driver::for_row(kind, n);
+        let mut row = Row {
+            kind,
+            n,
+            lib: Stats::default(),
+            locking: drivers.contains(&Driver::Locking).then(Stats::default),
+            seq: Stats::default(),
+            native: drivers.contains(&Driver::Native).then(Stats::default),
+        };
+        let (warm, count) = (args.warmup(n), args.count(n));
+        let t0 = Instant::now();
+        for i in 0..warm + count {
+            let mut order = drivers.clone();
+            // Alternate who goes first.
+            if i % 2 == 1 {
+                order.reverse();
+            }
+            for d in order {
+                let (recs, el) = self.one(d, kind, n).await;
+                if i >= warm {
+                    row.stats_mut(d).add(&recs, el);
+                }
+            }
+        }
+        self.recorder.take(0);
+        eprintln!(
+            "  {} N={n}: {count} tx per driver in {:.1} s; library p50 {:.1} ms, {} requests, path {}",
+            kind.label(),
+            t0.elapsed().as_secs_f64(),
+            row.lib.pct(50.0),
+            num(row.lib.requests()),
+            row.lib.path_median()
+        );
+        row
+    }
+}
+
+/// Runs every transaction row: the update sizes, then insert, delete and read lock at the op
+/// sizes, then the bank transfer.
+pub async fn bench_transactions(args: &Args, prefix: &str) -> Vec<Row> {
+    let recorder = Recorder::default();
+    let client = common::client(vec![common::shared(recorder.clone())]).await;
+    let table = format!("{prefix}-items");
+    let mgr = |d: Driver| d.manager(client.clone(), prefix, args.concurrency);
+    let bench = TxBench {
+        admin: client.clone(),
+        recorder: recorder.clone(),
+        table,
+        lib: mgr(Driver::Library),
+        locking: mgr(Driver::Locking),
+        seq: mgr(Driver::Sequential),
+        next_tag: AtomicU64::new(1),
+        next_batch: AtomicU64::new(0),
+    };
+    bench.lib.create_tables().await.expect("tables");
+    common::create_table(&client, &bench.table).await;
+    let max_n = args
+        .sizes
+        .iter()
+        .chain(args.op_sizes.iter())
+        .copied()
+        .max()
+        .unwrap_or(1)
+        .max(2);
+    let keys: Vec<String> = (0..max_n).map(|i| format!("u{i}")).collect();
+    seed(&client, &bench.table, &keys).await;
+    // Fill the managers' key-schema caches (DescribeTable) before anything is measured.
+    for m in [&bench.lib, &bench.locking, &bench.seq] {
+        bench.run_library(m, Kind::Update, &keys[..1]).await;
+    }
+    recorder.take_all();
+
+    let mut plan: Vec<(Kind, usize)> = args.sizes.iter().map(|&n| (Kind::Update, n)).collect();
+    for kind in [Kind::Insert, Kind::Delete, Kind::Read] {
+        plan.extend(args.op_sizes.iter().map(|&n| (kind, n)));
+    }
+    plan.push((Kind::Transfer, 2));
+    plan.retain(|&(_, n)| n > 0);
+    let mut rows = Vec::new();
+    for (kind, n) in plan {
+        rows.push(bench.row(args, kind, n).await);
+    }
+    if !args.keep_tables {
+        common::drop_tables(
+            &client,
+            &[
+                bench.table.clone(),
+                format!("{prefix}-tx"),
+                format!("{prefix}-img"),
+            ],
+        )
+        .await;
+    }
+    rows
+}
