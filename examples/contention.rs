@@ -1,11 +1,15 @@
 //! Contention benchmark: W coordinators run `run(...)` transfers over a few hot accounts, under the
-//! ordered (ticket) contention policy and under the Java library's roll-back-others policy, against
-//! the same DynamoDB in one run.
+//! ordered (ticket) contention policy (with tickets from the counter, from the clock, or both) and
+//! under the Java library's roll-back-others policy, against the same DynamoDB in one run.
 //!
 //! ```text
 //! cargo run --release --example contention -- --workers 16 --accounts 4 --transfers 400
+//! cargo run --release --example contention -- --ticket-source clock
 //! ```
-//! The last line printed is a JSON object with the figures of both policies.
+//! The last line printed is a JSON object with the figures of each policy (`ordered`: counter
+//! tickets, `ordered_clock`: clock tickets, `rollback_others`), among them `ticket_requests`: the
+//! requests to the ticket counter per committed transfer, and `requests`: all requests per
+//! committed transfer.
 
 #[path = "common/mod.rs"]
 mod common;
@@ -15,8 +19,9 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use clap::Parser;
-use dynamodb_transactions::{ContentionPolicy, Error, TransactionManager};
+use clap::{Parser, ValueEnum};
+use dynamodb_transactions::fault::RequestCounter;
+use dynamodb_transactions::{ContentionPolicy, Error, TicketSource, TransactionManager};
 use rand::{Rng, SeedableRng};
 use tokio::sync::Mutex;
 
@@ -38,6 +43,25 @@ struct Args {
     /// Ordered policy: take tickets when transactions begin rather than at first contention.
     #[arg(long)]
     ticket_at_begin: bool,
+    /// Ordered policy: where tickets come from (`both`: measure the counter and the clock).
+    #[arg(long, value_enum, default_value_t = Sources::Both)]
+    ticket_source: Sources,
+    /// Ordered policy: rounds per ticket source, alternating the sources (the figures are the
+    /// median round's, the worst attempts of any round, and the mean requests), so that a loaded
+    /// machine weighs on both alike.
+    #[arg(long, default_value_t = 1)]
+    rounds: usize,
+    /// Skip the roll-back-others policy.
+    #[arg(long)]
+    ordered_only: bool,
+}
+
+/// The ticket sources to measure the ordered policy with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Sources {
+    Counter,
+    Clock,
+    Both,
 }
 
 #[derive(Debug)]
@@ -50,6 +74,10 @@ struct Figures {
     p50_ms: f64,
     p99_ms: f64,
     retries: u64,
+    /// Requests to the ticket counter per committed transfer.
+    ticket_requests: f64,
+    /// Requests of every kind per committed transfer.
+    requests: f64,
     total_conserved: bool,
 }
 
@@ -65,7 +93,12 @@ fn balance(item: &dynamodb_transactions::Item) -> i64 {
         .unwrap_or(0)
 }
 
-async fn measure(args: &Args, name: &'static str, policy: ContentionPolicy) -> Figures {
+async fn measure(
+    args: &Args,
+    name: &'static str,
+    policy: ContentionPolicy,
+    source: TicketSource,
+) -> Figures {
     let prefix = format!(
         "cont-{}-{}",
         name.replace('_', ""),
@@ -79,6 +112,7 @@ async fn measure(args: &Args, name: &'static str, policy: ContentionPolicy) -> F
             .images_table(format!("{prefix}-img"))
             .configure(|s| {
                 s.contention = policy;
+                s.ticket_source = source;
                 s.run_attempts = 10_000;
                 s.lock_wait = Duration::from_secs(30);
             })
@@ -99,10 +133,11 @@ async fn measure(args: &Args, name: &'static str, policy: ContentionPolicy) -> F
     let next = Arc::new(AtomicU64::new(0));
     let attempts_all: Arc<Mutex<Vec<u32>>> = Arc::default();
     let latencies: Arc<Mutex<Vec<Duration>>> = Arc::default();
+    let counter = RequestCounter::new();
     let started = Instant::now();
     let mut handles = Vec::new();
     for w in 0..args.workers {
-        let m = mgr(common::client(vec![]).await);
+        let m = mgr(common::client(vec![common::shared(counter.clone())]).await);
         let (next, attempts_all, latencies, table, args) = (
             next.clone(),
             attempts_all.clone(),
@@ -163,6 +198,20 @@ async fn measure(args: &Args, name: &'static str, policy: ContentionPolicy) -> F
         h.await.expect("worker");
     }
     let elapsed = started.elapsed();
+    let requests = counter.total();
+    // Every ticket request is an `ADD 1` on the counter row: its value is how many landed.
+    let tickets: u64 = admin
+        .get_item()
+        .table_name(format!("{prefix}-tx"))
+        .key("_TxId", AttributeValue::S("~ticket-counter".into()))
+        .key("_TxN", AttributeValue::N("0".into()))
+        .consistent_read(true)
+        .send()
+        .await
+        .expect("counter row")
+        .item
+        .and_then(|i| i.get("_TxK")?.as_n().ok()?.parse().ok())
+        .unwrap_or(0);
     let total: i64 = common::scan(&admin, &table).await.iter().map(balance).sum();
     common::drop_tables(
         &admin,
@@ -183,13 +232,42 @@ async fn measure(args: &Args, name: &'static str, policy: ContentionPolicy) -> F
         p50_ms: common::percentile(&lat, 50.0).as_secs_f64() * 1000.0,
         p99_ms: common::percentile(&lat, 99.0).as_secs_f64() * 1000.0,
         retries: attempts.iter().map(|&a| u64::from(a - 1)).sum(),
+        ticket_requests: tickets as f64 / n as f64,
+        requests: requests as f64 / n as f64,
         total_conserved: total == 1000 * args.accounts as i64,
+    }
+}
+
+/// One policy's figures over several rounds: the median round's goodput and latencies, the worst
+/// attempts, the mean requests.
+fn merge(mut rounds: Vec<Figures>) -> Figures {
+    if rounds.len() == 1 {
+        return rounds.pop().expect("one round");
+    }
+    let n = rounds.len() as f64;
+    let median = |f: fn(&Figures) -> f64| {
+        let mut v: Vec<f64> = rounds.iter().map(f).collect();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    Figures {
+        name: rounds[0].name,
+        tx_per_s: median(|f| f.tx_per_s),
+        attempts_mean: rounds.iter().map(|f| f.attempts_mean).sum::<f64>() / n,
+        attempts_p99: rounds.iter().map(|f| f.attempts_p99).max().unwrap_or(0),
+        attempts_max: rounds.iter().map(|f| f.attempts_max).max().unwrap_or(0),
+        p50_ms: median(|f| f.p50_ms),
+        p99_ms: median(|f| f.p99_ms),
+        retries: rounds.iter().map(|f| f.retries).sum(),
+        ticket_requests: rounds.iter().map(|f| f.ticket_requests).sum::<f64>() / n,
+        requests: rounds.iter().map(|f| f.requests).sum::<f64>() / n,
+        total_conserved: rounds.iter().all(|f| f.total_conserved),
     }
 }
 
 fn json(f: &Figures) -> String {
     format!(
-        "{{\"tx_per_s\":{:.1},\"attempts_mean\":{:.2},\"attempts_p99\":{},\"attempts_max\":{},\"p50_ms\":{:.1},\"p99_ms\":{:.1},\"rolled_back_by_others\":{},\"total_conserved\":{}}}",
+        "{{\"tx_per_s\":{:.1},\"attempts_mean\":{:.2},\"attempts_p99\":{},\"attempts_max\":{},\"p50_ms\":{:.1},\"p99_ms\":{:.1},\"rolled_back_by_others\":{},\"ticket_requests\":{:.3},\"requests\":{:.2},\"total_conserved\":{}}}",
         f.tx_per_s,
         f.attempts_mean,
         f.attempts_p99,
@@ -197,6 +275,8 @@ fn json(f: &Figures) -> String {
         f.p50_ms,
         f.p99_ms,
         f.retries,
+        f.ticket_requests,
+        f.requests,
         f.total_conserved
     )
 }
@@ -207,26 +287,48 @@ async fn main() {
     common::require_endpoint("contention");
     assert!(args.accounts >= 2, "need at least two accounts");
     println!(
-        "contention: {} workers, {} accounts, {} transfers per policy, 2 items per transaction",
-        args.workers, args.accounts, args.transfers
+        "contention: {} workers, {} accounts, {} transfers per policy and round, {} round(s), 2 items per transaction",
+        args.workers, args.accounts, args.transfers, args.rounds
     );
-    let ordered = measure(
-        &args,
-        "ordered",
-        ContentionPolicy::Ordered {
-            dead_after: Duration::from_secs(10),
-            ticket_at_begin: args.ticket_at_begin,
-        },
-    )
-    .await;
-    let others = measure(&args, "rollback_others", ContentionPolicy::RollBackOthers).await;
+    let ordered_policy = ContentionPolicy::Ordered {
+        dead_after: Duration::from_secs(10),
+        ticket_at_begin: args.ticket_at_begin,
+    };
+    let mut sources = Vec::new();
+    if args.ticket_source != Sources::Clock {
+        sources.push(("ordered", TicketSource::Counter));
+    }
+    if args.ticket_source != Sources::Counter {
+        sources.push(("ordered_clock", TicketSource::Clock));
+    }
+    let mut rounds: Vec<Vec<Figures>> = sources.iter().map(|_| Vec::new()).collect();
+    for r in 0..args.rounds.max(1) {
+        for i in 0..sources.len() {
+            // Alternate which source goes first.
+            let i = if r % 2 == 0 { i } else { sources.len() - 1 - i };
+            let (name, source) = sources[i];
+            rounds[i].push(measure(&args, name, ordered_policy, source).await);
+        }
+    }
+    let mut runs: Vec<Figures> = rounds.into_iter().map(merge).collect();
+    if !args.ordered_only {
+        runs.push(
+            measure(
+                &args,
+                "rollback_others",
+                ContentionPolicy::RollBackOthers,
+                TicketSource::Counter,
+            )
+            .await,
+        );
+    }
     println!(
-        "| policy | tx/s | attempts mean | attempts p99 | attempts max | p50 ms | p99 ms | retries | total conserved |"
+        "| policy | tx/s | attempts mean | attempts p99 | attempts max | p50 ms | p99 ms | retries | ticket requests/tx | requests/tx | total conserved |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|");
-    for f in [&ordered, &others] {
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    for f in &runs {
         println!(
-            "| {} | {:.1} | {:.2} | {} | {} | {:.1} | {:.1} | {} | {} |",
+            "| {} | {:.1} | {:.2} | {} | {} | {:.1} | {:.1} | {} | {:.3} | {:.2} | {} |",
             f.name,
             f.tx_per_s,
             f.attempts_mean,
@@ -235,12 +337,14 @@ async fn main() {
             f.p50_ms,
             f.p99_ms,
             f.retries,
+            f.ticket_requests,
+            f.requests,
             f.total_conserved
         );
     }
-    println!(
-        "{{\"ordered\":{},\"rollback_others\":{}}}",
-        json(&ordered),
-        json(&others)
-    );
+    let fields: Vec<String> = runs
+        .iter()
+        .map(|f| format!("\"{}\":{}", f.name, json(f)))
+        .collect();
+    println!("{{{}}}", fields.join(","));
 }

@@ -54,7 +54,9 @@ impl Contender<'_> {
         }
         let proposed = *self
             .ticket
-            .get_or_try_init(|| record::take_ticket(&inner.client, &inner.tx_table))
+            .get_or_try_init(|| {
+                crate::ticket::take(&inner.client, &inner.tx_table, inner.settings.ticket_source)
+            })
             .await?;
         let t = *self
             .recorded

@@ -55,6 +55,7 @@ mod settings;
 mod settle;
 pub mod sweeper;
 mod tables;
+mod ticket;
 mod transaction;
 mod typed;
 
@@ -69,6 +70,7 @@ pub use manager::{
 };
 pub use record::TxState;
 pub use settings::{ContentionPolicy, Settings};
+pub use ticket::TicketSource;
 pub use transaction::{
     DeleteItemBuilder, GetItemBuilder, GetOutput, PutItemBuilder, Transaction, UpdateItemBuilder,
     WriteOutput,

@@ -356,7 +356,13 @@ impl TransactionManager {
             {
                 let inner = &self.inner;
                 let _ = ticket
-                    .get_or_try_init(|| record::take_ticket(&inner.client, &inner.tx_table))
+                    .get_or_try_init(|| {
+                        crate::ticket::take(
+                            &inner.client,
+                            &inner.tx_table,
+                            inner.settings.ticket_source,
+                        )
+                    })
                     .await;
             }
             tracing::debug!(tx = %id, attempt, error = %err, "retrying unit of work");

@@ -46,6 +46,9 @@ pub struct Settings {
     pub table_wait: Duration,
     /// What to do when an item is locked by another pending transaction.
     pub contention: ContentionPolicy,
+    /// Where [`ContentionPolicy::Ordered`] takes tickets from: the shared counter (default, one
+    /// request on one item per ticket) or the coordinator's clock (no request, no shared item).
+    pub ticket_source: crate::TicketSource,
     /// Longest a lock attempt waits for an older transaction (ordered contention) before giving up
     /// with [`Error::ItemLocked`].
     pub lock_wait: Duration,
@@ -77,6 +80,7 @@ impl Default for Settings {
             rollback_on_drop: true,
             table_wait: Duration::from_secs(300),
             contention: ContentionPolicy::default(),
+            ticket_source: crate::TicketSource::Counter,
             lock_wait: Duration::from_secs(10),
             wound_grace: Duration::from_millis(100),
             record_ttl: None,
@@ -91,8 +95,9 @@ pub enum ContentionPolicy {
     /// Roll the other transaction back at once, whatever its age (the Java library's behaviour).
     /// Competing coordinators can roll each other back repeatedly under heavy contention.
     RollBackOthers,
-    /// Tickets order contending transactions (wound-wait). A transaction takes a ticket from an
-    /// atomic counter the first time it meets contention, and keeps it when
+    /// Tickets order contending transactions (wound-wait). A transaction takes a ticket (from the
+    /// [`Settings::ticket_source`]: an atomic counter by default, or the coordinator's clock) the
+    /// first time it meets contention, and keeps it when
     /// [`TransactionManager::run`](crate::TransactionManager::run) retries it, so it only ever
     /// gets older. The ticket lives in the transaction's record, written once and never changed,
     /// and every handle of the transaction contends with that ticket: a handle made by
@@ -116,10 +121,11 @@ pub enum ContentionPolicy {
         /// How long a pending transaction's record may stay untouched before others treat its
         /// coordinator as dead.
         dead_after: Duration,
-        /// Take the ticket when the transaction first writes its record (one more request per
-        /// transaction), instead of at its first contention. Orders transactions by when they
-        /// began, which is fairer under heavy contention; the counter item then takes one write per
-        /// transaction (DynamoDB allows about 1,000 writes per second on one item).
+        /// Take the ticket when the transaction first writes its record (with the counter, one
+        /// more request per transaction; with the clock, none), instead of at its first
+        /// contention. Orders transactions by when they began, which is fairer under heavy
+        /// contention; the counter item then takes one write per transaction (DynamoDB allows
+        /// about 1,000 writes per second on one item).
         ticket_at_begin: bool,
     },
 }

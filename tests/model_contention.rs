@@ -11,6 +11,10 @@
 //! - a ticket counter (`~ticket-counter`, one atomic `ADD`: `TakeTicket`), tickets in records
 //!   (`_TxK`, written once with `if_not_exists`: `RecordTicket`) and in handles (the ticket a handle
 //!   contends with, and the ticket it proposes for its record, shared by `run` retries);
+//! - or, for `TicketSource::Clock`, tickets read from skewed clocks: a coordinator meeting
+//!   contention draws any ticket of a small range (`Draw`), so a later ticket may be older or
+//!   younger than an earlier one, and two transactions may hold equal tickets (the tie-breaker
+//!   collides); the rest of the protocol is the same;
 //! - meeting a pending holder: wait if the holder's recorded ticket is older, or if the holder
 //!   records (`_TxW`) that it waits for a transaction older than us (the wait is recorded in our
 //!   `_TxW`); otherwise wound it: roll it back (a separate step, so the holder may change between
@@ -54,7 +58,8 @@
 //! one), a variant (a handle keeps its own ticket when its record already had another), the
 //! unconditional wound (`rollback_transaction(owner)`, as `resolve` did before) and the wound
 //! without each of its conditions in turn (the wounder pending, the ticket order, the takeover's
-//! `_TxD`), and expects a counterexample for each.
+//! `_TxD`), and a tie taken for "older" (`t <= mine`, which clock tickets could meet), and expects
+//! a counterexample for each.
 //!
 //! Abstractions: a lock attempt, and the `_TxW` clear that follows a successful one, are one step;
 //! a handle learns that its transaction was decided at its next step (the protocol model covers the
@@ -63,7 +68,10 @@
 
 mod model_support;
 
-use stateright::{Checker, Expectation, Model, Property};
+#[path = "model_contention/checks.rs"]
+mod checks;
+
+use stateright::{Model, Property};
 
 type Tx = u8;
 type Slot = usize;
@@ -152,6 +160,9 @@ enum Bug {
     WoundIgnoresTicket,
     /// The takeover without the `_TxD` condition (version only).
     TakeoverIgnoresTouch,
+    /// An equal ticket counts as older (wait if `theirs <= mine`): two transactions with tied clock
+    /// tickets wait for each other.
+    WaitsOnTie,
 }
 
 #[derive(Clone, Debug)]
@@ -165,6 +176,9 @@ struct Config {
     /// Whether a transaction may be resumed while one of its handles is still live.
     second_handles: bool,
     dead_takeover: bool,
+    /// Clock tickets: a coordinator draws any ticket in `1..=n` (skewed clocks, ties) instead of
+    /// taking the counter's next one.
+    clock: Option<Ticket>,
     bug: Option<Bug>,
 }
 
@@ -180,15 +194,24 @@ enum Action {
     TakeOver(Slot),
     Crash(Slot),
     Resume(Tx),
+    /// Clock tickets: the handle's ticket, read from its (skewed) clock.
+    Draw(Slot, Ticket),
 }
 
 /// What a contender with ticket `mine` does about a pending holder (`contention::resolve`):
-/// `Some(on)` waits (for ticket `on`), `None` wounds.
-fn decide(mine: Ticket, theirs: Option<Ticket>, their_wait: Option<Ticket>) -> Option<Ticket> {
-    if let Some(t) = theirs.filter(|&t| t < mine) {
+/// `Some(on)` waits (for ticket `on`), `None` wounds. An equal ticket is not older (`tie_waits`:
+/// [`Bug::WaitsOnTie`]).
+fn decide(
+    mine: Ticket,
+    theirs: Option<Ticket>,
+    their_wait: Option<Ticket>,
+    tie_waits: bool,
+) -> Option<Ticket> {
+    let older = |t: Ticket| t < mine || (tie_waits && t == mine);
+    if let Some(t) = theirs.filter(|&t| older(t)) {
         return Some(t);
     }
-    their_wait.filter(|&on| on < mine)
+    their_wait.filter(|&on| older(on))
 }
 
 impl ContentionModel {
@@ -211,6 +234,23 @@ impl ContentionModel {
         let h = &s.handles[k];
         let item = *self.plan(h.tx).get(h.pc as usize)?;
         s.locks[item].filter(|&o| o != h.tx && Self::pending(s, o))
+    }
+
+    /// Whether handle `k`'s next step is taking a ticket (it met contention and has none).
+    fn needs_ticket(&self, s: &State, k: Slot) -> bool {
+        let h = &s.handles[k];
+        !matches!(h.phase, Phase::Wounding { .. })
+            && Self::pending(s, h.tx)
+            && h.mine.is_none()
+            && h.proposed.is_none()
+            && self
+                .plan(h.tx)
+                .get(h.pc as usize)
+                .is_some_and(|&item| s.locks[item].is_some_and(|o| o != h.tx))
+    }
+
+    fn tie_waits(&self) -> bool {
+        self.cfg.bug == Some(Bug::WaitsOnTie)
     }
 
     fn decide_now(s: &mut State, tx: Tx, to: Status) {
@@ -341,7 +381,7 @@ impl ContentionModel {
         };
         // `resolve`: read the holder's record and decide.
         let theirs = s.records[o as usize];
-        match decide(mine, theirs.ticket, theirs.waiting_on) {
+        match decide(mine, theirs.ticket, theirs.waiting_on, self.tie_waits()) {
             Some(on) => {
                 // Recorded in `_TxW` (with a heartbeat) before backing off.
                 s.records[tx as usize].waiting_on = Some(on);
@@ -382,7 +422,12 @@ impl ContentionModel {
                         return None;
                     }
                     let o = self.blocker(s, k)?;
-                    let on = decide(h.mine?, s.records[o as usize].ticket, waits[o as usize])?;
+                    let on = decide(
+                        h.mine?,
+                        s.records[o as usize].ticket,
+                        waits[o as usize],
+                        self.tie_waits(),
+                    )?;
                     Some((o, on))
                 })
                 .collect()
@@ -479,7 +524,13 @@ impl Model for ContentionModel {
             if !Self::active(h) {
                 continue;
             }
-            out.push(Action::Step(k));
+            match self.cfg.clock {
+                // Any clock, any skew: every ticket of the range may be read.
+                Some(range) if self.needs_ticket(s, k) => {
+                    out.extend((1..=range).map(|t| Action::Draw(k, t)));
+                }
+                _ => out.push(Action::Step(k)),
+            }
             if s.crashes_left > 0 {
                 out.push(Action::Crash(k));
             }
@@ -538,12 +589,13 @@ impl Model for ContentionModel {
                 });
                 s.resumes_left -= 1;
             }
+            Action::Draw(k, t) => s.handles[k].proposed = Some(t),
         }
         Some(s)
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
-        vec![
+        let mut properties = vec![
             Property::always(
                 "waits point at older transactions",
                 |_: &ContentionModel, s: &State| {
@@ -594,137 +646,21 @@ impl Model for ContentionModel {
                     s.records.iter().all(|r| r.status == Status::Committed)
                 },
             ),
-        ]
-    }
-}
-
-// ------------------------------------------------------------------------------------------------
-// Configurations
-
-fn config(name: &'static str, items: usize, plans: Vec<Vec<usize>>) -> Config {
-    Config {
-        name,
-        items,
-        plans,
-        crashes: 1,
-        resumes: 1,
-        second_handles: false,
-        dead_takeover: true,
-        bug: None,
-    }
-}
-
-/// Two transactions locking two items in opposite orders; one crash, one resumption.
-fn crossing() -> Config {
-    config(
-        "2 tx x 2 items, crossing, crash + resume",
-        2,
-        vec![vec![0, 1], vec![1, 0]],
-    )
-}
-
-/// As `crossing`, but a transaction may be resumed while its first handle still runs (and no
-/// coordinator crashes).
-fn second_handles() -> Config {
-    let mut cfg = config(
-        "2 tx x 2 items, crossing, a second live handle",
-        2,
-        vec![vec![0, 1], vec![1, 0]],
-    );
-    cfg.crashes = 0;
-    cfg.second_handles = true;
-    cfg
-}
-
-/// Three transactions over two items, the third locking one item; one crash, one resumption.
-fn three_by_two_small() -> Config {
-    config(
-        "3 tx x 2 items (one single-item), crash + resume",
-        2,
-        vec![vec![0, 1], vec![1, 0], vec![0]],
-    )
-}
-
-/// Three transactions over two items; one crash, one resumption.
-fn three_by_two() -> Config {
-    config(
-        "3 tx x 2 items, crash + resume",
-        2,
-        vec![vec![0, 1], vec![1, 0], vec![0, 1]],
-    )
-}
-
-/// Three transactions over three items in a ring of lock orders.
-fn three_by_three() -> Config {
-    let mut cfg = config(
-        "3 tx x 3 items, ring, two crashes + resumes",
-        3,
-        vec![vec![0, 1], vec![1, 2], vec![2, 0]],
-    );
-    cfg.crashes = 2;
-    cfg.resumes = 2;
-    cfg
-}
-
-fn check(cfg: Config) -> impl Checker<ContentionModel> {
-    let bug = cfg.bug.is_some();
-    model_support::check(ContentionModel { cfg }, bug)
-}
-
-fn assert_model_holds(cfg: Config) {
-    let (name, bug) = (cfg.name, cfg.bug.is_some());
-    model_support::assert_model_holds(name, ContentionModel { cfg }, bug);
-}
-
-#[test]
-fn crossing_transactions_with_a_resumed_coordinator() {
-    assert_model_holds(crossing());
-}
-
-#[test]
-fn a_second_live_handle_of_a_transaction() {
-    assert_model_holds(second_handles());
-}
-
-#[test]
-fn three_transactions_two_items() {
-    assert_model_holds(three_by_two_small());
-}
-
-#[test]
-#[ignore = "larger run (0.75M states, ~3 s in debug): cargo test --test model_contention -- --ignored"]
-fn three_transactions_two_items_full() {
-    assert_model_holds(three_by_two());
-}
-
-#[test]
-#[ignore = "larger run (7.8M states, ~40 s in debug): cargo test --test model_contention -- --ignored"]
-fn three_transactions_three_items() {
-    assert_model_holds(three_by_three());
-}
-
-#[test]
-fn buggy_contention_is_caught() {
-    let cases = [
-        (Bug::ResumeTakesFreshTicket, crossing()),
-        (Bug::KeepsOwnTicket, second_handles()),
-        (Bug::UnconditionalWound, crossing()),
-        (Bug::WoundIgnoresWounder, three_by_two_small()),
-        (Bug::WoundIgnoresTicket, crossing()),
-        (Bug::TakeoverIgnoresTouch, crossing()),
-    ];
-    for (bug, mut cfg) in cases {
-        cfg.bug = Some(bug);
-        let checker = check(cfg);
-        let violated: Vec<&str> = checker
-            .model()
-            .properties()
-            .into_iter()
-            .filter(|p| p.expectation == Expectation::Always)
-            .filter(|p| checker.discovery(p.name).is_some())
-            .map(|p| p.name)
-            .collect();
-        println!("{bug:?}: caught by {violated:?}");
-        assert!(!violated.is_empty(), "{bug:?} was not caught");
+        ];
+        if self.cfg.clock.is_some() {
+            properties.push(Property::sometimes(
+                "a transaction meets a holder with an equal ticket",
+                |m: &ContentionModel, s: &State| {
+                    (0..s.handles.len()).any(|k| {
+                        let h = &s.handles[k];
+                        ContentionModel::active(h)
+                            && m.blocker(s, k).is_some_and(|o| {
+                                h.mine.is_some() && s.records[o as usize].ticket == h.mine
+                            })
+                    })
+                },
+            ));
+        }
+        properties
     }
 }

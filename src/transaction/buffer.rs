@@ -142,7 +142,13 @@ impl Transaction {
                     {
                         let inner = &self.inner;
                         self.ticket
-                            .get_or_try_init(|| record::take_ticket(&inner.client, &inner.tx_table))
+                            .get_or_try_init(|| {
+                                crate::ticket::take(
+                                    &inner.client,
+                                    &inner.tx_table,
+                                    inner.settings.ticket_source,
+                                )
+                            })
                             .await?;
                     }
                     let ticket = self.ticket.get().copied();

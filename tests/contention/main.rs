@@ -10,11 +10,16 @@ mod wound_races;
 use std::time::Duration;
 
 use common::*;
-use dynamodb_transactions::{ContentionPolicy, Error, TransactionManager};
+use dynamodb_transactions::{ContentionPolicy, Error, TicketSource, TransactionManager};
 
 /// Managers over the env's tables with tickets taken when a transaction begins (so ticket order is
 /// the order in which the transactions first wrote), a short lock wait and the given dead time.
 fn ordered(env: &TestEnv, dead_after: Duration) -> TransactionManager {
+    ordered_by(env, TicketSource::Counter, dead_after)
+}
+
+/// Like [`ordered`], with tickets from `source`.
+fn ordered_by(env: &TestEnv, source: TicketSource, dead_after: Duration) -> TransactionManager {
     TransactionManager::builder(client())
         .transactions_table(env.manager.transactions_table())
         .images_table(env.manager.images_table())
@@ -24,6 +29,7 @@ fn ordered(env: &TestEnv, dead_after: Duration) -> TransactionManager {
                 dead_after,
                 ticket_at_begin: true,
             };
+            s.ticket_source = source;
             s.lock_wait = Duration::from_millis(400);
             s.wound_grace = Duration::from_millis(50);
         })
@@ -39,6 +45,11 @@ async fn ticket_of(env: &TestEnv, id: &dynamodb_transactions::TxId) -> u64 {
         .await
         .unwrap();
     row["_TxK"].as_n().unwrap().parse().unwrap()
+}
+
+/// The key of the ticket counter's row in the transactions table.
+fn counter_row() -> dynamodb_transactions::Item {
+    item(&[("_TxId", s("~ticket-counter")), ("_TxN", n(0))])
 }
 
 async fn lock(tx: &dynamodb_transactions::Transaction, table: &str, k: &str) -> Result<(), Error> {

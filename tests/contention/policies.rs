@@ -1,18 +1,35 @@
-//! The contention policies: who waits, who is rolled back, and that no schedule deadlocks.
+//! The contention policies: who waits, who is rolled back, and that no schedule deadlocks. The
+//! ordered policy's tests run with each ticket source (`NAME`: the counter,
+//! `NAME_with_clock_tickets`: the clock).
 
 use std::time::Duration;
 
-use dynamodb_transactions::{ContentionPolicy, Error, TransactionManager, TxState};
+use dynamodb_transactions::{ContentionPolicy, Error, TicketSource, TransactionManager, TxState};
 
 use crate::common::*;
-use crate::{ordered, ticket_of};
+use crate::{counter_row, ordered, ordered_by, ticket_of};
 
 #[tokio::test]
 async fn a_younger_transaction_waits_for_an_older_one_and_never_rolls_it_back() {
+    a_younger_transaction_waits_for_an_older_one_and_never_rolls_it_back_with(
+        TicketSource::Counter,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_younger_transaction_waits_for_an_older_one_and_never_rolls_it_back_with_clock_tickets() {
+    a_younger_transaction_waits_for_an_older_one_and_never_rolls_it_back_with(TicketSource::Clock)
+        .await;
+}
+
+async fn a_younger_transaction_waits_for_an_older_one_and_never_rolls_it_back_with(
+    source: TicketSource,
+) {
     let env = TestEnv::new("ct-wait").await;
     env.raw_put(&env.table, item(&[("Id", s("k")), ("v", n(1))]))
         .await;
-    let m = ordered(&env, Duration::from_secs(30));
+    let m = ordered_by(&env, source, Duration::from_secs(30));
     let old = m.begin();
     old.get_item()
         .table_name(&env.table)
@@ -70,10 +87,19 @@ async fn a_younger_transaction_waits_for_an_older_one_and_never_rolls_it_back() 
 
 #[tokio::test]
 async fn an_older_transaction_rolls_back_a_younger_one() {
+    an_older_transaction_rolls_back_a_younger_one_with(TicketSource::Counter).await;
+}
+
+#[tokio::test]
+async fn an_older_transaction_rolls_back_a_younger_one_with_clock_tickets() {
+    an_older_transaction_rolls_back_a_younger_one_with(TicketSource::Clock).await;
+}
+
+async fn an_older_transaction_rolls_back_a_younger_one_with(source: TicketSource) {
     let env = TestEnv::new("ct-wound").await;
     env.raw_put(&env.table, item(&[("Id", s("k")), ("v", n(1))]))
         .await;
-    let m = ordered(&env, Duration::from_secs(30));
+    let m = ordered_by(&env, source, Duration::from_secs(30));
     let old = m.begin();
     old.get_item()
         .table_name(&env.table)
@@ -194,6 +220,15 @@ async fn roll_back_others_policy_rolls_back_the_holder_whatever_its_age() {
 
 #[tokio::test]
 async fn crossing_lock_orders_never_deadlock() {
+    crossing_lock_orders_never_deadlock_with(TicketSource::Counter).await;
+}
+
+#[tokio::test]
+async fn crossing_lock_orders_never_deadlock_with_clock_tickets() {
+    crossing_lock_orders_never_deadlock_with(TicketSource::Clock).await;
+}
+
+async fn crossing_lock_orders_never_deadlock_with(source: TicketSource) {
     let env = TestEnv::new("ct-cross").await;
     for k in ["a", "b", "c"] {
         env.raw_put(&env.table, item(&[("Id", s(k)), ("v", n(0))]))
@@ -211,7 +246,10 @@ async fn crossing_lock_orders_never_deadlock() {
         let m = TransactionManager::builder(client())
             .transactions_table(env.manager.transactions_table())
             .images_table(env.manager.images_table())
-            .configure(|s| s.run_attempts = 50)
+            .configure(|s| {
+                s.run_attempts = 50;
+                s.ticket_source = source;
+            })
             .build();
         let table = env.table.clone();
         let order: Vec<String> = order.iter().map(|s| s.to_string()).collect();
@@ -262,6 +300,14 @@ async fn crossing_lock_orders_never_deadlock() {
         assert_eq!(
             env.raw_get(&env.table, &key(k)).await.unwrap(),
             item(&[("Id", s(k)), ("v", n(16))])
+        );
+    }
+    if source == TicketSource::Clock {
+        assert_eq!(
+            env.raw_get(env.manager.transactions_table(), &counter_row())
+                .await,
+            None,
+            "clock tickets never touch the ticket counter"
         );
     }
 }

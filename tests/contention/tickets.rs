@@ -1,17 +1,28 @@
 //! Tickets: a retried unit of work, a resumed handle and a second handle all contend with the
-//! ticket in the transaction's record.
+//! ticket in the transaction's record, whichever the ticket source (`NAME`: the counter,
+//! `NAME_with_clock_tickets`: the clock); a clock ticket costs no request.
 
 use std::time::Duration;
 
-use dynamodb_transactions::{ContentionPolicy, Error, TransactionManager, TxState};
+use dynamodb_transactions::fault::RequestCounter;
+use dynamodb_transactions::{ContentionPolicy, Error, TicketSource, TransactionManager, TxState};
 
 use crate::common::*;
-use crate::{lock, ordered, ticket_of};
+use crate::{counter_row, lock, ordered_by, ticket_of};
 
 #[tokio::test]
 async fn a_retried_unit_of_work_keeps_its_ticket() {
+    a_retried_unit_of_work_keeps_its_ticket_with(TicketSource::Counter).await;
+}
+
+#[tokio::test]
+async fn a_retried_unit_of_work_keeps_its_ticket_with_clock_tickets() {
+    a_retried_unit_of_work_keeps_its_ticket_with(TicketSource::Clock).await;
+}
+
+async fn a_retried_unit_of_work_keeps_its_ticket_with(source: TicketSource) {
     let env = TestEnv::new("ct-keep").await;
-    let m = ordered(&env, Duration::from_secs(30));
+    let m = ordered_by(&env, source, Duration::from_secs(30));
     let attempts = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
     let ids = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let (table, a2, ids2) = (env.table.clone(), attempts.clone(), ids.clone());
@@ -43,12 +54,13 @@ async fn a_retried_unit_of_work_keeps_its_ticket() {
 }
 
 /// Like [`ordered`], but tickets are taken at first contention (the default).
-fn ordered_lazy(env: &TestEnv) -> TransactionManager {
+fn ordered_lazy(env: &TestEnv, source: TicketSource) -> TransactionManager {
     TransactionManager::builder(client())
         .transactions_table(env.manager.transactions_table())
         .images_table(env.manager.images_table())
         .configure(|s| {
             s.rollback_on_drop = false;
+            s.ticket_source = source;
             s.contention = ContentionPolicy::Ordered {
                 dead_after: Duration::from_secs(30),
                 ticket_at_begin: false,
@@ -110,12 +122,21 @@ async fn crossing_with_the_older_transaction_wins(
 
 #[tokio::test]
 async fn a_resumed_transaction_keeps_the_ticket_in_its_record() {
+    a_resumed_transaction_keeps_the_ticket_in_its_record_with(TicketSource::Counter).await;
+}
+
+#[tokio::test]
+async fn a_resumed_transaction_keeps_the_ticket_in_its_record_with_clock_tickets() {
+    a_resumed_transaction_keeps_the_ticket_in_its_record_with(TicketSource::Clock).await;
+}
+
+async fn a_resumed_transaction_keeps_the_ticket_in_its_record_with(source: TicketSource) {
     let env = TestEnv::new("ct-resume").await;
     for k in ["a", "b"] {
         env.raw_put(&env.table, item(&[("Id", s(k)), ("v", n(0))]))
             .await;
     }
-    let m = ordered(&env, Duration::from_secs(30));
+    let m = ordered_by(&env, source, Duration::from_secs(30));
     // T takes its ticket as it begins and locks "a"; its coordinator dies.
     let t = m.begin();
     lock(&t, &env.table, "a").await.unwrap();
@@ -138,12 +159,21 @@ async fn a_resumed_transaction_keeps_the_ticket_in_its_record() {
 
 #[tokio::test]
 async fn a_second_handle_adopts_the_ticket_another_handle_recorded() {
+    a_second_handle_adopts_the_ticket_another_handle_recorded_with(TicketSource::Counter).await;
+}
+
+#[tokio::test]
+async fn a_second_handle_adopts_the_ticket_another_handle_recorded_with_clock_tickets() {
+    a_second_handle_adopts_the_ticket_another_handle_recorded_with(TicketSource::Clock).await;
+}
+
+async fn a_second_handle_adopts_the_ticket_another_handle_recorded_with(source: TicketSource) {
     let env = TestEnv::new("ct-second").await;
     for k in ["a", "b", "z"] {
         env.raw_put(&env.table, item(&[("Id", s(k)), ("v", n(0))]))
             .await;
     }
-    let lazy = ordered_lazy(&env);
+    let lazy = ordered_lazy(&env, source);
     // T locks "a" with no ticket yet; a second handle of T is made now (its record has no ticket).
     let t = lazy.begin();
     lock(&t, &env.table, "a").await.unwrap();
@@ -164,7 +194,7 @@ async fn a_second_handle_adopts_the_ticket_another_handle_recorded() {
         Some(TxState::RolledBack)
     );
     // U, younger than T, locks "b".
-    let u = ordered(&env, Duration::from_secs(30)).begin();
+    let u = ordered_by(&env, source, Duration::from_secs(30)).begin();
     lock(&u, &env.table, "b").await.unwrap();
     assert!(ticket_of(&env, t.id()).await < ticket_of(&env, u.id()).await);
     // The second handle, not the one that took the ticket, meets U.
@@ -180,5 +210,61 @@ async fn a_second_handle_adopts_the_ticket_another_handle_recorded() {
     assert_eq!(
         env.raw_get(&env.table, &key("z")).await.unwrap(),
         item(&[("Id", s("z")), ("v", n(0))])
+    );
+}
+
+/// A clock ticket costs no request: a transaction that takes its ticket as it begins sends
+/// exactly the requests of one that takes no ticket, and its record still carries the ticket. A
+/// counter ticket costs one `UpdateItem` (the `ADD` on the counter row) more.
+#[tokio::test]
+async fn clock_tickets_take_no_ticket_requests() {
+    let env = TestEnv::new("ct-clock-req").await;
+    env.raw_put(&env.table, item(&[("Id", s("k")), ("v", n(1))]))
+        .await;
+    let run = async |source: TicketSource, ticket_at_begin: bool| {
+        let counter = RequestCounter::new();
+        let m = TransactionManager::builder(client_with(vec![shared(counter.clone())]))
+            .transactions_table(env.manager.transactions_table())
+            .images_table(env.manager.images_table())
+            .configure(|s| {
+                s.rollback_on_drop = false;
+                s.ticket_source = source;
+                s.contention = ContentionPolicy::Ordered {
+                    dead_after: Duration::from_secs(30),
+                    ticket_at_begin,
+                };
+            })
+            .build();
+        let tx = m.begin();
+        lock(&tx, &env.table, "k").await.unwrap();
+        let sent = counter.snapshot();
+        let header = item(&[("_TxId", s(tx.id().as_str())), ("_TxN", n(0))]);
+        let row = env
+            .raw_get(env.manager.transactions_table(), &header)
+            .await
+            .unwrap();
+        tx.rollback().await.unwrap();
+        (sent, row.contains_key("_TxK"))
+    };
+    let (none, ticketed) = run(TicketSource::Counter, false).await;
+    assert!(!ticketed, "no contention, no ticket");
+    let (clock, ticketed) = run(TicketSource::Clock, true).await;
+    assert!(ticketed, "the clock ticket is in the record");
+    assert_eq!(clock, none, "a clock ticket costs no request");
+    assert_eq!(
+        env.raw_get(env.manager.transactions_table(), &counter_row())
+            .await,
+        None,
+        "no counter row"
+    );
+    let (mut counted, ticketed) = run(TicketSource::Counter, true).await;
+    assert!(ticketed);
+    *counted.get_mut("UpdateItem").unwrap() -= 1;
+    counted.retain(|_, n| *n > 0);
+    assert_eq!(counted, none, "a counter ticket costs one UpdateItem");
+    assert!(
+        env.raw_get(env.manager.transactions_table(), &counter_row())
+            .await
+            .is_some()
     );
 }
