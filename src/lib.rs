@@ -69,8 +69,7 @@ pub use manager::{
     TransactionManagerBuilder, TransactionStatus,
 };
 pub use record::TxState;
-pub use settings::{ContentionPolicy, Settings};
-pub use ticket::TicketSource;
+pub use settings::{ContentionPolicy, Settings, TicketSource};
 pub use transaction::{
     DeleteItemBuilder, GetItemBuilder, GetOutput, PutItemBuilder, Transaction, UpdateItemBuilder,
     WriteOutput,

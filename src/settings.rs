@@ -48,7 +48,7 @@ pub struct Settings {
     pub contention: ContentionPolicy,
     /// Where [`ContentionPolicy::Ordered`] takes tickets from: the shared counter (default, one
     /// request on one item per ticket) or the coordinator's clock (no request, no shared item).
-    pub ticket_source: crate::TicketSource,
+    pub ticket_source: TicketSource,
     /// Longest a lock attempt waits for an older transaction (ordered contention) before giving up
     /// with [`Error::ItemLocked`].
     pub lock_wait: Duration,
@@ -80,7 +80,7 @@ impl Default for Settings {
             rollback_on_drop: true,
             table_wait: Duration::from_secs(300),
             contention: ContentionPolicy::default(),
-            ticket_source: crate::TicketSource::Counter,
+            ticket_source: TicketSource::Counter,
             lock_wait: Duration::from_secs(10),
             wound_grace: Duration::from_millis(100),
             record_ttl: None,
@@ -168,4 +168,33 @@ pub(crate) async fn backoff(settings: &Settings, attempt: u32) {
         .max(1);
     let us = rand::rng().random_range(0..=window);
     tokio::time::sleep(Duration::from_micros(us)).await;
+}
+
+/// Where [`ContentionPolicy::Ordered`](crate::ContentionPolicy::Ordered) takes a transaction's
+/// ticket (its age) from. Set it in [`Settings::ticket_source`](crate::Settings::ticket_source).
+///
+/// Both sources give tickets that are compared the same way (smaller is older) and live in the
+/// transaction's record, written once; [`TransactionManager::run`](crate::TransactionManager::run)
+/// keeps one ticket across its retries and
+/// [`TransactionManager::resume`](crate::TransactionManager::resume) adopts the record's, whatever
+/// its source. Coordinators of one transactions table may use different sources (while a setting
+/// is rolled out, say): counter tickets are far smaller than clock tickets, so they count as
+/// older; the order stays total and safe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum TicketSource {
+    /// One atomic `ADD` on the counter row (`~ticket-counter`) of the transactions table per
+    /// ticket. Tickets are unique and strictly in the order they were taken, but every contending
+    /// transaction writes the same item: DynamoDB allows about 1,000 writes per second on one item,
+    /// which caps how many transactions per second can meet contention.
+    #[default]
+    Counter,
+    /// The coordinator's clock: epoch microseconds × 4096 plus a 12-bit random tie-breaker (and,
+    /// within one process, always larger than the previous one). No request and no shared item.
+    /// Tickets are unique with overwhelming probability; two equal tickets (another process, same
+    /// microsecond, same random bits) neither wait for nor wound each other, which costs time, not
+    /// safety. A clock that runs ahead makes its transactions look younger, one that lags makes
+    /// them look older: skew costs fairness only. Keep the clocks synchronised (NTP) so that "older"
+    /// means "began (or met contention) earlier".
+    Clock,
 }

@@ -11,35 +11,7 @@ use rand::Rng;
 
 use crate::error::Result;
 use crate::record;
-
-/// Where [`ContentionPolicy::Ordered`](crate::ContentionPolicy::Ordered) takes a transaction's
-/// ticket (its age) from. Set it in [`Settings::ticket_source`](crate::Settings::ticket_source).
-///
-/// Both sources give tickets that are compared the same way (smaller is older) and live in the
-/// transaction's record, written once; [`TransactionManager::run`](crate::TransactionManager::run)
-/// keeps one ticket across its retries and
-/// [`TransactionManager::resume`](crate::TransactionManager::resume) adopts the record's, whatever
-/// its source. Coordinators of one transactions table may use different sources (while a setting
-/// is rolled out, say): counter tickets are far smaller than clock tickets, so they count as
-/// older; the order stays total and safe.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub enum TicketSource {
-    /// One atomic `ADD` on the counter row (`~ticket-counter`) of the transactions table per
-    /// ticket. Tickets are unique and strictly in the order they were taken, but every contending
-    /// transaction writes the same item: DynamoDB allows about 1,000 writes per second on one item,
-    /// which caps how many transactions per second can meet contention.
-    #[default]
-    Counter,
-    /// The coordinator's clock: epoch microseconds × 4096 plus a 12-bit random tie-breaker (and,
-    /// within one process, always larger than the previous one). No request and no shared item.
-    /// Tickets are unique with overwhelming probability; two equal tickets (another process, same
-    /// microsecond, same random bits) neither wait for nor wound each other, which costs time, not
-    /// safety. A clock that runs ahead makes its transactions look younger, one that lags makes
-    /// them look older: skew costs fairness only. Keep the clocks synchronised (NTP) so that "older"
-    /// means "began (or met contention) earlier".
-    Clock,
-}
+use crate::settings::TicketSource;
 
 /// Bits below the microseconds: the random tie-breaker. Microseconds since 1970 fit the 52 bits
 /// left until the year 2112.

@@ -23,6 +23,10 @@ pub type Mode = (&'static str, fn(&mut Settings));
 pub const MODES: &[Mode] = &[
     // The seed's mechanism: an atomic `ADD` on one counter row, at a transaction's first contention.
     ("counter", |_| {}),
+    // The coordinator's clock: no request, no shared item (`TicketSource::Clock`).
+    ("clock", |s| {
+        s.ticket_source = dynamodb_transactions::TicketSource::Clock
+    }),
 ];
 
 /// What one mode did.
