@@ -8,7 +8,7 @@ use crate::TxId;
 use crate::error::{Error, Result};
 use crate::keys::SchemaCache;
 use crate::record::{self, TxState};
-use crate::settings::{self, Inner, Settings};
+use crate::settings::{self, ContentionPolicy, Inner, Settings};
 use crate::settle;
 use crate::tables;
 use crate::transaction::Transaction;
@@ -350,8 +350,12 @@ impl TransactionManager {
                 return crate::metrics::run_result(Err(err), attempt);
             }
             // Rolled back by a competitor before meeting contention itself: take a ticket now, so
-            // the next attempt is ordered.
+            // the next attempt is ordered (only a policy that compares tickets needs one).
             if matches!(err, Error::RolledBack { .. } | Error::ItemLocked { .. })
+                && matches!(
+                    self.inner.settings.contention,
+                    ContentionPolicy::Ordered { .. }
+                )
                 && ticket.get().is_none()
             {
                 let inner = &self.inner;

@@ -268,3 +268,38 @@ async fn clock_tickets_take_no_ticket_requests() {
             .is_some()
     );
 }
+
+/// Under `RollBackOthers` no ticket is ever compared: a unit of work that `run` retries after being
+/// rolled back must not take one (an `ADD` on the shared counter row for nothing).
+#[tokio::test]
+async fn a_retry_without_ordered_contention_takes_no_ticket() {
+    let env = TestEnv::with_settings("ct-noticket", |s| {
+        s.contention = ContentionPolicy::RollBackOthers;
+    })
+    .await;
+    let attempts = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let (table, a2) = (env.table.clone(), attempts.clone());
+    env.manager
+        .run(async move |tx| {
+            tx.get_item()
+                .table_name(&table)
+                .key("Id", s("k"))
+                .send()
+                .await?;
+            if a2.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
+                return Err(Error::RolledBack {
+                    tx_id: tx.id().clone(),
+                });
+            }
+            Ok(())
+        })
+        .await
+        .unwrap();
+    assert_eq!(attempts.load(std::sync::atomic::Ordering::SeqCst), 2);
+    assert_eq!(
+        env.raw_get(env.manager.transactions_table(), &counter_row())
+            .await,
+        None,
+        "a ticket was taken although no policy compares tickets"
+    );
+}
