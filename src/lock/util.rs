@@ -4,7 +4,6 @@ use std::fmt;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::error::SdkError;
-use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::AttributeValue;
 use rand::Rng;
@@ -97,13 +96,6 @@ pub(crate) fn backoff(attempt: u32) -> Duration {
     )
 }
 
-/// "Full jitter" backoff for contention on one item: uniform in [0, 4 ms × 2^attempt], capped at
-/// 256 ms.
-pub(crate) fn contention_backoff(attempt: u32) -> Duration {
-    let cap = 4u64 << attempt.min(6);
-    Duration::from_millis(rand::rng().random_range(0..=cap))
-}
-
 /// True when a failed request may nevertheless have been applied.
 pub(crate) fn is_ambiguous(e: &crate::Error) -> bool {
     matches!(
@@ -139,4 +131,3 @@ macro_rules! classify {
 }
 
 classify!(update_failure, UpdateItemError, "UpdateItem");
-classify!(delete_failure, DeleteItemError, "DeleteItem");

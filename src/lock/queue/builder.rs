@@ -67,8 +67,9 @@ impl QueueLockBuilder {
         self
     }
 
-    /// Polling: the waiter at the head of the queue polls every `head`; a waiter `k` places back
-    /// polls every `k × head`, at most every `max`. Defaults 50 ms and 2 s (the head of the queue polls about 20 times a second at most).
+    /// Polling: the waiter at the head of the queue polls every `head`; a waiter further back looks
+    /// again when, at the pace the queue has been moving, it will be near the head (at first,
+    /// `k` places back, after `k × head`), at least every `max`. Defaults 8 ms and 2 s.
     pub fn poll_interval(mut self, head: Duration, max: Duration) -> Self {
         self.poll_head = head;
         self.poll_max = max;
@@ -76,14 +77,19 @@ impl QueueLockBuilder {
     }
 
     /// Rows read per Query page (1..=1000). Default 25.
+    ///
+    /// No effect since the queue became one item (read with one `GetItem`); kept so existing
+    /// callers build. Values outside 1..=1000 are still rejected.
     pub fn page_size(mut self, rows: i32) -> Self {
         self.page_size = rows;
         self
     }
 
-    /// How long after its expiry DynamoDB TTL may delete a row (the `ttl` attribute is expiry +
-    /// grace, in epoch seconds). TTL is garbage collection only; it never decides ownership.
-    /// Default one hour.
+    /// How long after its expiry DynamoDB TTL may delete a row. Default one hour.
+    ///
+    /// No effect since the queue became one item: the lock's counter item, which is never deleted
+    /// (dead entries are removed by the waiters that judge them dead). Kept so existing callers
+    /// build.
     pub fn ttl_grace(mut self, grace: Duration) -> Self {
         self.ttl_grace = grace;
         self
@@ -137,11 +143,9 @@ impl QueueLockBuilder {
                 skew_margin: self.skew_margin,
                 poll_head: self.poll_head,
                 poll_max: self.poll_max,
-                page_size: self.page_size,
-                ttl_grace: self.ttl_grace,
                 clock: self.clock,
                 observations: Mutex::new(HashMap::new()),
-                counters: Mutex::new(HashMap::new()),
+                pace: Mutex::new(HashMap::new()),
             }),
         })
     }

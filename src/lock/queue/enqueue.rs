@@ -1,212 +1,151 @@
-//! Entering the queue: the ticket transaction (counter and row in one `TransactWriteItems`) and
-//! the recovery of ambiguous ticket requests.
+//! Entering the queue: one `UpdateItem` issues the ticket and writes the entry with it, and
+//! recovers the entry of an earlier attempt whose answer was lost.
 
-use std::collections::HashMap;
-
-use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
-use aws_sdk_dynamodb::types::{Put, TransactWriteItem, Update};
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
 use tokio::time::Instant;
 
+use super::entry::{entry_beat, spawn_delete};
 use super::guard::Enqueued;
-use super::row::{row_beat, spawn_delete};
+use super::state::{ENTRIES, QueueState, entry_attr, ticket_attr};
 use super::{ALL_OLD, QueueLock};
-use crate::lock::LockError;
-use crate::lock::counter::read_counter;
 use crate::lock::heartbeat::Heartbeat;
 use crate::lock::util::*;
+use crate::lock::{LockError, Wait};
 use crate::{Error, Item};
 
 impl QueueLock {
-    /// Takes a ticket and writes the queue row atomically.
+    /// The entry written for a new acquirer.
+    fn entry_value(&self) -> AttributeValue {
+        let inner = &self.inner;
+        let now = inner.clock.now_millis();
+        AttributeValue::M(Item::from([
+            (HB.to_string(), n(0)),
+            (LEASE_MS.to_string(), n(millis(inner.lease))),
+            (EXP_MS.to_string(), n(now + millis(inner.lease))),
+            (CREATED_MS.to_string(), n(now)),
+        ]))
+    }
+
+    /// Takes a ticket and writes our entry in one request; returns the queue as that request left
+    /// it. With [`Wait::NoWait`] the request is conditional on an empty queue, so a refusal writes
+    /// nothing.
     pub(super) async fn enqueue(
         &self,
         name: &str,
         owner: &str,
+        wait: Wait,
         deadline: Option<Instant>,
         start: Instant,
-    ) -> Result<Enqueued, LockError> {
+    ) -> Result<(Enqueued, QueueState), LockError> {
         let inner = &self.inner;
-        let counter_sk = self.counter_sk();
-        let mut known = inner.counters.lock().expect("poisoned").get(name).copied();
-        // Tickets whose request failed ambiguously: their row may exist (or appear later). Each
-        // with the first send of any request for it: the row may have been written (and seen by
-        // a waiter) from then on.
-        let mut ambiguous: HashMap<u64, Instant> = HashMap::new();
+        let sk = self.counter_sk();
+        let only_if_empty = matches!(wait, Wait::NoWait);
+        // The first send of a request of ours that failed ambiguously: it may have written our
+        // entry (and a waiter may have seen it) from then on.
+        let mut first_send: Option<Instant> = None;
+        let give_up = |first_send: Option<Instant>| {
+            if first_send.is_some() {
+                // An ambiguous request may have landed or may still land.
+                spawn_delete(
+                    inner.clone(),
+                    name.to_string(),
+                    sk.clone(),
+                    owner.to_string(),
+                );
+            }
+        };
         let mut attempt = 0u32;
         loop {
-            if deadline.is_some_and(|d| Instant::now() >= d) && attempt > 0 {
-                let e = LockError::Timeout {
+            if attempt > 0 && deadline.is_some_and(|d| Instant::now() >= d) {
+                give_up(first_send);
+                return Err(LockError::Timeout {
                     name: name.to_string(),
                     waited: start.elapsed(),
-                };
-                self.cleanup_strays(name, owner, &ambiguous, None);
-                return Err(e);
+                });
             }
-            let current = match known {
-                Some(c) => c,
-                None => read_counter(&inner.client, &inner.table, name, &counter_sk).await?,
+            let condition = if only_if_empty {
+                "attribute_not_exists(#e) AND (attribute_not_exists(#c) OR #c = :zero)"
+            } else {
+                "attribute_not_exists(#e)"
             };
-            let ticket = current + 1;
-            let sk = self.row_sk(ticket);
-            let update = Update::builder()
-                .table_name(&inner.table)
-                .set_key(Some(key(name, &counter_sk)))
-                .update_expression("SET #n = :t")
-                .condition_expression(if current == 0 {
-                    "attribute_not_exists(#n)"
-                } else {
-                    "#n = :c"
-                })
-                .expression_attribute_names("#n", COUNT)
-                .set_expression_attribute_values(Some(if current == 0 {
-                    Item::from([(":t".to_string(), n(ticket))])
-                } else {
-                    Item::from([
-                        (":t".to_string(), n(ticket)),
-                        (":c".to_string(), n(current)),
-                    ])
-                }))
-                .return_values_on_condition_check_failure(ALL_OLD)
-                .build()
-                .map_err(|e| Error::invalid(e.to_string()))?;
-            let put = Put::builder()
-                .table_name(&inner.table)
-                .set_item(Some(self.row_item(name, &sk, owner)))
-                .condition_expression("attribute_not_exists(#sk)")
-                .expression_attribute_names("#sk", SK)
-                .return_values_on_condition_check_failure(ALL_OLD)
-                .build()
-                .map_err(|e| Error::invalid(e.to_string()))?;
-            let items = vec![
-                TransactWriteItem::builder().update(update).build(),
-                TransactWriteItem::builder().put(put).build(),
-            ];
-            let token = uuid::Uuid::new_v4().to_string();
             let sent_at = Instant::now();
-            // Send; on an ambiguous failure resend the identical request with the same token, which
-            // DynamoDB treats as idempotent: success means it is applied exactly once.
-            let mut replays = 0;
-            let result = loop {
-                let r = inner
-                    .client
-                    .transact_write_items()
-                    .set_transact_items(Some(items.clone()))
-                    .client_request_token(&token)
-                    .send()
-                    .await;
-                match r {
-                    Err(e)
-                        if replays < 3
-                            && matches!(
-                                &e,
-                                aws_sdk_dynamodb::error::SdkError::TimeoutError(_)
-                                    | aws_sdk_dynamodb::error::SdkError::DispatchFailure(_)
-                                    | aws_sdk_dynamodb::error::SdkError::ResponseError(_)
-                            ) =>
-                    {
-                        tracing::debug!(
-                            lock = name,
-                            ticket,
-                            "ticket request failed ambiguously; replaying it"
-                        );
-                        ambiguous.entry(ticket).or_insert(sent_at);
-                        replays += 1;
-                        tokio::time::sleep(backoff(replays)).await;
-                    }
-                    other => break other,
-                }
-            };
+            // Every operand reads the item as it was: `#t` gets the ticket that `#n` moves to.
+            let r = inner
+                .client
+                .update_item()
+                .table_name(&inner.table)
+                .set_key(Some(key(name, &sk)))
+                .update_expression(
+                    "SET #n = if_not_exists(#n, :zero) + :one, #t = if_not_exists(#n, :zero) + :one, #e = :entry ADD #c :one",
+                )
+                .condition_expression(condition)
+                .expression_attribute_names("#n", COUNT)
+                .expression_attribute_names("#t", ticket_attr(owner))
+                .expression_attribute_names("#e", entry_attr(owner))
+                .expression_attribute_names("#c", ENTRIES)
+                .expression_attribute_values(":zero", n(0))
+                .expression_attribute_values(":one", n(1))
+                .expression_attribute_values(":entry", self.entry_value())
+                .return_values(ReturnValue::AllNew)
+                .return_values_on_condition_check_failure(ALL_OLD)
+                .send()
+                .await;
             attempt += 1;
-            match result {
-                Ok(_) => {
-                    // Written by this request (an earlier one for this ticket would have moved the
-                    // counter); counting from an earlier send is merely conservative.
-                    let from = ambiguous.remove(&ticket).unwrap_or(sent_at).min(sent_at);
-                    return Ok(self.entered(name, owner, ticket, sk, from, &ambiguous));
-                }
-                Err(e) => {
-                    if let Some(TransactWriteItemsError::TransactionCanceledException(c)) =
-                        e.as_service_error()
-                    {
-                        let reasons = c.cancellation_reasons();
-                        let code =
-                            |i: usize| reasons.get(i).and_then(|r| r.code()).unwrap_or("None");
-                        if code(0) == "ConditionalCheckFailed" {
-                            // Someone else took ticket `ticket` (or a later one) first; or our own
-                            // earlier, ambiguous attempt did.
-                            let now_at = reasons[0]
-                                .item()
-                                .and_then(|i| get_u64(i, COUNT))
-                                .unwrap_or(0);
-                            if ambiguous.contains_key(&ticket)
-                                && self.row_owned(name, &sk, owner).await?
-                            {
-                                // An earlier request for this ticket wrote the row: its lease runs
-                                // from the first send for this ticket, not from this request.
-                                let from = ambiguous.remove(&ticket).unwrap_or(sent_at);
-                                return Ok(self.entered(name, owner, ticket, sk, from, &ambiguous));
+            let found = match r {
+                Ok(out) => QueueState::parse(out.attributes()),
+                Err(e) => match update_failure(e) {
+                    WriteFailure::Condition(item) => {
+                        let state = QueueState::parse(item.as_ref());
+                        if state.find(owner).is_none() {
+                            // NoWait, and the queue is not empty: clear dead entries, if that
+                            // empties it try again, else refuse (nothing of ours is written).
+                            let ahead = self.clear_dead(name, &state, owner, None).await?;
+                            if ahead.live == 0 {
+                                continue;
                             }
-                            known = Some(now_at);
-                            tracing::trace!(
-                                lock = name,
-                                ticket,
-                                counter = now_at,
-                                "ticket taken; retrying"
-                            );
-                            tokio::time::sleep(contention_backoff(attempt)).await;
+                            give_up(first_send);
+                            return Err(LockError::WouldBlock {
+                                name: name.to_string(),
+                            });
+                        }
+                        // Our entry is there: written by an earlier attempt of ours, or by an
+                        // SDK retry of this one.
+                        state
+                    }
+                    WriteFailure::Other(e) => {
+                        if is_ambiguous(&e) {
+                            first_send.get_or_insert(sent_at);
+                        }
+                        if e.is_retryable() {
+                            tracing::debug!(lock = name, error = %e, "ticket request failed; retrying");
+                            tokio::time::sleep(backoff(attempt.min(5))).await;
                             continue;
                         }
-                        if code(1) == "ConditionalCheckFailed" {
-                            let row = reasons.get(1).and_then(|r| r.item());
-                            if row.and_then(|r| get_s(r, OWNER)) == Some(owner) {
-                                let from =
-                                    ambiguous.remove(&ticket).unwrap_or(sent_at).min(sent_at);
-                                return Ok(self.entered(name, owner, ticket, sk, from, &ambiguous));
-                            }
-                            return Err(Error::invariant(format!(
-                                "queue row {sk} of lock {name} exists but the counter is below it: was the counter item deleted?"
-                            ))
-                            .into());
-                        }
-                        // TransactionConflict or throttling inside the transaction: back off.
-                        tracing::trace!(lock = name, ticket, reasons = ?(code(0), code(1)), "ticket transaction cancelled; retrying");
-                        known = None;
-                        tokio::time::sleep(contention_backoff(attempt)).await;
-                        continue;
+                        give_up(first_send);
+                        return Err(e.into());
                     }
-                    let err = Error::sdk("TransactWriteItems", e);
-                    if err.is_retryable() {
-                        tracing::debug!(lock = name, error = %err, "ticket request failed; retrying");
-                        known = None;
-                        tokio::time::sleep(backoff(attempt.min(5))).await;
-                        continue;
-                    }
-                    self.cleanup_strays(name, owner, &ambiguous, None);
-                    return Err(err.into());
-                }
-            }
+                },
+            };
+            let Some(me) = found.find(owner) else {
+                return Err(Error::invariant(format!(
+                    "queue lock {name}: the ticket request succeeded but the entry is missing"
+                ))
+                .into());
+            };
+            // The lease counts from the earliest send that may have written the entry.
+            let from = first_send.unwrap_or(sent_at).min(sent_at);
+            let entered = self.entered(name, owner, me.ticket, from);
+            self.observe_pace(name, &found);
+            return Ok((entered, found));
         }
     }
 
-    pub(super) fn entered(
-        &self,
-        name: &str,
-        owner: &str,
-        ticket: u64,
-        sk: String,
-        sent_at: Instant,
-        ambiguous: &HashMap<u64, Instant>,
-    ) -> Enqueued {
-        self.inner
-            .counters
-            .lock()
-            .expect("poisoned")
-            .insert(name.to_string(), ticket);
-        self.cleanup_strays(name, owner, ambiguous, Some(ticket));
+    fn entered(&self, name: &str, owner: &str, ticket: u64, sent_at: Instant) -> Enqueued {
         tracing::debug!(lock = name, ticket, "entered the queue");
+        let sk = self.counter_sk();
         let heartbeat = Heartbeat::start(
             name,
-            row_beat(
+            entry_beat(
                 self.inner.clone(),
                 name.to_string(),
                 sk.clone(),
@@ -226,42 +165,5 @@ impl QueueLock {
             heartbeat: Some(heartbeat),
             armed: true,
         }
-    }
-
-    /// Deletes, in the background, rows of ours that ambiguous requests may have written.
-    pub(super) fn cleanup_strays(
-        &self,
-        name: &str,
-        owner: &str,
-        tickets: &HashMap<u64, Instant>,
-        keep: Option<u64>,
-    ) {
-        for &t in tickets.keys().filter(|t| Some(**t) != keep) {
-            spawn_delete(
-                self.inner.clone(),
-                name.to_string(),
-                self.row_sk(t),
-                owner.to_string(),
-            );
-        }
-    }
-
-    pub(super) async fn row_owned(
-        &self,
-        name: &str,
-        sk: &str,
-        owner: &str,
-    ) -> Result<bool, LockError> {
-        let out = self
-            .inner
-            .client
-            .get_item()
-            .table_name(&self.inner.table)
-            .set_key(Some(key(name, sk)))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|e| Error::sdk("GetItem", e))?;
-        Ok(out.item().and_then(|i| get_s(i, OWNER)) == Some(owner))
     }
 }

@@ -4,11 +4,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::Inner;
-use super::row::{delete_own, spawn_delete};
+use super::entry::{delete_own, spawn_delete};
 use crate::lock::LockError;
 use crate::lock::heartbeat::{Heartbeat, LostSignal};
 
-/// A row in the queue, not yet granted. Dropping it removes the row in the background.
+/// An entry in the queue, not yet granted. Dropping it removes the entry in the background.
 pub(super) struct Enqueued {
     pub(super) inner: Arc<Inner>,
     pub(super) name: String,
@@ -40,7 +40,7 @@ impl Enqueued {
             hb.finish();
         }
         if let Err(e) = delete_own(&self.inner, &self.name, &self.sk, &self.owner).await {
-            tracing::warn!(lock = %self.name, row = %self.sk, error = %e, "could not delete queue row; it will expire");
+            tracing::warn!(lock = %self.name, error = %e, "could not remove queue entry; it will expire");
         }
     }
 }
@@ -62,8 +62,8 @@ impl Drop for Enqueued {
 /// A held [`QueueLock`](super::QueueLock). Release it with [`release`](Self::release); dropping it releases in the
 /// background.
 ///
-/// While held, a background task renews the row. If the lease runs out before a renewal succeeds
-/// (e.g. DynamoDB unreachable) or the row was deleted by a waiter that judged it dead, the lock is
+/// While held, a background task renews the entry. If the lease runs out before a renewal succeeds
+/// (e.g. DynamoDB unreachable) or the entry was removed by a waiter that judged it dead, the lock is
 /// lost: see [`is_lost`](Self::is_lost) and [`lost`](Self::lost).
 #[derive(Debug)]
 pub struct QueueGuard {
@@ -93,7 +93,7 @@ impl QueueGuard {
         self.ticket
     }
 
-    /// The owner id written into the row (unique per acquisition).
+    /// The owner id written into the entry (unique per acquisition).
     pub fn owner(&self) -> &str {
         &self.owner
     }
@@ -104,7 +104,7 @@ impl QueueGuard {
     }
 
     /// Time left on the local lease before the lock counts as lost unless renewed. The lease counts
-    /// from the first send of a ticket request that may have written this guard's row (or of its
+    /// from the first send of a ticket request that may have written this guard's entry (or of its
     /// last confirmed renewal): after lost responses it can be short of the full lease.
     pub fn lease_remaining(&self) -> Duration {
         self.heartbeat.remaining().unwrap_or(Duration::MAX)
@@ -124,7 +124,7 @@ impl QueueGuard {
         self.heartbeat.signal().lost().await
     }
 
-    /// Renews the row now (the background task also does, every heartbeat interval).
+    /// Renews the entry now (the background task also does, every heartbeat interval).
     ///
     /// # Cancel safety
     ///
@@ -133,14 +133,14 @@ impl QueueGuard {
         self.heartbeat.beat_now().await
     }
 
-    /// Releases the lock: stops the heartbeat and deletes the row (one `DeleteItem`).
+    /// Releases the lock: stops the heartbeat and removes the entry (one `UpdateItem`); the next waiter then holds the lock.
     ///
-    /// Returns [`LockError::Lost`] if the row had already been taken over: the critical section may
+    /// Returns [`LockError::Lost`] if the entry had already been removed as dead: the critical section may
     /// have overlapped with the next holder's.
     ///
     /// # Cancel safety
     ///
-    /// If the future is dropped midway, the guard's `Drop` deletes the row in the background.
+    /// If the future is dropped midway, the guard's `Drop` removes the entry in the background.
     pub async fn release(mut self) -> Result<(), LockError> {
         self.heartbeat.stop().await;
         let deleted = delete_own(&self.inner, &self.name, &self.sk, &self.owner).await;

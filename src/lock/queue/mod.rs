@@ -2,20 +2,28 @@
 //!
 //! # How it works
 //!
-//! Each acquire takes the next ticket `t` of the lock's counter and writes its queue row
-//! `{pk: name, sk: "<namespace>#q#<t, zero-padded to 38 digits>"}` **in one `TransactWriteItems`**:
-//! the counter update is conditional on the counter still being `t - 1`, the row put on the row not
-//! existing. So a ticket exists exactly when its row was committed before any higher ticket was
-//! issued, and a waiter's strongly consistent Query can never be overtaken by a lower ticket whose
-//! row is not written yet (the race of the naive "increment, then insert" design).
+//! The whole queue of a lock is one item, the lock's ticket counter `{pk: name, sk: "<ns>#ctr"}`.
+//! Acquiring is **one `UpdateItem`** on it that issues the next ticket *and* writes the
+//! acquirer's entry (owner id, heartbeat counter, lease) with that ticket, returning the whole
+//! queue (`ReturnValues::AllNew`). An entry therefore exists from the instant its ticket does:
+//! the race of the naive "increment, then insert" design (a lower ticket whose row is not yet
+//! written, overtaken by a higher one) cannot happen. The entry with the lowest ticket holds the
+//! lock; when that is the acquirer's, the acquire is done with that one request.
 //!
-//! The acquirer then polls (strongly consistent, paginated Query of the rows up to its own) until
-//! no live row is ahead of its own. Holders and waiters heartbeat their rows; a row whose heartbeat
-//! stopped is judged dead (see [`Expiry`]) and deleted with a condition on the heartbeat value that
-//! was judged, so a row that renewed in the meantime is never deleted. Release deletes the row.
+//! Otherwise the acquirer waits: it reads the item (strongly consistent `GetItem`) when its turn
+//! is likely: the head of the queue often (every `poll_interval.head`), the others at a pace
+//! derived from how fast the queue has been moving, so that they are awake before their turn.
+//! Holders and waiters heartbeat their entries; an entry whose heartbeat stopped is judged dead
+//! (see [`Expiry`]) and removed with a condition on the heartbeat value that was judged, so an
+//! entry that renewed in the meantime is never removed. Release removes the holder's entry (one
+//! `UpdateItem`), which hands the lock to the next entry: no separate grant write.
 //!
-//! The ticket is the fencing token: tickets are granted in increasing order, and a ticket whose row
-//! was deleted can never be granted later.
+//! The ticket is the fencing token: tickets are granted in increasing order, and a ticket whose
+//! entry was removed can never be granted later.
+//!
+//! One item holds the queue, so it is bounded by DynamoDB's 400 KB item size (some 3,000
+//! waiters), each write costs one write unit per KB of the item, and all writes of one lock
+//! serialise on it (about 1,000 write units a second on DynamoDB).
 //!
 //! ```no_run
 //! # async fn demo(client: aws_sdk_dynamodb::Client) -> Result<(), dynamodb_transactions::lock::LockError> {
@@ -43,19 +51,20 @@ use tokio::time::Instant;
 
 use super::util::*;
 use super::{Expiry, LockError, SharedClock, SystemClock, Wait};
-use crate::Item;
 
 const ALL_OLD: ReturnValuesOnConditionCheckFailure = ReturnValuesOnConditionCheckFailure::AllOld;
 
 mod builder;
 mod enqueue;
+mod entry;
 mod guard;
-mod row;
+mod pace;
+mod state;
 mod wait;
 
 pub use builder::QueueLockBuilder;
 pub use guard::QueueGuard;
-use row::ttl_secs;
+use pace::Pace;
 
 /// A fair (FIFO) distributed mutual-exclusion lock; see the [module docs](self).
 ///
@@ -76,13 +85,11 @@ struct Inner {
     skew_margin: Duration,
     poll_head: Duration,
     poll_max: Duration,
-    page_size: i32,
-    ttl_grace: Duration,
     clock: SharedClock,
-    /// What this handle saw of other rows: (name, sk) -> observation.
+    /// What this handle saw of other entries: (name, owner) -> observation.
     observations: Mutex<HashMap<(String, String), Observation>>,
-    /// Last known counter value per lock name.
-    counters: Mutex<HashMap<String, u64>>,
+    /// How fast each lock's queue has been moving, as this handle saw it.
+    pace: Mutex<HashMap<String, Pace>>,
 }
 
 impl fmt::Debug for Inner {
@@ -100,7 +107,6 @@ impl fmt::Debug for Inner {
 
 #[derive(Debug, Clone)]
 struct Observation {
-    owner: String,
     hb: u64,
     since: Instant,
 }
@@ -116,7 +122,7 @@ impl QueueLock {
             heartbeat: None,
             expiry: Expiry::Observed,
             skew_margin: Duration::from_secs(2),
-            poll_head: Duration::from_millis(50),
+            poll_head: Duration::from_millis(8),
             poll_max: Duration::from_secs(2),
             page_size: 25,
             ttl_grace: Duration::from_secs(3600),
@@ -152,22 +158,22 @@ impl QueueLock {
 
     /// Acquires lock `name`, waiting as `wait` says.
     ///
-    /// Costs, when nobody else is around: one `TransactWriteItems` (two writes) to take a ticket
-    /// and enter the queue (plus one `GetItem` the first time this handle sees the lock), and one
-    /// Query. Each poll while waiting is one Query; the waiter's row is renewed every heartbeat
-    /// interval. A waiter that gives up removes its row.
+    /// Costs, when nobody else is around: one `UpdateItem` (it issues the ticket, writes the entry
+    /// and shows that nobody is ahead). While waiting, each look at the queue is one strongly
+    /// consistent `GetItem`: often at the head of the queue, rarely further back. The entry is
+    /// renewed every heartbeat interval. A waiter that gives up removes its entry.
     ///
     /// Errors: [`LockError::WouldBlock`] ([`Wait::NoWait`] and someone is ahead),
-    /// [`LockError::Timeout`], [`LockError::Lost`] (our own row was judged dead and deleted while
-    /// we waited, e.g. after a long pause), [`LockError::DynamoDb`].
+    /// [`LockError::Timeout`], [`LockError::Lost`] (our own entry was judged dead and removed
+    /// while we waited, e.g. after a long pause), [`LockError::DynamoDb`].
     ///
     /// # Cancel safety
     ///
-    /// If the future is dropped after the row was written, the row's heartbeat stops at once and
-    /// a background task (spawned on the current Tokio runtime) deletes the row, so the queue
-    /// does not wait for it. If it is dropped while the ticket request is in flight and that
-    /// request lands afterwards, the row is never renewed: waiters behind it skip it once it has
-    /// been silent for a lease (plus margin). Nothing is ever granted to a dropped future.
+    /// If the future is dropped after the entry was written, its heartbeat stops at once and a
+    /// background task (spawned on the current Tokio runtime) removes the entry, so the queue
+    /// does not wait for it. If it is dropped while the acquiring request is in flight and that
+    /// request lands afterwards, the entry is never renewed: waiters behind it remove it once it
+    /// has been silent for a lease (plus margin). Nothing is ever granted to a dropped future.
     pub async fn acquire(&self, name: &str, wait: Wait) -> Result<QueueGuard, LockError> {
         let start = Instant::now();
         let deadline = wait.deadline(start);
@@ -176,8 +182,10 @@ impl QueueLock {
             _ => deadline,
         };
         let owner = uuid::Uuid::new_v4().to_string();
-        let mut entry = self.enqueue(name, &owner, enqueue_deadline, start).await?;
-        match self.wait_turn(&entry, wait, deadline, start).await {
+        let (mut entry, state) = self
+            .enqueue(name, &owner, wait, enqueue_deadline, start)
+            .await?;
+        match self.wait_turn(&entry, state, wait, deadline, start).await {
             Ok(()) => {
                 tracing::debug!(lock = name, ticket = entry.ticket, waited = ?start.elapsed(), "queue lock acquired");
                 Ok(entry.into_guard())
@@ -206,27 +214,5 @@ impl QueueLock {
 
     pub(super) fn counter_sk(&self) -> String {
         format!("{}{COUNTER_SK}", self.inner.namespace)
-    }
-
-    pub(super) fn queue_prefix(&self) -> String {
-        format!("{}#q#", self.inner.namespace)
-    }
-
-    pub(super) fn row_sk(&self, ticket: u64) -> String {
-        format!("{}{ticket:038}", self.queue_prefix())
-    }
-
-    pub(super) fn row_item(&self, name: &str, sk: &str, owner: &str) -> Item {
-        let inner = &self.inner;
-        let now = inner.clock.now_millis();
-        let exp = now + millis(inner.lease);
-        let mut item = key(name, sk);
-        item.insert(OWNER.into(), s(owner));
-        item.insert(HB.into(), n(0));
-        item.insert(LEASE_MS.into(), n(millis(inner.lease)));
-        item.insert(EXP_MS.into(), n(exp));
-        item.insert(TTL.into(), n(ttl_secs(exp, inner.ttl_grace)));
-        item.insert(CREATED_MS.into(), n(now));
-        item
     }
 }

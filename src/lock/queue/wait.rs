@@ -1,31 +1,39 @@
-//! Waiting for our turn: polling the queue, judging the rows ahead, deleting dead ones.
+//! Waiting for our turn: reading the queue when our turn is likely, judging the entries ahead,
+//! removing dead ones.
 
-use std::collections::HashSet;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::entry::remove_entry;
 use super::guard::Enqueued;
-use super::row::spawn_delete;
-use super::{ALL_OLD, Observation, QueueLock};
+use super::state::{Entry, QueueState};
+use super::{Observation, QueueLock};
+use crate::Error;
 use crate::lock::util::*;
 use crate::lock::{Expiry, LockError, Wait};
-use crate::{Error, Item};
 
-/// What one look at the queue found.
-pub(super) struct Scan {
-    /// Live rows ahead of ours (counted up to the first page that had one).
-    live_ahead: usize,
-    /// Whether our own row is there with our owner id (`None`: not read).
-    found_self: Option<bool>,
-    /// The earliest time a live row ahead could be judged dead.
-    next_death: Option<Instant>,
+/// The entries ahead of a waiter after dead ones were removed.
+pub(super) struct Ahead {
+    /// Live entries ahead (the first one holds the lock).
+    pub(super) live: usize,
+    /// The earliest time a live entry ahead could be judged dead.
+    pub(super) next_death: Option<Instant>,
+}
+
+enum Judgement {
+    Dead,
+    /// Alive; could be judged dead at this time if it stays silent.
+    Alive(Instant),
 }
 
 impl QueueLock {
+    /// Waits until our entry is the first live one. `state` is the queue as our ticket request
+    /// left it.
     pub(super) async fn wait_turn(
         &self,
         entry: &Enqueued,
+        mut state: QueueState,
         wait: Wait,
         deadline: Option<Instant>,
         start: Instant,
@@ -33,6 +41,7 @@ impl QueueLock {
         let lost = || LockError::Lost {
             name: entry.name.clone(),
         };
+        let inner = &self.inner;
         let mut failures = 0u32;
         let mut waited = false;
         loop {
@@ -43,26 +52,24 @@ impl QueueLock {
             if hb.is_lost() {
                 return Err(lost());
             }
-            let scan = match self.scan(&entry.name, &entry.sk, &entry.owner).await {
-                Ok(scan) => {
-                    failures = 0;
-                    scan
-                }
-                Err(LockError::DynamoDb(e))
-                    if e.is_retryable() && deadline.is_none_or(|d| Instant::now() < d) =>
-                {
-                    tracing::warn!(lock = %entry.name, error = %e, "queue poll failed; retrying");
+            if state.find(&entry.owner).is_none() {
+                hb.mark_lost("our queue entry was removed while waiting");
+                return Err(lost());
+            }
+            let ahead = match self
+                .clear_dead(&entry.name, &state, &entry.owner, Some(entry.ticket))
+                .await
+            {
+                Ok(ahead) => ahead,
+                Err(LockError::DynamoDb(e)) if self.retry_poll(&e, deadline) => {
                     failures += 1;
                     tokio::time::sleep(backoff(failures)).await;
+                    state = self.read_queue(&entry.name).await.unwrap_or(state);
                     continue;
                 }
                 Err(e) => return Err(e),
             };
-            if scan.found_self == Some(false) {
-                hb.mark_lost("our queue row was deleted while waiting");
-                return Err(lost());
-            }
-            if scan.live_ahead == 0 {
+            if ahead.live == 0 {
                 if hb.is_lost() {
                     return Err(lost());
                 }
@@ -84,145 +91,129 @@ impl QueueLock {
                 }
                 _ => {}
             }
-            let inner = &self.inner;
-            let position = u32::try_from(scan.live_ahead).unwrap_or(u32::MAX);
-            let mut pause = jitter(inner.poll_head.saturating_mul(position).min(inner.poll_max));
-            if let Some(death) = scan.next_death {
+            let mut pause = inner
+                .pace
+                .lock()
+                .expect("poisoned")
+                .get(&entry.name)
+                .cloned()
+                .unwrap_or_default()
+                .pause(ahead.live, inner.poll_head, inner.poll_max);
+            if let Some(death) = ahead.next_death {
                 pause = pause.min(death.saturating_duration_since(now) + Duration::from_millis(5));
             }
             if let Some(d) = deadline {
                 pause = pause.min(d.saturating_duration_since(now));
             }
-            tracing::trace!(lock = %entry.name, ticket = entry.ticket, ahead = scan.live_ahead, ?pause, "waiting in queue");
+            tracing::trace!(lock = %entry.name, ticket = entry.ticket, ahead = ahead.live, ?pause, "waiting in queue");
             waited = true;
             tokio::time::sleep(pause).await;
+            state = loop {
+                match self.read_queue(&entry.name).await {
+                    Ok(s) => {
+                        failures = 0;
+                        break s;
+                    }
+                    Err(e) if self.retry_poll(&e, deadline) => {
+                        tracing::warn!(lock = %entry.name, error = %e, "queue poll failed; retrying");
+                        failures += 1;
+                        tokio::time::sleep(backoff(failures)).await;
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            };
+            self.observe_pace(&entry.name, &state);
         }
     }
 
-    /// Reads the queue up to our row, deleting dead rows (and stray rows of ours) on the way.
-    pub(super) async fn scan(
+    fn retry_poll(&self, e: &Error, deadline: Option<Instant>) -> bool {
+        e.is_retryable() && deadline.is_none_or(|d| Instant::now() < d)
+    }
+
+    /// Reads the queue (one strongly consistent `GetItem`).
+    pub(super) async fn read_queue(&self, name: &str) -> Result<QueueState, Error> {
+        let inner = &self.inner;
+        let out = inner
+            .client
+            .get_item()
+            .table_name(&inner.table)
+            .set_key(Some(key(name, &self.counter_sk())))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| Error::sdk("GetItem", e))?;
+        Ok(QueueState::parse(out.item()))
+    }
+
+    /// Takes a read of the queue into the handle's estimate of its pace.
+    pub(super) fn observe_pace(&self, name: &str, state: &QueueState) {
+        self.inner
+            .pace
+            .lock()
+            .expect("poisoned")
+            .entry(name.to_string())
+            .or_default()
+            .observe(state.at, state.departed());
+    }
+
+    /// Judges the entries of others below ticket `below` (all of them if `None`), removes the
+    /// dead ones, and counts the live ones.
+    pub(super) async fn clear_dead(
         &self,
         name: &str,
-        my_sk: &str,
-        owner: &str,
-    ) -> Result<Scan, LockError> {
-        let inner = &self.inner;
-        let mut scan = Scan {
-            live_ahead: 0,
-            found_self: None,
+        state: &QueueState,
+        me: &str,
+        below: Option<u64>,
+    ) -> Result<Ahead, LockError> {
+        let mut ahead = Ahead {
+            live: 0,
             next_death: None,
         };
-        let mut start_key = None;
-        let mut seen: HashSet<String> = HashSet::new();
-        'pages: loop {
-            let out = inner
-                .client
-                .query()
-                .table_name(&inner.table)
-                .key_condition_expression("#pk = :pk AND #sk BETWEEN :lo AND :hi")
-                .projection_expression("#sk, #owner, #hb, #lease, #exp")
-                .expression_attribute_names("#pk", PK)
-                .expression_attribute_names("#sk", SK)
-                .expression_attribute_names("#owner", OWNER)
-                .expression_attribute_names("#hb", HB)
-                .expression_attribute_names("#lease", LEASE_MS)
-                .expression_attribute_names("#exp", EXP_MS)
-                .expression_attribute_values(":pk", s(name))
-                .expression_attribute_values(":lo", s(self.queue_prefix()))
-                .expression_attribute_values(":hi", s(my_sk))
-                .consistent_read(true)
-                .limit(inner.page_size)
-                .set_exclusive_start_key(start_key)
-                .send()
-                .await
-                .map_err(|e| Error::sdk("Query", e))?;
-            let now = Instant::now();
-            for row in out.items() {
-                let Some(sk) = get_s(row, SK) else { continue };
-                let row_owner = get_s(row, OWNER).unwrap_or_default();
-                if sk == my_sk {
-                    scan.found_self = Some(row_owner == owner);
-                    break 'pages;
-                }
-                if row_owner == owner {
-                    // Written by an ambiguous request of ours that we did not keep.
-                    spawn_delete(
-                        inner.clone(),
-                        name.to_string(),
-                        sk.to_string(),
-                        owner.to_string(),
-                    );
-                    continue;
-                }
-                seen.insert(sk.to_string());
-                let hb = get_u64(row, HB).unwrap_or(0);
-                match self.judge(name, sk, row_owner, hb, row, now) {
-                    Judgement::Dead => {
-                        if self.delete_dead(name, sk, row_owner, hb).await? {
-                            continue;
-                        }
-                        scan.live_ahead += 1;
-                    }
-                    Judgement::Alive(death) => {
-                        scan.live_ahead += 1;
-                        scan.next_death = Some(scan.next_death.map_or(death, |d| d.min(death)));
-                    }
-                }
-            }
-            if scan.live_ahead > 0 {
-                break;
-            }
-            match out.last_evaluated_key {
-                Some(k) => start_key = Some(k),
-                None => break,
-            }
-        }
-        if scan.live_ahead == 0 && scan.found_self.is_none() {
-            // Read to the end of our range without meeting our row: it is gone.
-            scan.found_self = Some(false);
-        }
-        // Forget observations of rows of this lock that are gone.
-        let prefix = self.queue_prefix();
-        inner
+        // Forget observations of entries of this lock that are gone.
+        self.inner
             .observations
             .lock()
             .expect("poisoned")
-            .retain(|(pk, sk), _| {
-                pk != name || !sk.starts_with(&prefix) || sk.as_str() >= my_sk || seen.contains(sk)
-            });
-        Ok(scan)
+            .retain(|(pk, owner), _| pk != name || state.find(owner).is_some());
+        for e in &state.entries {
+            if below.is_some_and(|t| e.ticket >= t) || e.owner == me {
+                continue;
+            }
+            match self.judge(name, e, state.at) {
+                Judgement::Dead => {
+                    if self.remove_dead(name, e).await? {
+                        continue;
+                    }
+                    ahead.live += 1;
+                }
+                Judgement::Alive(death) => {
+                    ahead.live += 1;
+                    ahead.next_death = Some(ahead.next_death.map_or(death, |d| d.min(death)));
+                }
+            }
+        }
+        Ok(ahead)
     }
 
-    pub(super) fn judge(
-        &self,
-        name: &str,
-        sk: &str,
-        owner: &str,
-        hb: u64,
-        row: &Item,
-        now: Instant,
-    ) -> Judgement {
+    fn judge(&self, name: &str, e: &Entry, now: Instant) -> Judgement {
         let inner = &self.inner;
-        let lease =
-            Duration::from_millis(get_u64(row, LEASE_MS).unwrap_or(millis(inner.lease) as u64));
+        let lease = Duration::from_millis(e.lease_ms.unwrap_or(millis(inner.lease) as u64));
         match inner.expiry {
             Expiry::Observed => {
                 let mut obs = inner.observations.lock().expect("poisoned");
-                let entry = obs
-                    .entry((name.to_string(), sk.to_string()))
-                    .or_insert_with(|| Observation {
-                        owner: owner.to_string(),
-                        hb,
+                let seen = obs
+                    .entry((name.to_string(), e.owner.clone()))
+                    .or_insert(Observation {
+                        hb: e.hb,
                         since: now,
                     });
-                if entry.owner != owner || entry.hb != hb {
-                    *entry = Observation {
-                        owner: owner.to_string(),
-                        hb,
+                if seen.hb != e.hb {
+                    *seen = Observation {
+                        hb: e.hb,
                         since: now,
                     };
                 }
-                let death = entry.since + lease + inner.skew_margin;
+                let death = seen.since + lease + inner.skew_margin;
                 if now >= death {
                     Judgement::Dead
                 } else {
@@ -230,7 +221,7 @@ impl QueueLock {
                 }
             }
             Expiry::WallClock => {
-                let exp = get_i64(row, EXP_MS).unwrap_or(i64::MAX);
+                let exp = e.exp_ms.unwrap_or(i64::MAX);
                 let left = exp
                     .saturating_add(millis(inner.skew_margin))
                     .saturating_sub(inner.clock.now_millis());
@@ -243,54 +234,30 @@ impl QueueLock {
         }
     }
 
-    /// Deletes a row judged dead, if it still is what was judged. True if the row is gone.
-    pub(super) async fn delete_dead(
-        &self,
-        name: &str,
-        sk: &str,
-        owner: &str,
-        hb: u64,
-    ) -> Result<bool, LockError> {
+    /// Removes an entry judged dead, if it still is what was judged. True if the entry is gone.
+    async fn remove_dead(&self, name: &str, e: &Entry) -> Result<bool, LockError> {
         let inner = &self.inner;
-        let r = inner
-            .client
-            .delete_item()
-            .table_name(&inner.table)
-            .set_key(Some(key(name, sk)))
-            .condition_expression("#owner = :owner AND #hb = :hb")
-            .expression_attribute_names("#owner", OWNER)
-            .expression_attribute_names("#hb", HB)
-            .expression_attribute_values(":owner", s(owner))
-            .expression_attribute_values(":hb", n(hb))
-            .return_values_on_condition_check_failure(ALL_OLD)
-            .send()
-            .await;
-        match r {
-            Ok(_) => {
+        let r = remove_entry(inner, name, &self.counter_sk(), &e.owner, Some(e.hb)).await?;
+        let gone = match r {
+            Ok(()) => {
                 tracing::info!(
                     lock = name,
-                    row = sk,
-                    dead_owner = owner,
-                    "deleted a dead queue row"
+                    ticket = e.ticket,
+                    dead_owner = %e.owner,
+                    "removed a dead queue entry"
                 );
-                inner
-                    .observations
-                    .lock()
-                    .expect("poisoned")
-                    .remove(&(name.to_string(), sk.to_string()));
-                Ok(true)
+                true
             }
-            Err(e) => match delete_failure(e) {
-                WriteFailure::Condition(None) => Ok(true),
-                WriteFailure::Condition(Some(_)) => Ok(false),
-                WriteFailure::Other(e) => Err(e.into()),
-            },
+            // The entry renewed meanwhile (still there), or someone else removed it.
+            Err(item) => QueueState::parse(item.as_ref()).find(&e.owner).is_none(),
+        };
+        if gone {
+            inner
+                .observations
+                .lock()
+                .expect("poisoned")
+                .remove(&(name.to_string(), e.owner.clone()));
         }
+        Ok(gone)
     }
-}
-
-pub(super) enum Judgement {
-    Dead,
-    /// Alive; could be judged dead at this time if it stays silent.
-    Alive(Instant),
 }
