@@ -12,9 +12,9 @@ use crate::Item;
 
 /// Hash key: the lock (or counter) name.
 pub(crate) const PK: &str = "pk";
-/// Range key: what the row is (queue row, counter, lease record).
+/// Range key: what the row is (counter with its queue, lease record).
 pub(crate) const SK: &str = "sk";
-/// Owner id of a queue row or lease holder: unique per acquisition.
+/// Owner id of a lease holder: unique per acquisition.
 pub(crate) const OWNER: &str = "owner";
 /// Heartbeat counter: changes with every heartbeat.
 pub(crate) const HB: &str = "hb";
@@ -34,7 +34,7 @@ pub(crate) const READERS: &str = "readers";
 pub(crate) const CLOSED: &str = "closed";
 /// Payload of a lease record.
 pub(crate) const DATA: &str = "data";
-/// Creation time of a queue row, epoch milliseconds (informational).
+/// Creation time of a queue entry, epoch milliseconds (informational).
 pub(crate) const CREATED_MS: &str = "created_ms";
 
 /// Sort key of the default ticket counter of a lock name.

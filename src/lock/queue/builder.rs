@@ -47,14 +47,14 @@ impl QueueLockBuilder {
         self
     }
 
-    /// How often holders and waiters renew their rows. Default: a quarter of the lease. Must be at
+    /// How often holders and waiters renew their entries. Default: a quarter of the lease. Must be at
     /// most half the lease.
     pub fn heartbeat_interval(mut self, every: Duration) -> Self {
         self.heartbeat = Some(every);
         self
     }
 
-    /// How dead rows are recognised. Default [`Expiry::Observed`].
+    /// How dead entries are recognised. Default [`Expiry::Observed`].
     pub fn expiry(mut self, expiry: Expiry) -> Self {
         self.expiry = expiry;
         self

@@ -150,6 +150,7 @@ impl QueueLock {
                 name.to_string(),
                 sk.clone(),
                 owner.to_string(),
+                ticket,
             ),
             Some(self.inner.lease),
             Some(self.inner.heartbeat),

@@ -11,8 +11,14 @@ use crate::lock::heartbeat::{BeatFn, BeatOutcome};
 use crate::lock::util::*;
 
 /// Renews a queue entry: sets its heartbeat counter to the target, conditional on the entry still
-/// being there and its counter not past the target.
-pub(super) fn entry_beat(inner: Arc<Inner>, name: String, sk: String, owner: String) -> BeatFn {
+/// being there with our ticket and its counter not past the target.
+pub(super) fn entry_beat(
+    inner: Arc<Inner>,
+    name: String,
+    sk: String,
+    owner: String,
+    ticket: u64,
+) -> BeatFn {
     Arc::new(move |target| {
         let inner = inner.clone();
         let (name, sk, owner) = (name.clone(), sk.clone(), owner.clone());
@@ -25,8 +31,10 @@ pub(super) fn entry_beat(inner: Arc<Inner>, name: String, sk: String, owner: Str
                 .set_key(Some(key(&name, &sk)))
                 .update_expression("SET #e.#hb = :hb, #e.#exp = :exp")
                 // Never back: a late request of an earlier renewal must not undo a newer one.
-                .condition_expression("#e.#hb <= :hb")
+                .condition_expression("#e.#hb <= :hb AND #t = :ticket")
                 .expression_attribute_names("#e", entry_attr(&owner))
+                .expression_attribute_names("#t", ticket_attr(&owner))
+                .expression_attribute_values(":ticket", n(ticket))
                 .expression_attribute_names("#hb", HB)
                 .expression_attribute_names("#exp", EXP_MS)
                 .expression_attribute_values(":hb", n(target))

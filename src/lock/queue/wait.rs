@@ -52,7 +52,9 @@ impl QueueLock {
             if hb.is_lost() {
                 return Err(lost());
             }
-            if state.find(&entry.owner).is_none() {
+            // Our entry, with our ticket: an entry of our owner id with another ticket was
+            // written by a late request of ours after ours was removed as dead.
+            if state.find(&entry.owner).map(|e| e.ticket) != Some(entry.ticket) {
                 hb.mark_lost("our queue entry was removed while waiting");
                 return Err(lost());
             }
