@@ -88,24 +88,46 @@ fn total(c: &RequestCounter) -> u64 {
     c.snapshot().values().sum()
 }
 
-/// p50 of `cycles` acquire+release cycles, and requests per cycle.
-async fn uncontended<F, Fut>(counter: &RequestCounter, cycles: usize, mut cycle: F) -> (f64, f64)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = ()>,
-{
-    for _ in 0..5 {
-        cycle().await;
-    }
-    let before = total(counter);
-    let mut times = Vec::with_capacity(cycles);
-    for _ in 0..cycles {
+/// p50 of `cycles` acquire+release cycles of the queue lock and of the lease lock, interleaved
+/// (so both see the same load), and requests per cycle of each.
+async fn uncontended(
+    c: &RequestCounter,
+    cycles: usize,
+    q: &QueueLock,
+    l: &LeaseLock,
+) -> [(f64, f64); 2] {
+    let wait = Wait::For(Duration::from_secs(5));
+    let (mut qt, mut lt) = (Vec::new(), Vec::new());
+    let (mut qr, mut lr) = (0, 0);
+    for i in 0..cycles + 5 {
+        let (before, t) = (total(c), Instant::now());
+        q.acquire("uncontended-q", wait)
+            .await
+            .expect("acquire")
+            .release()
+            .await
+            .expect("release");
+        let (mid, tq) = (total(c), t.elapsed());
         let t = Instant::now();
-        cycle().await;
-        times.push(ms(t.elapsed()));
+        l.acquire("uncontended-l", wait)
+            .await
+            .expect("acquire")
+            .release()
+            .await
+            .expect("release");
+        let (after, tl) = (total(c), t.elapsed());
+        if i >= 5 {
+            qt.push(ms(tq));
+            lt.push(ms(tl));
+            qr += mid - before;
+            lr += after - mid;
+        }
     }
-    let requests = (total(counter) - before) as f64 / cycles as f64;
-    (pct(&mut times, 0.5), requests)
+    let n = cycles as f64;
+    [
+        (pct(&mut qt, 0.5), qr as f64 / n),
+        (pct(&mut lt, 0.5), lr as f64 / n),
+    ]
 }
 
 #[derive(Default)]
@@ -249,7 +271,7 @@ async fn contended(
         handoff_p99_ms: pct(&mut h, 0.99),
         wait_max_ms: waits.iter().map(|(w, _)| ms(*w)).fold(0.0, f64::max),
         wait_ratio_max: ratio,
-        reads_per_waiter_per_s: delta("GetItem") as f64 / waited.max(1e-9),
+        reads_per_waiter_per_s: (delta("GetItem") + delta("Query")) as f64 / waited.max(1e-9),
         requests_per_acquisition: all as f64 / n,
         retakes: retakes.load(Ordering::SeqCst),
     }
@@ -299,28 +321,14 @@ async fn main() {
     create_lock_table(&plain, &table).await.expect("lock table");
 
     let q = queue(&client, &table, &a).build().expect("queue lock");
-    let (queue_p50, queue_req) = uncontended(&counter, a.cycles, || async {
-        let g = q
-            .acquire("uncontended-q", Wait::For(Duration::from_secs(5)))
-            .await
-            .expect("acquire");
-        g.release().await.expect("release");
-    })
-    .await;
     let l = LeaseLock::builder(client.clone())
         .table(&table)
         .lease_duration(Duration::from_secs(2))
         .heartbeat_interval(Duration::from_millis(500))
         .build()
         .expect("lease lock");
-    let (lease_p50, lease_req) = uncontended(&counter, a.cycles, || async {
-        let g = l
-            .acquire("uncontended-l", Wait::For(Duration::from_secs(5)))
-            .await
-            .expect("acquire");
-        g.release().await.expect("release");
-    })
-    .await;
+    let [(queue_p50, queue_req), (lease_p50, lease_req)] =
+        uncontended(&counter, a.cycles, &q, &l).await;
     println!(
         "uncontended p50: queue {queue_p50:.2} ms ({queue_req:.2} requests), lease {lease_p50:.2} ms ({lease_req:.2} requests)"
     );

@@ -33,8 +33,8 @@ impl QueueLockBuilder {
         self
     }
 
-    /// A namespace, so one entity (lock name) can carry several independent queues. Rows of
-    /// namespace `ns` have sort keys `"<ns>#q#<ticket>"` and their own counter `"<ns>#ctr"`.
+    /// A namespace, so one entity (lock name) can carry several independent queues. The queue of
+    /// namespace `ns` is the item with sort key `"<ns>#ctr"` (its own counter).
     /// Default: empty. Must not contain `#`.
     pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
         self.namespace = namespace.into();
