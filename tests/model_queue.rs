@@ -453,7 +453,7 @@ fn queue_one_request_enqueue() {
 }
 
 #[test]
-#[ignore = "larger run: cargo test --release --test model_queue -- --ignored"]
+#[ignore = "larger run (13.3M unique states, ~5 min in debug): cargo test --release --test model_queue -- --ignored"]
 fn queue_three_clients() {
     model_support::assert_model_holds(
         "queue (3 clients x 2 acquisitions, 2 losses)",
