@@ -497,20 +497,20 @@ async fn lock_acquisitions_releases_and_timeouts_are_counted() {
     assert_eq!(seen.counter("dynamodb_tx_lock_lost_total", &[]), 0);
 }
 
-/// How many queue rows lock `name` has (holder and waiters), read consistently.
+/// How many queue entries lock `name` has (holder and waiters), read consistently: the queue
+/// lives in the lock's counter item, one `w#<owner>` attribute per entry.
 async fn queue_rows(client: &aws_sdk_dynamodb::Client, table: &str, name: &str) -> usize {
     client
-        .query()
+        .get_item()
         .table_name(table)
-        .key_condition_expression("pk = :pk AND begins_with(sk, :p)")
-        .expression_attribute_values(":pk", s(name))
-        .expression_attribute_values(":p", s("#q#"))
+        .key("pk", s(name))
+        .key("sk", s("#ctr"))
         .consistent_read(true)
         .send()
         .await
-        .expect("Query")
-        .items()
-        .len()
+        .expect("GetItem")
+        .item()
+        .map_or(0, |i| i.keys().filter(|k| k.starts_with("w#")).count())
 }
 
 /// The fields of every closed span named `commit` or `rollback`, as `name -> field -> value`.

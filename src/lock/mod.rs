@@ -1,8 +1,8 @@
 //! Distributed locks on DynamoDB: a FIFO ticket queue lock and lease locks with fencing tokens.
 //!
 //! * [`queue::QueueLock`]: a fair (first in, first out) mutual-exclusion lock. Each acquirer takes a
-//!   ticket from an atomic counter and enters a queue; it proceeds when its row is first among the
-//!   live rows. The ticket is the fencing token.
+//!   ticket from an atomic counter and enters the queue in the same write; it proceeds when its
+//!   entry is first among the live entries. The ticket is the fencing token.
 //! * [`lease::LeaseLock`]: a lease lock with exclusive and shared (read) modes, a fencing token that
 //!   grows with every acquisition, an optional data payload, and a choice between *fail-open*
 //!   (leases expire when their holder stops heartbeating) and *fail-closed* (only release frees the

@@ -4,7 +4,6 @@ use std::fmt;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::error::SdkError;
-use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::AttributeValue;
 use rand::Rng;
@@ -13,9 +12,9 @@ use crate::Item;
 
 /// Hash key: the lock (or counter) name.
 pub(crate) const PK: &str = "pk";
-/// Range key: what the row is (queue row, counter, lease record).
+/// Range key: what the row is (counter with its queue, lease record).
 pub(crate) const SK: &str = "sk";
-/// Owner id of a queue row or lease holder: unique per acquisition.
+/// Owner id of a lease holder: unique per acquisition.
 pub(crate) const OWNER: &str = "owner";
 /// Heartbeat counter: changes with every heartbeat.
 pub(crate) const HB: &str = "hb";
@@ -35,7 +34,7 @@ pub(crate) const READERS: &str = "readers";
 pub(crate) const CLOSED: &str = "closed";
 /// Payload of a lease record.
 pub(crate) const DATA: &str = "data";
-/// Creation time of a queue row, epoch milliseconds (informational).
+/// Creation time of a queue entry, epoch milliseconds (informational).
 pub(crate) const CREATED_MS: &str = "created_ms";
 
 /// Sort key of the default ticket counter of a lock name.
@@ -97,13 +96,6 @@ pub(crate) fn backoff(attempt: u32) -> Duration {
     )
 }
 
-/// "Full jitter" backoff for contention on one item: uniform in [0, 4 ms × 2^attempt], capped at
-/// 256 ms.
-pub(crate) fn contention_backoff(attempt: u32) -> Duration {
-    let cap = 4u64 << attempt.min(6);
-    Duration::from_millis(rand::rng().random_range(0..=cap))
-}
-
 /// True when a failed request may nevertheless have been applied.
 pub(crate) fn is_ambiguous(e: &crate::Error) -> bool {
     matches!(
@@ -139,4 +131,3 @@ macro_rules! classify {
 }
 
 classify!(update_failure, UpdateItemError, "UpdateItem");
-classify!(delete_failure, DeleteItemError, "DeleteItem");

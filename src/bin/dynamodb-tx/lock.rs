@@ -10,7 +10,7 @@ use crate::output::{Table, fmt_ago, now_ms};
 use crate::{Ctx, print_json};
 #[derive(Subcommand, Debug)]
 pub enum LockCmd {
-    /// List the rows of a lock: ticket counters, queue rows (holder and waiters), lease record.
+    /// List the rows of a lock: ticket counters with their queue entries (holder and waiters), lease record.
     List {
         /// The lock (entity) name.
         name: String,
@@ -95,6 +95,33 @@ async fn lock_list(ctx: &Ctx, table: &str, name: &str) -> CliResult<u8> {
             let mut v = base("counter", ns);
             v["last_ticket"] = json!(attr_n(r, "n"));
             out.push(v);
+            // The queue lives in the counter item: `w#<owner>` (entry) and `t#<owner>` (ticket).
+            let mut entries: Vec<(i64, &str, &Item)> = r
+                .iter()
+                .filter_map(|(k, e)| {
+                    let owner = k.strip_prefix("w#")?;
+                    Some((attr_n(r, &format!("t#{owner}"))?, owner, e.as_m().ok()?))
+                })
+                .collect();
+            entries.sort_by_key(|(t, _, _)| *t);
+            for (i, (ticket, owner, e)) in entries.into_iter().enumerate() {
+                let exp = attr_n(e, "exp_ms");
+                let mut v = base("queue", ns);
+                v["ticket"] = json!(ticket);
+                v["owner"] = json!(owner);
+                v["heartbeat"] = json!(attr_n(e, "hb"));
+                v["lease_ms"] = json!(attr_n(e, "lease_ms"));
+                v["expires_ms"] = json!(exp);
+                v["created_ms"] = json!(attr_n(e, "created_ms"));
+                v["status"] = json!(if exp.is_some_and(|x| x < now) {
+                    "expired (by this clock)"
+                } else if i == 0 {
+                    "holder"
+                } else {
+                    "waiting"
+                });
+                out.push(v);
+            }
         } else if sk == "#lease" {
             let mut v = base("lease", "");
             let readers: Vec<String> = r

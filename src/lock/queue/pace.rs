@@ -1,0 +1,84 @@
+//! How fast a queue moves, and when a waiter should next look at it.
+//!
+//! A waiter far back reads the queue rarely, but must be awake before its turn: each read tells
+//! how many entries have left the queue so far (tickets issued minus entries present), and the
+//! time per departure, averaged over the reads of one handle, says when the waiter will be near
+//! the head. It sleeps most of that time (not all: the queue may speed up) and looks again; at
+//! the head it polls every `poll_interval.head`.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::lock::util::jitter;
+
+/// Sleep this share of the expected time until the waiter is at the head (the queue may speed
+/// up, and a waiter that wakes late leaves the lock idle).
+const APPROACH: f64 = 0.6;
+/// Weight of a new measurement in the running average.
+const WEIGHT: f64 = 0.3;
+
+/// Running estimate of the time between departures from one lock's queue.
+#[derive(Debug, Default, Clone)]
+pub(super) struct Pace {
+    /// The last read that showed a departure: when, and how many had departed by then.
+    last: Option<(Instant, u64)>,
+    per_departure: Option<Duration>,
+}
+
+impl Pace {
+    /// Takes in one read of the queue.
+    pub(super) fn observe(&mut self, at: Instant, departed: u64) {
+        match self.last {
+            Some((t, d)) if departed > d && at > t => {
+                let sample = (at - t).div_f64((departed - d) as f64);
+                self.per_departure = Some(match self.per_departure {
+                    Some(avg) => avg.mul_f64(1.0 - WEIGHT) + sample.mul_f64(WEIGHT),
+                    None => sample,
+                });
+                self.last = Some((at, departed));
+            }
+            Some((_, d)) if departed <= d => {}
+            _ => self.last = Some((at, departed)),
+        }
+    }
+
+    /// How long a waiter with `ahead` entries before it (1: only the holder) sleeps before it
+    /// looks again.
+    pub(super) fn pause(&self, ahead: usize, head: Duration, max: Duration) -> Duration {
+        if ahead <= 1 {
+            return jitter(head);
+        }
+        let behind_head = (ahead - 1) as f64;
+        let pause = match self.per_departure {
+            Some(per) => per.mul_f64(behind_head * APPROACH),
+            None => head.mul_f64(ahead as f64),
+        };
+        // Jitter only downwards: waking late costs the whole queue, waking early one read.
+        pause.clamp(head, max).mul_f64(rand::random_range(0.8..1.0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pace_follows_departures_and_scales_with_the_position() {
+        let mut p = Pace::default();
+        let t0 = Instant::now();
+        let head = Duration::from_millis(8);
+        let max = Duration::from_secs(2);
+        // No estimate yet: the old position-proportional pace.
+        assert!(p.pause(3, head, max) >= Duration::from_millis(19));
+        p.observe(t0, 10);
+        p.observe(t0 + Duration::from_millis(100), 20);
+        let per10 = p.pause(11, head, max);
+        // 10 ms per departure, 10 departures to the head: most of 100 ms.
+        assert!(per10 >= Duration::from_millis(40) && per10 <= Duration::from_millis(70));
+        // The head polls at the head interval whatever the pace.
+        assert!(p.pause(1, head, max) <= Duration::from_millis(10));
+        // Far back the pause is capped.
+        assert!(p.pause(100_000, head, max) <= Duration::from_millis(2400));
+    }
+}
