@@ -192,7 +192,7 @@ impl QueueLock {
             }
             Err(e) => {
                 tracing::debug!(lock = name, ticket = entry.ticket, error = %e, "giving up; leaving the queue");
-                crate::metrics::lock_failed(crate::metrics::QUEUE_LOCK, &e);
+                crate::metrics::lock_failed(crate::metrics::QUEUE_LOCK, e.is_timeout());
                 entry.remove().await;
                 Err(e)
             }
