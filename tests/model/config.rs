@@ -57,6 +57,9 @@ pub(crate) struct Plan {
     pub(crate) commit: CommitPath,
     /// Try the write-only fast path first (`Transaction::commit_write_only`).
     pub(crate) fast: bool,
+    /// Write the record and lock every item in one TransactWriteItems (`Settings::batch_locks`),
+    /// falling back to the per-item path when it is cancelled. Buffered entries only.
+    pub(crate) batch_lock: bool,
 }
 
 /// Deliberately broken variants of the protocol, to show the invariants catch real bugs.
@@ -78,6 +81,11 @@ pub(crate) enum Bug {
     /// Settling a rolled-back item releases it without looking at the applied flag (a release
     /// conditional on the owner only, sent after a stale read).
     ReleaseIgnoresApplied,
+    /// The naive batched lock: a lock inside TransactWriteItems returns nothing on success, so the
+    /// before-images are read (BatchGetItem) *before* the batch, whose locks are conditional only
+    /// on the items being unlocked. A write committed between the read and the lock is lost when
+    /// the transaction rolls back.
+    BatchImagesReadBeforeLock,
 }
 
 #[derive(Clone, Debug)]
@@ -111,6 +119,19 @@ pub(crate) fn plan(commit: CommitPath, entries: Vec<Entry>) -> Plan {
         entries,
         commit,
         fast: false,
+        batch_lock: false,
+    }
+}
+
+/// A plan whose record and locks go in one TransactWriteItems first.
+pub(crate) fn batched(commit: CommitPath, entries: Vec<Entry>) -> Plan {
+    assert!(
+        entries.iter().all(|e| !e.now),
+        "only buffered writes are locked in a batch"
+    );
+    Plan {
+        batch_lock: true,
+        ..plan(commit, entries)
     }
 }
 

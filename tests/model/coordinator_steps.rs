@@ -162,7 +162,7 @@ impl ProtocolModel {
                     return false;
                 }
             }
-            Knows::Locked { .. } => return false,
+            Knows::Locked { .. } | Knows::Batched { .. } => return false,
         };
         if s.items[i].owner == Some(tx) && !mine {
             if counted {
@@ -288,8 +288,10 @@ impl ProtocolModel {
         // Every item's final write is conditional on our lock and the applied flag we know.
         for e in 0..c.known {
             let i = self.entry(tx, e).item;
-            let Knows::Locked { applied, .. } = c.items[e as usize] else {
-                return false;
+            let applied = match c.items[e as usize] {
+                Knows::Locked { applied, .. } => applied,
+                Knows::Batched { .. } => false,
+                _ => return false,
             };
             let it = s.items[i];
             if it.owner != Some(tx) || (it.applied != Applied::No) != applied {
@@ -309,9 +311,7 @@ impl ProtocolModel {
         }
         for e in 0..c.known {
             let entry = self.entry(tx, e).clone();
-            let Knows::Locked { applied, .. } = c.items[e as usize] else {
-                unreachable!()
-            };
+            let applied = matches!(c.items[e as usize], Knows::Locked { applied: true, .. });
             let it = &mut s.items[entry.item];
             if applied {
                 // `settle_write(committed)` of an item applied early: remove the lock attributes.
@@ -377,6 +377,8 @@ impl ProtocolModel {
                     image_saved: vec![false; n],
                     fast_failed: true,
                     locks_written: s.coordinators[k as usize].locks_written,
+                    batch_done: true,
+                    pre_read: None,
                 };
             }
             // Decided: `resume` + `commit`/`rollback` complete it (the world's settle actions);

@@ -6,7 +6,9 @@
 //!
 //! - the coordinators of 2–3 transactions over 2–3 items (buffered or interactive writes, the
 //!   one-request and the phased commit, the write-only fast path, read locks, inserts of absent
-//!   items, deletes, large items whose before-image lives in the images table);
+//!   items, deletes, large items whose before-image lives in the images table), and the batched
+//!   locking commit (record and locks in one TransactWriteItems, images read after the locks,
+//!   cancellation and ambiguous failure falling back to the per-item path);
 //! - crashes of a coordinator between any two of its requests, and resumption of its transaction
 //!   by a new coordinator (`TransactionManager::resume`) that commits or rolls it back;
 //! - lost responses (the write landed, the coordinator did not hear back and retries the step);
@@ -38,8 +40,8 @@
 //! `sometimes` properties prove the interesting states are reached (late locks, restores from the
 //! images table, resumed commits, lost responses), and `buggy_protocols_are_caught` runs the same
 //! checker on deliberately broken variants (Java's transient-lock bug, a decision not conditional
-//! on the version, finalizing or deleting images too early, releasing an applied lock) and expects
-//! a counterexample for each.
+//! on the version, finalizing or deleting images too early, releasing an applied lock, reading a
+//! batch's before-images before its locks) and expects a counterexample for each.
 //!
 //! Not modelled: the wait/wound choices of the ordered contention policy (they only decide *when*
 //! a pending holder is rolled back, and the world may roll back at any time), user
@@ -48,6 +50,7 @@
 #[path = "../model_support/mod.rs"]
 mod model_support;
 
+mod batch_steps;
 mod config;
 mod coordinator_steps;
 mod model;

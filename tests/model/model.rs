@@ -8,6 +8,17 @@ pub(crate) enum Action {
     /// `commit_write_only`: one TransactWriteItems creating the record committed and applying every
     /// write, each conditional on its item not being locked (idempotent by its request token).
     FastCommit { c: Slot, lost: bool },
+    /// The batched locking commit's first request: one TransactWriteItems creating the record and
+    /// locking every item (`fresh`: a retry DynamoDB does not match to the landed request's token).
+    BatchLock { c: Slot, lost: bool, fresh: bool },
+    /// After an ambiguous failure of the batch, the per-item path (which recognises its own
+    /// record and locks by their contents).
+    BatchFallBack { c: Slot },
+    /// The naive batched lock's BatchGetItem of the before-images before the batch.
+    PreRead { c: Slot },
+    /// The consistent read (BatchGetItem) of an item the batch locked, for its before-image, before
+    /// a phased apply.
+    ReadImage { c: Slot, entry: u8 },
     /// `record::create` / `record::append` (from `Transaction::flush`): PutItem / UpdateItem of the
     /// header conditional on absence / `_TxS = P AND _TxV = v`.
     Record { c: Slot, lost: bool },
@@ -52,6 +63,9 @@ pub(crate) enum Action {
 /// What the next step of a running coordinator is.
 pub(crate) enum Next {
     Fast,
+    BatchLock,
+    PreRead,
+    ReadImage(Vec<u8>),
     Record,
     Lock(Vec<u8>),
     SaveImage(Vec<u8>),
@@ -117,8 +131,19 @@ impl ProtocolModel {
         if plan.fast && c.resumed.is_none() && c.version == 0 && !c.fast_failed {
             return Next::Fast;
         }
+        if plan.batch_lock && c.resumed.is_none() && c.version == 0 && !c.batch_done {
+            return match (self.cfg.bug, &c.pre_read) {
+                (Some(Bug::BatchImagesReadBeforeLock), None) => Next::PreRead,
+                _ => Next::BatchLock,
+            };
+        }
         let n = c.known;
-        let held = |e: u8| matches!(c.items[e as usize], Knows::Locked { .. });
+        let held = |e: u8| {
+            matches!(
+                c.items[e as usize],
+                Knows::Locked { .. } | Knows::Batched { .. }
+            )
+        };
         let applied = |e: u8| matches!(c.items[e as usize], Knows::Locked { applied: true, .. });
         // Interactive writes are recorded, locked and applied one by one, in order.
         let now = (0..n).find(|&e| c.resumed.is_none() && self.entry(tx, e).now && !applied(e));
@@ -142,6 +167,18 @@ impl ProtocolModel {
         let unlocked: Vec<u8> = (0..n).filter(|&e| !held(e)).collect();
         if !unlocked.is_empty() {
             return Next::Lock(unlocked);
+        }
+        // The batch returned no before-images: an update's size bound (one request) or a phased
+        // apply needs the item as locked, read after the lock.
+        let unread: Vec<u8> = (0..n)
+            .filter(|&e| matches!(c.items[e as usize], Knows::Batched { .. }))
+            .filter(|&e| match plan.commit {
+                CommitPath::OneRequest => self.entry(tx, e).op == Op::Update,
+                CommitPath::Phased => self.entry(tx, e).op.is_write(),
+            })
+            .collect();
+        if !unread.is_empty() {
+            return Next::ReadImage(unread);
         }
         match plan.commit {
             CommitPath::OneRequest => Next::CommitOneRequest,
@@ -183,6 +220,8 @@ impl ProtocolModel {
             image_saved: vec![false; n],
             fast_failed: false,
             locks_written: 0,
+            batch_done: false,
+            pre_read: None,
         }
     }
 
@@ -196,6 +235,11 @@ impl ProtocolModel {
         if s.coordinators[k as usize].resumed.is_some() {
             s.resumed_commit = true;
         }
+    }
+
+    /// Some transaction takes its locks in one batch.
+    pub(crate) fn batches(&self) -> bool {
+        self.cfg.txs.iter().any(|p| p.batch_lock)
     }
 
     pub(crate) fn decide_allowed(&self, r: &Record, version: u8) -> bool {

@@ -126,6 +126,97 @@ fn three_by_two() -> Config {
     }
 }
 
+/// The batched locking commit: two transactions over two existing items, each writing its record
+/// and locking both items in one TransactWriteItems. One commits in one request; the other in
+/// phases (an update of a large item, whose image it reads after the batch and saves in the images
+/// table, and a delete that makes the other's batch meet an absent item and fall back item by item,
+/// with a placeholder); one crash, one lost response.
+fn batched_two_by_two() -> Config {
+    config(
+        "batched locks: one-request + phased",
+        vec![Some(1), Some(2)],
+        vec![false, true],
+        vec![
+            batched(
+                CommitPath::OneRequest,
+                vec![entry(0, Op::Update), entry(1, Op::Put(5))],
+            ),
+            batched(
+                CommitPath::Phased,
+                vec![entry(1, Op::Update), entry(0, Op::Delete)],
+            ),
+        ],
+    )
+}
+
+/// A batched transaction against the per-item path and a read lock, over three items (one absent):
+/// the batch meets an absent item or the other's locks and falls back.
+fn batched_against_per_item() -> Config {
+    Config {
+        lost_responses: 0,
+        ..config(
+            "batched locks vs per-item locks",
+            vec![Some(1), Some(2)],
+            vec![false, false],
+            vec![
+                batched(
+                    CommitPath::Phased,
+                    vec![entry(0, Op::Update), entry(1, Op::Update)],
+                ),
+                plan(
+                    CommitPath::OneRequest,
+                    vec![entry(1, Op::Get), entry(0, Op::Put(5))],
+                ),
+            ],
+        )
+    }
+}
+
+/// A batched phased transaction while a second handle may resume it at any moment.
+fn batched_concurrent_handles() -> Config {
+    Config {
+        crashes: 0,
+        second_handles: vec![0],
+        delete_records: false,
+        ..config(
+            "batched locks, a second handle resuming a live transaction",
+            vec![Some(1), Some(2)],
+            vec![true, false],
+            vec![
+                batched(
+                    CommitPath::Phased,
+                    vec![entry(0, Op::Update), entry(1, Op::Put(5))],
+                ),
+                plan(CommitPath::OneRequest, vec![entry(1, Op::Update)]),
+            ],
+        )
+    }
+}
+
+#[test]
+fn batched_locks_two_transactions_two_items() {
+    assert_model_holds(batched_two_by_two());
+}
+
+#[test]
+fn batched_locks_against_per_item_locks() {
+    assert_model_holds(batched_against_per_item());
+}
+
+#[test]
+fn batched_locks_second_handles() {
+    let mut cfg = batched_concurrent_handles();
+    cfg.name = "batched locks, a second handle, no lost response";
+    cfg.lost_responses = 0;
+    assert_model_holds(cfg);
+}
+
+#[test]
+#[ignore = "larger run (1.7M states): cargo test --release --test model -- --ignored"]
+fn batched_locks_second_handles_and_a_lost_response() {
+    assert_model_holds(batched_concurrent_handles());
+}
+
 fn check(cfg: Config) -> impl Checker<ProtocolModel> {
     let bug = cfg.bug.is_some();
     model_support::check(ProtocolModel { cfg }, bug)
@@ -185,6 +276,7 @@ fn buggy_protocols_are_caught() {
         (Bug::DeleteImageBeforeSettle, interactive_and_fast()),
         (Bug::ReleaseIgnoresApplied, two_by_two()),
         (Bug::ApplyIgnoresLockStamp, concurrent_handles()),
+        (Bug::BatchImagesReadBeforeLock, batched_two_by_two()),
     ];
     for (bug, mut cfg) in cases {
         cfg.bug = Some(bug);

@@ -93,6 +93,11 @@ pub(crate) enum Knows {
         image_ref: bool,
         stamp: (Slot, u8),
     },
+    /// Locked by the batched TransactWriteItems, which returns nothing on success: the lock's
+    /// stamp is known, the before-image is not (read after the lock when an apply needs it).
+    Batched {
+        stamp: (Slot, u8),
+    },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -132,6 +137,11 @@ pub(crate) struct Coordinator {
     pub(crate) fast_failed: bool,
     /// Lock writes this slot has sent (for unique stamps).
     pub(crate) locks_written: u8,
+    /// The batched record-and-lock request was answered (success or cancellation): from now on
+    /// the per-item path.
+    pub(crate) batch_done: bool,
+    /// `Bug::BatchImagesReadBeforeLock` only: the items' data as read before the batch.
+    pub(crate) pre_read: Option<Vec<Option<u8>>>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -143,10 +153,14 @@ pub(crate) struct State {
     pub(crate) coordinators: Vec<Coordinator>,
     /// DynamoDB's memory of a fast-path ClientRequestToken that succeeded.
     pub(crate) tokens: Vec<bool>,
+    /// The same for the batched record-and-lock request: the stamp its locks carry.
+    pub(crate) batch_tokens: Vec<Option<(Slot, u8)>>,
     pub(crate) crashes_left: u8,
     pub(crate) lost_left: u8,
     // Ghost state, for the invariants only.
     pub(crate) logical: Vec<Option<u8>>,
     pub(crate) commits: Vec<u8>,
     pub(crate) resumed_commit: bool,
+    /// A batched record-and-lock request was cancelled and the transaction went on item by item.
+    pub(crate) batch_fell_back: bool,
 }

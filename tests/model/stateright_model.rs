@@ -22,11 +22,13 @@ impl Model for ProtocolModel {
                 }))
                 .collect(),
             tokens: vec![false; n],
+            batch_tokens: vec![None; n],
             crashes_left: self.cfg.crashes,
             lost_left: self.cfg.lost_responses,
             logical: self.cfg.items.clone(),
             commits: vec![0; n],
             resumed_commit: false,
+            batch_fell_back: false,
         }]
     }
 
@@ -56,6 +58,30 @@ impl Model for ProtocolModel {
             for &lost in lost_options {
                 match self.next_step(s, k) {
                     Next::Fast => out.push(Action::FastCommit { c: k, lost }),
+                    Next::BatchLock => {
+                        out.push(Action::BatchLock {
+                            c: k,
+                            lost,
+                            fresh: false,
+                        });
+                        if s.batch_tokens[tx as usize].is_some() {
+                            out.push(Action::BatchLock {
+                                c: k,
+                                lost,
+                                fresh: true,
+                            });
+                            if !lost {
+                                out.push(Action::BatchFallBack { c: k });
+                            }
+                        }
+                    }
+                    Next::PreRead if !lost => out.push(Action::PreRead { c: k }),
+                    Next::PreRead => {}
+                    Next::ReadImage(es) if !lost => out.extend(
+                        es.into_iter()
+                            .map(|entry| Action::ReadImage { c: k, entry }),
+                    ),
+                    Next::ReadImage(_) => {}
                     Next::Record => out.push(Action::Record { c: k, lost }),
                     Next::Lock(es) => {
                         out.extend(
@@ -127,6 +153,13 @@ impl Model for ProtocolModel {
         let mut s = last.clone();
         let changed = match action {
             Action::FastCommit { c, lost } => self.fast_commit(&mut s, c, lost),
+            Action::BatchLock { c, lost, fresh } => self.batch_lock(&mut s, c, lost, fresh),
+            Action::PreRead { c } => self.pre_read(&mut s, c),
+            Action::BatchFallBack { c } => {
+                s.coordinators[c as usize].batch_done = true;
+                true
+            }
+            Action::ReadImage { c, entry } => self.read_image(&mut s, c, entry),
             Action::Record { c, lost } => self.record(&mut s, c, lost),
             Action::Lock { c, entry, lost } => self.lock(&mut s, c, entry, lost),
             Action::ReadHeader { c } => self.read_header(&mut s, c),
@@ -165,6 +198,7 @@ impl Model for ProtocolModel {
         let lost = matches!(
             action,
             Action::FastCommit { lost: true, .. }
+                | Action::BatchLock { lost: true, .. }
                 | Action::Record { lost: true, .. }
                 | Action::Lock { lost: true, .. }
                 | Action::Apply { lost: true, .. }
@@ -263,6 +297,21 @@ impl Model for ProtocolModel {
             Property::sometimes(
                 "a resumed coordinator commits",
                 |m: &ProtocolModel, s: &State| m.cfg.crashes == 0 || s.resumed_commit,
+            ),
+            Property::sometimes(
+                "a batched lock is cancelled and the transaction goes on item by item",
+                |m: &ProtocolModel, s: &State| !m.batches() || s.batch_fell_back,
+            ),
+            Property::sometimes(
+                "a batched transaction commits",
+                |m: &ProtocolModel, s: &State| {
+                    !m.batches()
+                        || m.cfg
+                            .txs
+                            .iter()
+                            .zip(&s.commits)
+                            .any(|(p, &n)| p.batch_lock && n == 1)
+                },
             ),
             Property::sometimes("a lost response", |m: &ProtocolModel, s: &State| {
                 m.cfg.lost_responses == 0
