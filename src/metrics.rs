@@ -68,6 +68,9 @@ pub(crate) const WOUNDED: &str = "wounded";
 pub(crate) const RUN_ATTEMPT: &str = "run_attempt";
 /// `kind` of [`RETRIES`]: an item lock attempt repeated after an ambiguous failure.
 pub(crate) const LOCK_AMBIGUOUS: &str = "lock_ambiguous";
+/// `kind` of [`RETRIES`]: a batch of locks (`Settings::batch_locks`) did not land as a whole; its
+/// items are locked one by one.
+pub(crate) const LOCK_BATCH_FALLBACK: &str = "lock_batch_fallback";
 /// `kind` of [`RETRIES`]: a commit attempt repeated (throttled, in conflict, or the record moved).
 pub(crate) const COMMIT_ATTEMPT: &str = "commit_attempt";
 

@@ -18,6 +18,30 @@ enum Workload {
     Interactive,
     /// Interactive writes, then rollback.
     RolledBack,
+    /// Buffered writes of existing items only, with `Settings::batch_locks`: the record and every
+    /// lock go in one TransactWriteItems.
+    BatchedWrites,
+    /// The same writes and a read lock of an existing item, with `Settings::batch_locks`: the read
+    /// records and locks its item at once, and the commit takes the other locks in one batch
+    /// after the record.
+    Batched,
+    /// The buffered workload with `Settings::batch_locks`: the batch meets the absent items,
+    /// is cancelled, and the transaction goes on item by item.
+    BatchedFallBack,
+}
+
+impl Workload {
+    fn batch_locks(self) -> bool {
+        matches!(
+            self,
+            Workload::BatchedWrites | Workload::Batched | Workload::BatchedFallBack
+        )
+    }
+
+    /// No insert and no read of an absent item (items c and f stay absent).
+    fn existing_only(self) -> bool {
+        matches!(self, Workload::BatchedWrites | Workload::Batched)
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,7 +98,13 @@ async fn setup(env: &TestEnv, ids: &Ids) {
 
 async fn work(tx: &Transaction, table: &str, ids: &Ids, w: Workload) -> Result<(), Error> {
     let rv = |all: ReturnValue| {
-        if w == Workload::Buffered {
+        if matches!(
+            w,
+            Workload::Buffered
+                | Workload::BatchedWrites
+                | Workload::Batched
+                | Workload::BatchedFallBack
+        ) {
             ReturnValue::None
         } else {
             all
@@ -95,40 +125,46 @@ async fn work(tx: &Transaction, table: &str, ids: &Ids, w: Workload) -> Result<(
         .return_values(rv(ReturnValue::AllOld))
         .send()
         .await?;
-    tx.put_item()
-        .table_name(table)
-        .item("Id", s(&ids.id("c")))
-        .item("v", s("inserted"))
-        .return_values(rv(ReturnValue::AllOld))
-        .send()
-        .await?;
+    if !w.existing_only() {
+        tx.put_item()
+            .table_name(table)
+            .item("Id", s(&ids.id("c")))
+            .item("v", s("inserted"))
+            .return_values(rv(ReturnValue::AllOld))
+            .send()
+            .await?;
+    }
     tx.delete_item()
         .table_name(table)
         .key("Id", s(&ids.id("d")))
         .return_values(rv(ReturnValue::AllOld))
         .send()
         .await?;
-    tx.get_item()
-        .table_name(table)
-        .key("Id", s(&ids.id("e")))
-        .send()
-        .await?;
-    tx.get_item()
-        .table_name(table)
-        .key("Id", s(&ids.id("f")))
-        .send()
-        .await?;
+    if w != Workload::BatchedWrites {
+        tx.get_item()
+            .table_name(table)
+            .key("Id", s(&ids.id("e")))
+            .send()
+            .await?;
+    }
+    if !w.existing_only() {
+        tx.get_item()
+            .table_name(table)
+            .key("Id", s(&ids.id("f")))
+            .send()
+            .await?;
+    }
     Ok(())
 }
 
 /// The six items as a reader sees them (None = absent).
 type View = Vec<Option<Item>>;
 
-fn committed_view(ids: &Ids) -> View {
+fn committed_view(ids: &Ids, w: Workload) -> View {
     vec![
         Some(item(&[("Id", s(&ids.id("a"))), ("bal", n(90))])),
         Some(item(&[("Id", s(&ids.id("b"))), ("v", s("new"))])),
-        Some(item(&[("Id", s(&ids.id("c"))), ("v", s("inserted"))])),
+        (!w.existing_only()).then(|| item(&[("Id", s(&ids.id("c"))), ("v", s("inserted"))])),
         None,
         Some(item(&[("Id", s(&ids.id("e"))), ("v", s("read"))])),
         None,
@@ -136,8 +172,8 @@ fn committed_view(ids: &Ids) -> View {
 }
 
 /// The committed view when only the requests on `included` items made it into the record.
-fn partial_view(ids: &Ids, included: &[&str]) -> View {
-    let c = committed_view(ids);
+fn partial_view(ids: &Ids, w: Workload, included: &[&str]) -> View {
+    let c = committed_view(ids, w);
     let r = rolled_back_view(ids);
     LETTERS
         .iter()
@@ -212,6 +248,7 @@ fn manager_with(
     faults: &FaultInjector,
     counter: &RequestCounter,
     one_shot: bool,
+    batch_locks: bool,
 ) -> TransactionManager {
     let client = client_with(vec![shared(faults.clone()), shared(counter.clone())]);
     TransactionManager::builder(client)
@@ -219,6 +256,9 @@ fn manager_with(
         .images_table(env.manager.images_table())
         .configure(|s| {
             s.rollback_on_drop = false;
+            s.batch_locks = batch_locks;
+            // The batched locks are the locking protocol's: keep writes off the fast path.
+            s.write_only_fast_path &= !batch_locks;
             if !one_shot {
                 s.one_shot_max_items = 0;
             }
@@ -230,7 +270,7 @@ fn manager_with(
 async fn count_requests(env: &TestEnv, w: Workload, one_shot: bool) -> u64 {
     let faults = FaultInjector::new();
     let counter = RequestCounter::new();
-    let m = manager_with(env, &faults, &counter, one_shot);
+    let m = manager_with(env, &faults, &counter, one_shot, w.batch_locks());
     let ids = Ids {
         p: format!("count-{}", uuid::Uuid::new_v4().simple()),
     };
@@ -244,8 +284,9 @@ async fn count_requests(env: &TestEnv, w: Workload, one_shot: bool) -> u64 {
         assert_eq!(raw_view(env, &ids).await, rolled_back_view(&ids));
     } else {
         tx.commit().await.unwrap();
-        assert_eq!(raw_view(env, &ids).await, committed_view(&ids));
+        assert_eq!(raw_view(env, &ids).await, committed_view(&ids, w));
     }
+    println!("{w:?} one_shot={one_shot}: {:?}", counter.snapshot());
     counter.total()
 }
 
@@ -270,7 +311,7 @@ async fn one_run(
     let label = format!("{w:?} one_shot={one_shot} {fault:?} at request {k}, recovery {rec:?}");
     let faults = FaultInjector::new();
     let counter = RequestCounter::new();
-    let m = manager_with(&env, &faults, &counter, one_shot);
+    let m = manager_with(&env, &faults, &counter, one_shot, w.batch_locks());
     let ids = Ids {
         p: format!("r{}", uuid::Uuid::new_v4().simple()),
     };
@@ -295,13 +336,13 @@ async fn one_run(
     faults.disarm();
 
     let recorded = recorded_letters(&env, &ids, &id).await;
-    let committed = partial_view(&ids, &recorded);
+    let committed = partial_view(&ids, w, &recorded);
     // A coordinator that reported success must be right about it.
     if outcome.is_ok() {
         let expect = if w == Workload::RolledBack {
             rolled_back_view(&ids)
         } else {
-            committed_view(&ids)
+            committed_view(&ids, w)
         };
         let state = env
             .manager
@@ -433,7 +474,12 @@ async fn sweep_matrix(w: Workload, one_shot: bool) {
     let env =
         Arc::new(TestEnv::new(&format!("crash-{}", if one_shot { "os" } else { "ph" })).await);
     let total = count_requests(&env, w, one_shot).await;
-    assert!(total >= 5, "the workload makes requests: {total}");
+    if w == Workload::BatchedWrites && one_shot {
+        // The record and every lock, the before-images, the commit.
+        assert_eq!(total, 3, "requests of the batched one-request commit");
+    } else {
+        assert!(total >= 5, "the workload makes requests: {total}");
+    }
     let mut runs = Vec::new();
     for k in 1..=total {
         for fault in [Fault::CrashBefore, Fault::CrashAfter, Fault::LoseOne] {
@@ -490,4 +536,24 @@ async fn crash_interactive_phased() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crash_during_rollback() {
     sweep_matrix(Workload::RolledBack, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_batched_writes_one_shot() {
+    sweep_matrix(Workload::BatchedWrites, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_batched_writes_phased() {
+    sweep_matrix(Workload::BatchedWrites, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_batched_after_a_read_one_shot() {
+    sweep_matrix(Workload::Batched, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_batched_falling_back_one_shot() {
+    sweep_matrix(Workload::BatchedFallBack, true).await;
 }

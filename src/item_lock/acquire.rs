@@ -47,15 +47,15 @@ pub(crate) async fn lock(
     })
 }
 
-/// One lock attempt. `None`: the item's existence was not what the attempt assumed.
-async fn lock_write(
-    client: &Client,
+/// The write that locks an item with a fresh stamp: an existing, unlocked one (`absent` false), or
+/// a placeholder for an absent one. Returns it with its stamp.
+pub(crate) fn lock_item_write(
     table: &str,
     key: &Item,
     schema: &KeySchema,
     me: &TxId,
     absent: bool,
-) -> Result<Option<LockOutcome>> {
+) -> (Write, String) {
     let mut ph = Placeholders::default();
     let hk = ph.name_for_user(&schema.hash.0);
     let stamp = new_stamp();
@@ -88,6 +88,19 @@ async fn lock_write(
         condition: Some(cond),
         ph,
     };
+    (w, stamp)
+}
+
+/// One lock attempt. `None`: the item's existence was not what the attempt assumed.
+async fn lock_write(
+    client: &Client,
+    table: &str,
+    key: &Item,
+    schema: &KeySchema,
+    me: &TxId,
+    absent: bool,
+) -> Result<Option<LockOutcome>> {
+    let (w, stamp) = lock_item_write(table, key, schema, me, absent);
     match w.send(client, Some(ReturnValue::AllOld)).await {
         Ok(Written::Ok(old)) => {
             let old = if absent { None } else { old.map(strip) };

@@ -29,7 +29,7 @@ use crate::ddb::Placeholders;
 use crate::error::Item;
 use crate::keys::KeySchema;
 
-pub(crate) use acquire::{LockOutcome, lock};
+pub(crate) use acquire::{LockOutcome, lock, lock_item_write};
 pub(crate) use apply::{ImagePlace, Stage, request_writes, unlocked_write};
 pub(crate) use image::{
     image_delete_write, image_id, load_table_image, save_table_image, unapplied_image_id,

@@ -49,16 +49,26 @@ pub(crate) enum Appended {
     Conflict(Option<Header>),
 }
 
-/// Creates the record with `requests` (all of them, over several writes if needed).
-pub(crate) async fn create(
-    client: &Client,
+/// The `PutItem` that creates the record: pending, version 1, the requests that fit in the header
+/// (the first `split`), conditional on the record's absence.
+pub(crate) struct Creation {
+    pub write: Write,
+    /// Recognises our own creation after a lost answer.
+    pub nonce: String,
+    /// How many of the requests the header holds.
+    pub split: usize,
+    /// The record once the write landed.
+    pub meta: RecordMeta,
+}
+
+/// The write that creates the record with as many of `requests` as fit in its header.
+pub(crate) fn creation(
     table: &str,
     id: &TxId,
     requests: &[Request],
     ticket: Option<u64>,
-) -> Result<Appended> {
+) -> Creation {
     let now = ddb::now_millis();
-    // The header holds what fits inline; the rest is appended.
     let mut inline_bytes = 0;
     let mut split = 0;
     for r in requests {
@@ -86,18 +96,40 @@ pub(crate) async fn create(
     }
     let mut ph = Placeholders::default();
     let cond = format!("attribute_not_exists({})", ph.name(TX_ID));
-    let w = Write {
-        table: table.into(),
-        kind: WriteKind::Put { item },
-        condition: Some(cond),
-        ph,
-    };
-    let meta = match w.send(client, None).await? {
-        Written::Ok(_) => RecordMeta {
+    Creation {
+        write: Write {
+            table: table.into(),
+            kind: WriteKind::Put { item },
+            condition: Some(cond),
+            ph,
+        },
+        nonce,
+        split,
+        meta: RecordMeta {
             version: 1,
             chunks: 0,
             inline_bytes,
         },
+    }
+}
+
+/// Creates the record with `requests` (all of them, over several writes if needed).
+pub(crate) async fn create(
+    client: &Client,
+    table: &str,
+    id: &TxId,
+    requests: &[Request],
+    ticket: Option<u64>,
+) -> Result<Appended> {
+    // The header holds what fits inline; the rest is appended.
+    let Creation {
+        write: w,
+        nonce,
+        split,
+        meta,
+    } = creation(table, id, requests, ticket);
+    let meta = match w.send(client, None).await? {
+        Written::Ok(_) => meta,
         Written::ConditionFailed(found) => {
             let header = found.as_ref().map(Header::parse).transpose()?;
             match header {

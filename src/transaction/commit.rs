@@ -115,6 +115,9 @@ impl Transaction {
                     _ => st.fast_path_failed = true,
                 }
             }
+            if self.inner.settings.batch_locks {
+                self.lock_batched(st).await?;
+            }
             self.flush(st).await?;
             if let Err(e) = self.lock_all(st).await {
                 if matches!(e, Error::InvalidRequest { .. }) {

@@ -13,6 +13,7 @@
 //! [`phased`]), [`finish`] rolls back and completes through [`settle`](crate::settle), and
 //! [`drop`](mod@drop) says what dropping an unfinished handle does.
 
+mod batch_lock;
 mod buffer;
 mod builders;
 mod commit;

@@ -1,0 +1,230 @@
+//! Batched locks (`Settings::batch_locks`): a small transaction writes its record and takes every
+//! lock in one `TransactWriteItems`; a larger one takes its locks in `TransactWriteItems` of up to
+//! 99 after its record. The before-images, which a successful `TransactWriteItems` does not
+//! return, are then read with consistent reads. Whatever a batch cannot settle (a cancellation, an
+//! ambiguous failure, an item that is absent or locked by another transaction) is left to the
+//! per-item lock phase ([`lock_all`](Transaction::lock_all)), which recognises its own record and
+//! locks. See docs/PROTOCOL.md "Batched locks".
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::Ordering;
+
+use futures::StreamExt;
+use tracing::debug;
+
+use crate::ddb::{self, Transacted, Write};
+use crate::error::{Error, Result};
+use crate::item_lock::{self, LockInfo, Observed};
+use crate::keys::ItemRef;
+use crate::record;
+
+use super::{State, Transaction};
+
+/// Most locks in one `TransactWriteItems` (100 actions: the locks plus the record or its check).
+const LOCKS_PER_BATCH: usize = 99;
+
+/// Locks a batch landed, with their stamps, whose before-images are still to be read.
+type Unread = Vec<(ItemRef, String)>;
+
+impl Transaction {
+    /// Records the requests and takes what locks it can in batches, before the per-item lock
+    /// phase takes the rest. Errors are those of recording the requests; a batch that fails in
+    /// any way only leaves its items to the per-item phase.
+    pub(super) async fn lock_batched(&self, st: &mut State) -> Result<()> {
+        let mut per_item = BTreeSet::new();
+        let mut unread = Unread::new();
+        let fresh = st.meta.is_none() && !st.record_in_doubt && st.recorded == 0;
+        if fresh && let Some(outcome) = self.record_and_lock(st).await? {
+            match outcome {
+                Ok(locked) => unread = locked,
+                Err(failed) => per_item = failed,
+            }
+        }
+        self.flush(st).await?;
+        if unread.is_empty() {
+            unread = self.lock_in_batches(st, &per_item).await;
+        }
+        self.read_images(st, unread).await;
+        Ok(())
+    }
+
+    /// The record's creation plus one lock per item in one `TransactWriteItems`, if they fit.
+    /// `None`: not tried; `Ok`: the record and every lock landed; `Err`: nothing was written, with
+    /// the items whose condition failed (to be locked item by item).
+    async fn record_and_lock(
+        &self,
+        st: &mut State,
+    ) -> Result<Option<std::result::Result<Unread, BTreeSet<ItemRef>>>> {
+        if st.items.len() > LOCKS_PER_BATCH || st.items.values().any(|e| e.lock.is_some()) {
+            return Ok(None);
+        }
+        let ticket = self.ticket_for_record().await?;
+        let tx_table = &self.inner.tx_table;
+        let creation = record::creation(tx_table, &self.id, &st.requests, ticket);
+        if creation.split < st.requests.len() {
+            return Ok(None); // the record needs chunk rows: it is written on its own
+        }
+        let mut writes = vec![creation.write];
+        let mut refs = Vec::new();
+        for (k, e) in &st.items {
+            let schema = self.schema(&e.table).await?;
+            let (w, stamp) = item_lock::lock_item_write(&e.table, &e.key, &schema, &self.id, false);
+            writes.push(w);
+            refs.push((k.clone(), stamp));
+        }
+        if writes.iter().map(Write::size).sum::<usize>() >= ddb::MAX_TRANSACT_BYTES {
+            return Ok(None);
+        }
+        self.wrote.store(true, Ordering::SeqCst);
+        // The SDK's retries of this call reuse its ClientRequestToken: a retry of a request that
+        // landed is answered with success and writes nothing.
+        st.record_in_doubt = true;
+        match ddb::transact(&self.inner.client, &writes).await {
+            Ok(Transacted::Ok) => {
+                debug!(tx = %self.id, items = refs.len(), "record and locks written in one request");
+                st.meta = Some(creation.meta);
+                st.recorded = st.requests.len();
+                st.record_in_doubt = false;
+                if let Some(t) = ticket {
+                    let _ = self.ticket_recorded.set(t);
+                }
+                Ok(Some(Ok(refs)))
+            }
+            Ok(Transacted::Cancelled(reasons)) => {
+                // Nothing was written, not the record either. A failed record condition means an
+                // earlier attempt landed (or another handle wrote it): the record stays in doubt,
+                // and the per-item path merges it.
+                st.record_in_doubt = !reasons[0].is_ok();
+                let failed = refs
+                    .into_iter()
+                    .zip(&reasons[1..])
+                    .filter(|(_, r)| !r.is_ok())
+                    .map(|((k, _), _)| k)
+                    .collect();
+                crate::metrics::retry(crate::metrics::LOCK_BATCH_FALLBACK);
+                Ok(Some(Err(failed)))
+            }
+            Err(e) => {
+                // Possibly landed (every lock and the record): the record stays in doubt, and the
+                // per-item path recognises our record by its requests and our locks by `_TxId`.
+                st.record_in_doubt = is_ambiguous(&e);
+                debug!(tx = %self.id, error = %e, "batched record and locks failed; per item");
+                crate::metrics::retry(crate::metrics::LOCK_BATCH_FALLBACK);
+                Ok(Some(Err(refs.into_iter().map(|(k, _)| k).collect())))
+            }
+        }
+    }
+
+    /// The ticket to write in a new record (`ticket_at_begin`), taken now if not yet.
+    async fn ticket_for_record(&self) -> Result<Option<u64>> {
+        if let crate::settings::ContentionPolicy::Ordered {
+            ticket_at_begin: true,
+            ..
+        } = self.inner.settings.contention
+        {
+            let inner = &self.inner;
+            self.ticket
+                .get_or_try_init(|| record::take_ticket(&inner.client, &inner.tx_table))
+                .await?;
+        }
+        Ok(self.ticket.get().copied())
+    }
+
+    /// Locks the unlocked items (but those in `skip`) in `TransactWriteItems` of up to 99 locks and
+    /// a check that the record is pending, concurrently. Returns the locks that landed; the items of
+    /// a batch that did not land are left to the per-item phase.
+    async fn lock_in_batches(&self, st: &State, skip: &BTreeSet<ItemRef>) -> Unread {
+        let todo: Vec<(ItemRef, String, crate::error::Item)> = st
+            .items
+            .iter()
+            .filter(|(k, e)| e.lock.is_none() && !skip.contains(*k))
+            .map(|(k, e)| (k.clone(), e.table.clone(), e.key.clone()))
+            .collect();
+        if todo.len() < 2 {
+            return Unread::new(); // one lock: the per-item write is cheaper
+        }
+        let mut batches = Vec::new();
+        for chunk in todo.chunks(LOCKS_PER_BATCH) {
+            let mut writes = vec![record::pending_check(&self.inner.tx_table, &self.id)];
+            let mut refs = Vec::new();
+            for (k, table, key) in chunk {
+                let Ok(schema) = self.schema(table).await else {
+                    return Unread::new();
+                };
+                let (w, stamp) = item_lock::lock_item_write(table, key, &schema, &self.id, false);
+                writes.push(w);
+                refs.push((k.clone(), stamp));
+            }
+            batches.push((writes, refs));
+        }
+        self.wrote.store(true, Ordering::SeqCst);
+        let client = &self.inner.client;
+        let results: Vec<Unread> = futures::stream::iter(batches)
+            .map(|(writes, refs)| async move {
+                match ddb::transact(client, &writes).await {
+                    Ok(Transacted::Ok) => refs,
+                    // Cancelled (nothing landed) or failed (maybe landed: the per-item lock then
+                    // finds our own lock): item by item.
+                    _ => {
+                        crate::metrics::retry(crate::metrics::LOCK_BATCH_FALLBACK);
+                        Unread::new()
+                    }
+                }
+            })
+            .buffer_unordered(self.inner.settings.concurrency.clamp(1, 8))
+            .collect()
+            .await;
+        results.into_iter().flatten().collect()
+    }
+
+    /// Reads the items a batch locked (consistent `BatchGetItem`) and keeps the lock of each that
+    /// still carries it (our `_TxId` and stamp), with the item as its before-image: the apply is
+    /// conditional on that stamp, so the lock stood from the batch to the apply and nobody changed
+    /// the item in between. An item that does not, or a failed read, is left to the per-item phase.
+    async fn read_images(&self, st: &mut State, unread: Unread) {
+        if unread.is_empty() {
+            return;
+        }
+        let keys: Vec<(String, crate::error::Item)> = unread
+            .iter()
+            .map(|(k, _)| (st.items[k].table.clone(), st.items[k].key.clone()))
+            .collect();
+        let client = &self.inner.client;
+        let reads: Vec<Result<Vec<(String, crate::error::Item)>>> =
+            futures::stream::iter(keys.chunks(100).map(<[_]>::to_vec))
+                .map(|chunk| async move { ddb::batch_get(client, &chunk).await })
+                .buffer_unordered(self.inner.settings.concurrency.clamp(1, 8))
+                .collect()
+                .await;
+        let mut found: HashMap<ItemRef, crate::error::Item> = HashMap::new();
+        for (table, item) in reads.into_iter().flat_map(|r| r.unwrap_or_default()) {
+            let Ok(schema) = self.schema(&table).await else {
+                continue;
+            };
+            let key = item_lock::key_of(&schema, &item);
+            found.insert(ItemRef::new(&table, &key), item);
+        }
+        for (k, stamp) in unread {
+            let obs = Observed::of(found.get(&k));
+            let ours = obs.owner.as_deref() == Some(self.id.as_str())
+                && obs
+                    .stamp
+                    .as_deref()
+                    .is_some_and(|s| crate::keys::same_number(s, &stamp));
+            if ours {
+                st.items.get_mut(&k).expect("entry exists").lock =
+                    Some(LockInfo::from_observed(&obs));
+            }
+        }
+    }
+}
+
+fn is_ambiguous(e: &Error) -> bool {
+    matches!(
+        e,
+        Error::DynamoDb {
+            ambiguous: true,
+            ..
+        }
+    )
+}
