@@ -79,7 +79,8 @@ impl Transaction {
         // The SDK's retries of this call reuse its ClientRequestToken: a retry of a request that
         // landed is answered with success and writes nothing.
         st.record_in_doubt = true;
-        match ddb::transact(&self.inner.client, &writes).await {
+        let token = Some(uuid::Uuid::new_v4().to_string());
+        match ddb::transact_with_token(&self.inner.client, &writes, token).await {
             Ok(Transacted::Ok) => {
                 debug!(tx = %self.id, items = refs.len(), "record and locks written in one request");
                 st.meta = Some(creation.meta);

@@ -4,6 +4,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod batched_locks;
 mod commit_paths;
 mod drop;
 mod handles;

@@ -1,0 +1,120 @@
+//! `Settings::batch_locks`: the record and the locks in `TransactWriteItems`. Request counts of an
+//! N-item update transaction through the locking protocol (the write-only fast path is off in
+//! `TestEnv`), and the per-item fallback when a batch meets another transaction's lock.
+
+use dynamodb_transactions::{Error, TxState};
+
+use crate::assert_clean;
+use crate::common::*;
+
+async fn batched_env(prefix: &str) -> TestEnv {
+    TestEnv::with_settings(prefix, |s| s.batch_locks = true).await
+}
+
+async fn seed(env: &TestEnv, n_items: usize) {
+    for i in 0..n_items {
+        env.raw_put(
+            &env.table,
+            item(&[("Id", s(&format!("k{i}"))), ("v", n(0))]),
+        )
+        .await;
+    }
+    // Warm the key-schema cache.
+    env.manager
+        .get_item()
+        .table_name(&env.table)
+        .key("Id", s("k0"))
+        .send()
+        .await
+        .unwrap();
+}
+
+/// Commits `SET v = v + 1` on `k0..k{n_items}` and returns the requests it took.
+async fn commit_updates(env: &TestEnv, n_items: usize) -> std::collections::BTreeMap<String, u64> {
+    env.counter.reset();
+    let tx = env.manager.begin();
+    for i in 0..n_items {
+        tx.update_item()
+            .table_name(&env.table)
+            .key("Id", s(&format!("k{i}")))
+            .update_expression("SET v = v + :one")
+            .expression_attribute_values(":one", n(1))
+            .send()
+            .await
+            .unwrap();
+    }
+    let id = tx.id().clone();
+    tx.commit().await.unwrap();
+    let c = env.counter.snapshot();
+    assert_eq!(env.tx_state(&id).await, Some((TxState::Committed, true)));
+    for i in 0..n_items {
+        let it = env
+            .raw_get(&env.table, &key(&format!("k{i}")))
+            .await
+            .unwrap();
+        assert_eq!(it, item(&[("Id", s(&format!("k{i}"))), ("v", n(1))]));
+    }
+    c
+}
+
+#[tokio::test]
+async fn twenty_five_updates_take_three_requests() {
+    let env = batched_env("batch25").await;
+    seed(&env, 25).await;
+    let c = commit_updates(&env, 25).await;
+    println!("N=25 batched: {c:?}");
+    // Record + 25 locks; the before-images; the one-request commit.
+    assert_eq!(c.values().sum::<u64>(), 3, "{c:?}");
+    assert_eq!(c.get("TransactWriteItems"), Some(&2));
+    assert_eq!(c.get("BatchGetItem"), Some(&1));
+}
+
+#[tokio::test]
+async fn ninety_eight_updates_take_at_most_four_requests() {
+    let env = batched_env("batch98").await;
+    seed(&env, 98).await;
+    let c = commit_updates(&env, 98).await;
+    println!("N=98 batched: {c:?}");
+    assert!(c.values().sum::<u64>() <= 4, "{c:?}");
+    assert_eq!(c.get("TransactWriteItems"), Some(&2));
+}
+
+#[tokio::test]
+async fn a_thousand_updates_take_at_most_sixty_requests() {
+    let env = batched_env("batch1000").await;
+    seed(&env, 1000).await;
+    let c = commit_updates(&env, 1000).await;
+    println!("N=1000 batched: {c:?}");
+    assert!(c.values().sum::<u64>() <= 60, "{c:?}");
+    // Every lock went in a batch.
+    assert_eq!(
+        c.get("UpdateItem").copied().unwrap_or(0),
+        2,
+        "flip + finalize: {c:?}"
+    );
+    assert_clean(&env).await;
+}
+
+#[tokio::test]
+async fn a_batch_that_meets_a_lock_falls_back_and_commits() {
+    let env = batched_env("batchlocked").await;
+    seed(&env, 3).await;
+    // Another transaction holds k1 (a read lock), and is younger (no ticket): ours wounds it.
+    let other = env.manager.begin();
+    other
+        .get_item()
+        .table_name(&env.table)
+        .key("Id", s("k1"))
+        .send()
+        .await
+        .unwrap();
+    let c = commit_updates(&env, 3).await;
+    println!("N=3 batched, one item locked: {c:?}");
+    // The batch was cancelled (it wrote nothing): the record on its own, then the locks.
+    assert_eq!(c.get("PutItem"), Some(&1), "{c:?}");
+    assert!(matches!(
+        other.commit().await,
+        Err(Error::RolledBack { .. })
+    ));
+    assert_clean(&env).await;
+}
