@@ -33,7 +33,9 @@ impl Transaction {
     pub(super) async fn lock_batched(&self, st: &mut State) -> Result<()> {
         let mut per_item = BTreeSet::new();
         let mut unread = Unread::new();
-        let fresh = st.meta.is_none() && !st.record_in_doubt && st.recorded == 0;
+        // A fast path that did not commit met a locked item: a batch would meet it too.
+        let fresh =
+            st.meta.is_none() && !st.record_in_doubt && st.recorded == 0 && !st.fast_path_failed;
         if fresh && let Some(outcome) = self.record_and_lock(st).await? {
             match outcome {
                 Ok(locked) => unread = locked,
