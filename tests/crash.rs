@@ -554,6 +554,11 @@ async fn crash_batched_after_a_read_one_shot() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_batched_after_a_read_phased() {
+    sweep_matrix(Workload::Batched, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crash_batched_falling_back_one_shot() {
     sweep_matrix(Workload::BatchedFallBack, true).await;
 }

@@ -9,6 +9,8 @@
 //!
 //! The handle and its public API live here; [`builders`] has the request builders, [`buffer`]
 //! validates, buffers and records requests, [`lock_phase`] locks items (resolving contention),
+//! [`batch_lock`] takes the record and the locks in `TransactWriteItems` first
+//! (`Settings::batch_locks`),
 //! [`commit`] drives a commit through one of its paths ([`write_only`], [`one_request`],
 //! [`phased`]), [`finish`] rolls back and completes through [`settle`](crate::settle), and
 //! [`drop`](mod@drop) says what dropping an unfinished handle does.
