@@ -15,7 +15,8 @@ pub(crate) enum Op {
     Update,
     /// DeleteItem.
     Delete,
-    /// A read with `IsolationLevel::ReadLock`.
+    /// A locked read (`Transaction::get_item`). With `Entry::now` the caller gets the item at
+    /// once (an interactive read); otherwise the item is only locked at commit.
     Get,
 }
 
@@ -41,6 +42,20 @@ pub(crate) enum CommitPath {
     OneRequest,
     /// `Transaction::commit_phased`: apply batches, flip, unlock, finalize.
     Phased,
+}
+
+/// How an interactive locked read (`Transaction::get_item`) reaches its lock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ReadShape {
+    /// The read's request is recorded (record create or append) and then the item is locked: two
+    /// round trips per read.
+    RecordThenLock,
+    /// Once the record exists, a read only locks its item (one round trip); its request joins the
+    /// record with the next record write (the commit's), and a one-request commit that has only
+    /// held reads left to record records nothing. The first read of a transaction without a record
+    /// creates it first. A lock its record does not name is treated as a late lock once the
+    /// transaction is decided, and never released while it is pending.
+    LockThenRecord,
 }
 
 #[derive(Clone, Debug)]
@@ -86,6 +101,13 @@ pub(crate) enum Bug {
     /// on the items being unlocked. A write committed between the read and the lock is lost when
     /// the transaction rolls back.
     BatchImagesReadBeforeLock,
+    /// `LockThenRecord` with the first read's lock sent together with the record's creation: a
+    /// contender (or the sweeper) that meets the lock before the record exists takes it for the
+    /// lock of a vanished transaction and releases it.
+    LockBeforeRecordCreated,
+    /// `LockThenRecord` where a contender that meets a lock its pending record does not name
+    /// releases it as a stray.
+    ReleaseUnrecordedLock,
 }
 
 #[derive(Clone, Debug)]
@@ -103,6 +125,7 @@ pub(crate) struct Config {
     pub(crate) second_handles: Vec<Tx>,
     /// Finalized records may be deleted (the sweeper's `delete_after`, TTL, `Transaction::delete`).
     pub(crate) delete_records: bool,
+    pub(crate) reads: ReadShape,
     pub(crate) bug: Option<Bug>,
 }
 
@@ -111,6 +134,15 @@ pub(crate) fn entry(item: usize, op: Op) -> Entry {
         item,
         op,
         now: false,
+    }
+}
+
+/// An interactive locked read: the caller gets the item before it goes on.
+pub(crate) fn read_now(item: usize) -> Entry {
+    Entry {
+        item,
+        op: Op::Get,
+        now: true,
     }
 }
 
@@ -151,6 +183,7 @@ pub(crate) fn config(
         lost_responses: 1,
         second_handles: vec![],
         delete_records: true,
+        reads: ReadShape::RecordThenLock,
         bug: None,
     }
 }

@@ -49,12 +49,7 @@ impl ProtocolModel {
         let tx = self.tx_of(k);
         let t = tx as usize;
         let c = s.coordinators[k as usize].clone();
-        let now = (0..c.known).find(|&e| {
-            c.resumed.is_none()
-                && self.entry(tx, e).now
-                && !matches!(c.items[e as usize], Knows::Locked { applied: true, .. })
-        });
-        let target = now.map_or(c.known, |e| e + 1);
+        let target = self.record_target(&c, tx);
         match (c.version, s.records[t]) {
             // Create, conditional on attribute_not_exists(_TxId).
             (0, None) => {
@@ -171,7 +166,15 @@ impl ProtocolModel {
             s.items[i].late = s.records[t].is_none_or(|r| r.state != TxState::Pending);
         }
         if !lost {
-            s.coordinators[k as usize].items[e as usize] = new_knows;
+            let c = &mut s.coordinators[k as usize];
+            c.items[e as usize] = new_knows;
+            // An interactive read returns the item as its lock found it.
+            let entry = self.entry(tx, e);
+            if let (Op::Get, true, None, Knows::Locked { before, .. }) =
+                (entry.op, entry.now, c.resumed, new_knows)
+            {
+                c.reads[e as usize].get_or_insert(before);
+            }
         }
         true
     }
@@ -343,7 +346,7 @@ impl ProtocolModel {
         match s.records[t] {
             Some(r) if self.decide_allowed(&r, version) => {
                 s.records[t] = Some(Record { state: to, ..r });
-                Self::mark_decided(s, tx);
+                self.mark_decided(s, tx);
                 if to == TxState::Committed {
                     self.commit_ghost(s, tx, r.requests);
                 }
@@ -379,6 +382,7 @@ impl ProtocolModel {
                     locks_written: s.coordinators[k as usize].locks_written,
                     batch_done: true,
                     pre_read: None,
+                    reads: vec![None; n],
                 };
             }
             // Decided: `resume` + `commit`/`rollback` complete it (the world's settle actions);

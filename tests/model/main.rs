@@ -5,7 +5,8 @@
 //! each names the implementation step it stands for. The checker explores every interleaving of:
 //!
 //! - the coordinators of 2–3 transactions over 2–3 items (buffered or interactive writes, the
-//!   one-request and the phased commit, the write-only fast path, read locks, inserts of absent
+//!   one-request and the phased commit, the write-only fast path, read locks (taken at commit, or
+//!   interactively in either `ReadShape`), inserts of absent
 //!   items, deletes, large items whose before-image lives in the images table), and the batched
 //!   locking commit (record and locks in one TransactWriteItems, images read after the locks,
 //!   cancellation and ambiguous failure falling back to the per-item path);
@@ -30,7 +31,10 @@
 //! - **no lost image**: an applied item of an undecided or rolled-back transaction always carries
 //!   its before-image, or points to one that exists in the images table;
 //! - **locks are covered by records**: an item locked by a transaction is named in its record, or
-//!   the record is gone and the lock was never applied;
+//!   the record is gone and the lock was never applied (with `ReadShape::LockThenRecord`, a read's
+//!   unapplied lock may come before its request is recorded);
+//! - **locked reads hold until commit**: when a transaction commits, every item a handle of it
+//!   read under lock (interactively) still holds what the read returned;
 //! - **finalized means settled**: a finalized record has no applied lock left;
 //! - **committed state is immutable**: a transaction that committed stays committed (its record
 //!   is committed or gone) and commits at most once;
@@ -41,7 +45,8 @@
 //! images table, resumed commits, lost responses), and `buggy_protocols_are_caught` runs the same
 //! checker on deliberately broken variants (Java's transient-lock bug, a decision not conditional
 //! on the version, finalizing or deleting images too early, releasing an applied lock, reading a
-//! batch's before-images before its locks) and expects a counterexample for each.
+//! batch's before-images before its locks, a read's lock sent with the record's creation,
+//! releasing a pending transaction's unrecorded lock) and expects a counterexample for each.
 //!
 //! Not modelled: the wait/wound choices of the ordered contention policy (they only decide *when*
 //! a pending holder is rolled back, and the world may roll back at any time), user

@@ -22,6 +22,8 @@ pub(crate) enum Action {
     /// `record::create` / `record::append` (from `Transaction::flush`): PutItem / UpdateItem of the
     /// header conditional on absence / `_TxS = P AND _TxV = v`.
     Record { c: Slot, lost: bool },
+    /// `ReleaseUnrecordedLock` only: a contender releases a lock its pending record does not name.
+    ReleaseStray { tx: Tx, item: u8 },
     /// `item_lock::lock_write`: lock an existing item (ALL_OLD), or insert the placeholder of an
     /// absent one, conditional on it still being absent.
     Lock { c: Slot, entry: u8, lost: bool },
@@ -67,6 +69,9 @@ pub(crate) enum Next {
     PreRead,
     ReadImage(Vec<u8>),
     Record,
+    /// `LockBeforeRecordCreated` only: the record's creation and the first read's lock in flight
+    /// together.
+    RecordAndLock(u8),
     Lock(Vec<u8>),
     SaveImage(Vec<u8>),
     ReadHeader,
@@ -145,13 +150,19 @@ impl ProtocolModel {
             )
         };
         let applied = |e: u8| matches!(c.items[e as usize], Knows::Locked { applied: true, .. });
-        // Interactive writes are recorded, locked and applied one by one, in order.
-        let now = (0..n).find(|&e| c.resumed.is_none() && self.entry(tx, e).now && !applied(e));
-        let target = now.map_or(n, |e| e + 1);
-        if c.recorded < target {
-            return Next::Record;
-        }
-        if let Some(e) = now {
+        // Interactive requests are driven one by one, in order: reads locked, writes applied.
+        if let Some(e) = self.interactive(c, tx) {
+            let read = self.entry(tx, e).op == Op::Get;
+            if read
+                && c.version == 0
+                && !held(e)
+                && self.cfg.bug == Some(Bug::LockBeforeRecordCreated)
+            {
+                return Next::RecordAndLock(e);
+            }
+            if c.recorded < self.record_target(c, tx) {
+                return Next::Record;
+            }
             return if !held(e) {
                 Next::Lock(vec![e])
             } else if self.needs_table_image(tx, e, &c.items[e as usize])
@@ -163,6 +174,9 @@ impl ProtocolModel {
             } else {
                 Next::Apply(vec![e])
             };
+        }
+        if c.recorded < self.record_target(c, tx) {
+            return Next::Record;
         }
         let unlocked: Vec<u8> = (0..n).filter(|&e| !held(e)).collect();
         if !unlocked.is_empty() {
@@ -207,6 +221,50 @@ impl ProtocolModel {
         }
     }
 
+    /// The first interactive request of the plan this (original) handle has not finished: a read
+    /// not locked yet, a write not applied yet.
+    pub(crate) fn interactive(&self, c: &Coordinator, tx: Tx) -> Option<u8> {
+        if c.resumed.is_some() {
+            return None;
+        }
+        (0..c.known).find(|&e| {
+            let entry = self.entry(tx, e);
+            entry.now
+                && match c.items[e as usize] {
+                    Knows::Locked { applied, .. } => entry.op.is_write() && !applied,
+                    _ => true,
+                }
+        })
+    }
+
+    /// How many of the plan's requests the handle's next record write records (the record holds a
+    /// prefix of the plan); nothing to write while the handle has recorded that many.
+    pub(crate) fn record_target(&self, c: &Coordinator, tx: Tx) -> u8 {
+        let lock_first = self.cfg.reads == ReadShape::LockThenRecord;
+        match self.interactive(c, tx) {
+            // Once the record exists, a read only locks.
+            Some(e) if lock_first && self.entry(tx, e).op == Op::Get && c.version > 0 => c.recorded,
+            Some(e) => e + 1,
+            // Only held reads left unrecorded: the commit records nothing for them (its
+            // per-item writes release them, conditional on our lock).
+            None if lock_first
+                && c.version > 0
+                && (c.recorded..c.known).all(|e| {
+                    self.entry(tx, e).op == Op::Get
+                        && matches!(c.items[e as usize], Knows::Locked { .. })
+                }) =>
+            {
+                c.recorded
+            }
+            None => c.known,
+        }
+    }
+
+    /// The item's lock is named by the first `requests` requests of its transaction's record.
+    pub(crate) fn covered(&self, tx: Tx, i: usize, requests: u8) -> bool {
+        self.recorded_op(tx, i, requests).is_some()
+    }
+
     pub(crate) fn fresh_coordinator(&self, tx: Tx) -> Coordinator {
         let n = self.plan(tx).entries.len();
         Coordinator {
@@ -222,12 +280,28 @@ impl ProtocolModel {
             locks_written: 0,
             batch_done: false,
             pre_read: None,
+            reads: vec![None; n],
         }
     }
 
     /// The ghost commit point: the record's writes take effect in the logical state.
     pub(crate) fn commit_ghost(&self, s: &mut State, k: Slot, requests: u8) {
         let tx = self.tx_of(k);
+        // Every read of the transaction still holds: the one this handle made and every recorded
+        // one (a handle whose read was never recorded is told its requests were left out).
+        for (j, c) in s.coordinators.iter().enumerate() {
+            if self.tx_of(j as Slot) != tx {
+                continue;
+            }
+            for (e, read) in c.reads.iter().enumerate() {
+                let item = self.entry(tx, e as u8).item;
+                if let Some(v) = read {
+                    if (j == k as usize || (e as u8) < requests) && *v != s.logical[item] {
+                        s.stale_read = true;
+                    }
+                }
+            }
+        }
         for e in &self.plan(tx).entries[..requests as usize] {
             s.logical[e.item] = e.op.apply(s.logical[e.item]);
         }

@@ -217,6 +217,90 @@ fn batched_locks_second_handles_and_a_lost_response() {
     assert_model_holds(batched_concurrent_handles());
 }
 
+/// Interactive locked reads: a transaction reads two items (one absent) under lock and writes a
+/// third, committing in one request, while another writes both items it read (in phases); one
+/// crash, one lost response, records deleted once finalized. `shape` says how a read reaches
+/// its lock.
+fn locked_reads(shape: ReadShape) -> Config {
+    Config {
+        reads: shape,
+        ..config(
+            "interactive locked reads vs a writer",
+            vec![Some(1), Some(2), None],
+            vec![false, false, false],
+            vec![
+                plan(
+                    CommitPath::OneRequest,
+                    vec![read_now(0), read_now(2), entry(1, Op::Update)],
+                ),
+                plan(
+                    CommitPath::Phased,
+                    vec![entry(0, Op::Update), entry(2, Op::Put(5))],
+                ),
+            ],
+        )
+    }
+}
+
+/// Two locked reads while a second handle may resume the transaction at any moment (its first
+/// coordinator still running) and commit it in phases, with or without the second read, while a
+/// writer wants the item read second.
+fn locked_reads_second_handle(shape: ReadShape) -> Config {
+    Config {
+        reads: shape,
+        crashes: 0,
+        lost_responses: 0,
+        second_handles: vec![0],
+        delete_records: false,
+        ..config(
+            "locked reads with a second handle",
+            vec![Some(1), Some(2), Some(3)],
+            vec![false, false, false],
+            vec![
+                plan(
+                    CommitPath::Phased,
+                    vec![read_now(1), read_now(0), entry(2, Op::Update)],
+                ),
+                plan(CommitPath::OneRequest, vec![entry(0, Op::Update)]),
+            ],
+        )
+    }
+}
+
+#[test]
+fn locked_reads_record_then_lock() {
+    let mut cfg = locked_reads(ReadShape::RecordThenLock);
+    cfg.name = "locked reads, record then lock";
+    assert_model_holds(cfg);
+}
+
+#[test]
+fn locked_reads_lock_then_record() {
+    let mut cfg = locked_reads(ReadShape::LockThenRecord);
+    cfg.name = "locked reads, lock then record";
+    assert_model_holds(cfg);
+}
+
+#[test]
+fn locked_reads_phased_lock_then_record() {
+    let mut cfg = locked_reads(ReadShape::LockThenRecord);
+    cfg.name = "locked reads, lock then record, phased commit";
+    cfg.txs[0].commit = CommitPath::Phased;
+    assert_model_holds(cfg);
+}
+
+#[test]
+fn locked_reads_with_a_second_handle() {
+    for shape in [ReadShape::RecordThenLock, ReadShape::LockThenRecord] {
+        let mut cfg = locked_reads_second_handle(shape);
+        cfg.name = match shape {
+            ReadShape::RecordThenLock => "locked reads, second handle, record then lock",
+            ReadShape::LockThenRecord => "locked reads, second handle, lock then record",
+        };
+        assert_model_holds(cfg);
+    }
+}
+
 fn check(cfg: Config) -> impl Checker<ProtocolModel> {
     let bug = cfg.bug.is_some();
     model_support::check(ProtocolModel { cfg }, bug)
@@ -277,6 +361,16 @@ fn buggy_protocols_are_caught() {
         (Bug::ReleaseIgnoresApplied, two_by_two()),
         (Bug::ApplyIgnoresLockStamp, concurrent_handles()),
         (Bug::BatchImagesReadBeforeLock, batched_two_by_two()),
+        (
+            Bug::LockBeforeRecordCreated,
+            locked_reads(ReadShape::LockThenRecord),
+        ),
+        (Bug::ReleaseUnrecordedLock, {
+            // A writer of the item read second only (it is not held up by the first read's lock).
+            let mut cfg = locked_reads(ReadShape::LockThenRecord);
+            cfg.txs[1] = plan(CommitPath::OneRequest, vec![entry(2, Op::Put(5))]);
+            cfg
+        }),
     ];
     for (bug, mut cfg) in cases {
         cfg.bug = Some(bug);

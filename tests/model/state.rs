@@ -142,6 +142,8 @@ pub(crate) struct Coordinator {
     pub(crate) batch_done: bool,
     /// `Bug::BatchImagesReadBeforeLock` only: the items' data as read before the batch.
     pub(crate) pre_read: Option<Vec<Option<u8>>>,
+    /// Ghost: what each interactive read returned to this handle's caller (`Some(None)`: absent).
+    pub(crate) reads: Vec<Option<Option<u8>>>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -163,4 +165,7 @@ pub(crate) struct State {
     pub(crate) resumed_commit: bool,
     /// A batched record-and-lock request was cancelled and the transaction went on item by item.
     pub(crate) batch_fell_back: bool,
+    /// A transaction committed while an item one of its handles read under lock (a recorded read,
+    /// or one the committing handle made) no longer held what the read returned.
+    pub(crate) stale_read: bool,
 }

@@ -29,6 +29,7 @@ impl Model for ProtocolModel {
             commits: vec![0; n],
             resumed_commit: false,
             batch_fell_back: false,
+            stale_read: false,
         }]
     }
 
@@ -83,6 +84,10 @@ impl Model for ProtocolModel {
                     ),
                     Next::ReadImage(_) => {}
                     Next::Record => out.push(Action::Record { c: k, lost }),
+                    Next::RecordAndLock(entry) => {
+                        out.push(Action::Record { c: k, lost });
+                        out.push(Action::Lock { c: k, entry, lost });
+                    }
                     Next::Lock(es) => {
                         out.extend(
                             es.into_iter()
@@ -119,7 +124,20 @@ impl Model for ProtocolModel {
         for tx in 0..n {
             let t = tx as usize;
             match s.records[t] {
-                Some(r) if r.state == TxState::Pending => out.push(Action::WorldRollBack { tx }),
+                Some(r) if r.state == TxState::Pending => {
+                    out.push(Action::WorldRollBack { tx });
+                    if self.cfg.bug == Some(Bug::ReleaseUnrecordedLock) {
+                        for item in 0..s.items.len() as u8 {
+                            let it = &s.items[item as usize];
+                            if it.owner == Some(tx)
+                                && it.applied == Applied::No
+                                && !self.covered(tx, item as usize, r.requests)
+                            {
+                                out.push(Action::ReleaseStray { tx, item });
+                            }
+                        }
+                    }
+                }
                 Some(r) => {
                     for item in 0..s.items.len() as u8 {
                         if s.items[item as usize].owner == Some(tx) {
@@ -180,7 +198,7 @@ impl Model for ProtocolModel {
                     state: TxState::RolledBack,
                     ..r
                 });
-                Self::mark_decided(&mut s, tx);
+                self.mark_decided(&mut s, tx);
                 true
             }
             Action::Settle { tx, item } => self.settle(&mut s, tx, item as usize),
@@ -190,7 +208,7 @@ impl Model for ProtocolModel {
                 s.records[tx as usize] = None;
                 true
             }
-            Action::ReleaseOrphan { item, .. } => {
+            Action::ReleaseOrphan { item, .. } | Action::ReleaseStray { item, .. } => {
                 Self::release(&mut s.items[item as usize]);
                 true
             }
@@ -237,8 +255,14 @@ impl Model for ProtocolModel {
                 |m: &ProtocolModel, s: &State| {
                     s.items.iter().enumerate().all(|(i, it)| match it.owner {
                         None => !it.transient && it.applied == Applied::No,
+                        // `LockThenRecord`: a read's lock may come before its request is
+                        // recorded (never an applied one).
                         Some(t) => match s.records[t as usize] {
-                            Some(r) => m.recorded_op(t, i, r.requests).is_some(),
+                            Some(r) => {
+                                m.covered(t, i, r.requests)
+                                    || (m.cfg.reads == ReadShape::LockThenRecord
+                                        && it.applied == Applied::No)
+                            }
                             None => it.applied == Applied::No,
                         },
                     })
@@ -261,6 +285,10 @@ impl Model for ProtocolModel {
                 },
             ),
             Property::always(
+                "locked reads hold until commit",
+                |_: &ProtocolModel, s: &State| !s.stale_read,
+            ),
+            Property::always(
                 "quiescent states are clean",
                 |m: &ProtocolModel, s: &State| {
                     !m.next_states(s).is_empty() || m.quiescent_and_clean(s)
@@ -280,6 +308,19 @@ impl Model for ProtocolModel {
                                     .is_some_and(|r| r.state != TxState::Pending)
                         })
                     })
+                },
+            ),
+            Property::sometimes(
+                "a read's lock its pending record does not name",
+                |m: &ProtocolModel, s: &State| {
+                    m.cfg.reads == ReadShape::RecordThenLock
+                        || s.items.iter().enumerate().any(|(i, it)| {
+                            it.owner.is_some_and(|t| {
+                                s.records[t as usize].is_some_and(|r| {
+                                    r.state == TxState::Pending && !m.covered(t, i, r.requests)
+                                })
+                            })
+                        })
                 },
             ),
             Property::sometimes(

@@ -13,7 +13,14 @@ impl ProtocolModel {
             return false;
         }
         let Some(op) = self.recorded_op(tx, i, r.requests) else {
-            return false; // not the record's item: the invariant "locks are covered" reports it
+            // A lock the decided record does not name: a read's lock whose request was never
+            // recorded (`LockThenRecord`). Unapplied, it is released like a late lock; an applied
+            // one is reported by the invariant "locks are covered".
+            if s.items[i].applied != Applied::No {
+                return false;
+            }
+            Self::release(&mut s.items[i]);
+            return true;
         };
         let committed = r.state == TxState::Committed;
         let image = s.images[t][i];
@@ -47,10 +54,15 @@ impl ProtocolModel {
     }
 
     /// The record was just decided: every lock of the transaction now on an item was taken before
-    /// the decision, so a completer (which reads the items after the decision) will find it.
-    pub(crate) fn mark_decided(s: &mut State, tx: Tx) {
-        for it in s.items.iter_mut().filter(|it| it.owner == Some(tx)) {
-            it.late = false;
+    /// the decision, so a completer (which reads the items the record names after the decision)
+    /// will find it — unless the record does not name it (a read's lock whose request was never
+    /// recorded): that one is left to whoever meets it, like a late lock.
+    pub(crate) fn mark_decided(&self, s: &mut State, tx: Tx) {
+        let requests = s.records[tx as usize].map_or(0, |r| r.requests);
+        for i in 0..s.items.len() {
+            if s.items[i].owner == Some(tx) {
+                s.items[i].late = !self.covered(tx, i, requests);
+            }
         }
     }
 
