@@ -209,6 +209,12 @@ pub(crate) async fn resolve(
 async fn complete_decided(inner: &Inner, owner: &TxId, table: &str, key: &Item) -> Result<()> {
     // Also when finalized: its lock on this item may have been taken late.
     match settle::complete_transaction(inner, owner).await {
+        // Completion settles the items the record names; a lock still there is one it does not
+        // name (a read's lock whose request was never recorded) or a late one: never applied,
+        // released like a vanished transaction's.
+        Ok(TxState::Committed | TxState::RolledBack) => {
+            steal_orphan(inner, owner, table, key).await
+        }
         Ok(_) | Err(Error::UnknownOutcome { .. }) => Ok(()),
         Err(Error::TransactionNotFound { .. }) => steal_orphan(inner, owner, table, key).await,
         Err(e) => Err(e),

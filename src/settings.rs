@@ -30,6 +30,16 @@ pub struct Settings {
     /// locked, plus the record written as committed. Falls back to the locking protocol when an item
     /// is locked.
     pub write_only_fast_path: bool,
+    /// Locked reads ([`Transaction::get_item`](crate::Transaction::get_item)) in one round trip
+    /// each: once the transaction's record exists, a read sends only its lock, and its request is
+    /// recorded with the record's next write (a commit that has only held reads left to record
+    /// records nothing for them). `N` reads and a commit then cost `N + 2` requests instead of
+    /// `2N + 1`. The cost: a read's lock the record does not name is not found by whoever
+    /// completes the transaction after this handle dies (a crash, `abandon`) or another handle
+    /// decides it; it stays on the item, unapplied (readers see through it), until a transaction
+    /// that needs the item releases it. Off by default. See docs/PROTOCOL.md "One round trip per
+    /// locked read".
+    pub lock_reads_before_recording: bool,
     /// Attempts of [`TransactionManager::run`](crate::TransactionManager::run) before it gives up.
     pub run_attempts: u32,
     /// First backoff of retries; doubles each attempt, with full jitter.
@@ -81,6 +91,7 @@ impl Default for Settings {
             lock_attempts: 6,
             one_shot_max_items: 98,
             write_only_fast_path: true,
+            lock_reads_before_recording: false,
             run_attempts: 10,
             backoff_base: Duration::from_millis(10),
             backoff_max: Duration::from_millis(500),

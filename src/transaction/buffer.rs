@@ -110,7 +110,7 @@ impl Transaction {
                     let index = st.requests.len() - 1;
                     index_request(&mut st, index);
                 }
-                self.drive_lock(&mut st, &r).await?.current
+                self.lock_read(&mut st, &r).await?.current
             }
         };
         let item = match (item, paths) {
@@ -120,13 +120,53 @@ impl Transaction {
         Ok(GetOutput { item })
     }
 
+    /// Locks the item of a read. With `Settings::lock_reads_before_recording`, once the record
+    /// exists (and this handle knows its state), only the lock is sent: the read's request is recorded with the record's next write, and a commit
+    /// whose unrecorded requests are all held reads records nothing for them. A lock the record
+    /// does not name is never released while the transaction is pending; once it is decided,
+    /// whoever meets the lock releases it like a late one (docs/PROTOCOL.md "One round trip per
+    /// locked read").
+    async fn lock_read(&self, st: &mut State, r: &ItemRef) -> Result<LockInfo> {
+        if !self.inner.settings.lock_reads_before_recording
+            || st.meta.is_none()
+            || st.record_in_doubt
+        {
+            // The record must exist before any lock that names it: a lock whose record is absent
+            // is taken for a vanished transaction's and released.
+            return self.drive_lock(st, r).await;
+        }
+        if let Some(l) = st.items[r].lock.clone() {
+            return Ok(l);
+        }
+        let e = st.items[r].clone();
+        let lock = self.lock_one(&e.table, &e.key).await?;
+        st.items.get_mut(r).expect("entry exists").lock = Some(lock.clone());
+        Ok(lock)
+    }
+
+    /// True when every request not yet in the record is a read whose item this handle holds: its
+    /// lock is released by this handle's commit or rollback, or like a late lock by whoever meets
+    /// it once the transaction is decided; recording it would only cost a request.
+    fn only_held_reads_unrecorded(&self, st: &State) -> bool {
+        self.inner.settings.lock_reads_before_recording
+            && st.meta.is_some()
+            && !st.record_in_doubt
+            && st.requests[st.recorded..].iter().all(|q| {
+                q.op == Op::Get
+                    && st
+                        .items
+                        .get(&q.item_ref())
+                        .is_some_and(|e| e.lock.is_some())
+            })
+    }
+
     /// Records buffered requests in the TX record.
     #[instrument(level = "debug", name = "record", skip_all, fields(tx = %self.id, new_requests = st.requests.len() - st.recorded))]
     pub(super) async fn flush(&self, st: &mut State) -> Result<()> {
         let _timer = (st.recorded < st.requests.len())
             .then(|| crate::metrics::PhaseTimer::start(crate::metrics::RECORD));
         for _ in 0..PROTOCOL_ATTEMPTS {
-            if st.recorded == st.requests.len() {
+            if st.recorded == st.requests.len() || self.only_held_reads_unrecorded(st) {
                 return Ok(());
             }
             let c = &self.inner.client;

@@ -12,6 +12,7 @@ mod images;
 mod in_doubt;
 mod item_size;
 mod large;
+mod locked_reads;
 mod lost_record_writes;
 mod reads;
 mod validation;

@@ -1,0 +1,260 @@
+//! One round trip per locked read (`Settings::lock_reads_before_recording`): once the record
+//! exists a read sends only its lock, and its request is recorded with the record's next write (or
+//! never, when the commit has only held reads to record). Request counts, contenders meeting a
+//! read's lock its record does not name, and a crash at every request of the path.
+
+use dynamodb_transactions::fault::FaultMode;
+use dynamodb_transactions::{Transaction, TxState};
+
+use crate::assert_clean;
+use crate::common::*;
+
+fn lock_first(s: &mut dynamodb_transactions::Settings) {
+    s.lock_reads_before_recording = true;
+}
+
+/// Both commit paths, reads locked before they are recorded.
+async fn lock_first_envs(prefix: &str) -> Vec<TestEnv> {
+    vec![
+        TestEnv::with_settings(&format!("{prefix}-os"), lock_first).await,
+        TestEnv::with_settings(&format!("{prefix}-ph"), |s| {
+            lock_first(s);
+            s.one_shot_max_items = 0;
+        })
+        .await,
+    ]
+}
+
+async fn seed(env: &TestEnv, ids: &[&str]) {
+    for id in ids {
+        env.raw_put(&env.table, item(&[("Id", s(id)), ("v", n(1))]))
+            .await;
+    }
+}
+
+async fn warm(env: &TestEnv) {
+    env.manager
+        .get_item()
+        .table_name(&env.table)
+        .key("Id", s("warm"))
+        .send()
+        .await
+        .unwrap();
+}
+
+async fn read(
+    tx: &Transaction,
+    table: &str,
+    id: &str,
+) -> dynamodb_transactions::Result<Option<i64>> {
+    let out = tx
+        .get_item()
+        .table_name(table)
+        .key("Id", s(id))
+        .send()
+        .await?;
+    Ok(out
+        .item
+        .and_then(|i| i.get("v").and_then(|v| v.as_n().ok()?.parse().ok())))
+}
+
+async fn set(tx: &Transaction, table: &str, id: &str, v: i64) -> dynamodb_transactions::Result<()> {
+    tx.update_item()
+        .table_name(table)
+        .key("Id", s(id))
+        .update_expression("SET v = :v")
+        .expression_attribute_values(":v", n(v))
+        .send()
+        .await
+        .map(|_| ())
+}
+
+#[tokio::test]
+async fn n_locked_reads_cost_n_plus_two_requests() {
+    let env = TestEnv::with_settings("rl-count", lock_first).await;
+    let ids: Vec<String> = (0..10).map(|i| format!("k{i}")).collect();
+    let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+    seed(&env, &refs).await;
+    warm(&env).await;
+    env.counter.reset();
+    let tx = env.manager.begin();
+    for id in &refs {
+        assert_eq!(read(&tx, &env.table, id).await.unwrap(), Some(1));
+    }
+    tx.commit().await.unwrap();
+    let c = env.counter.snapshot();
+    // The record's creation, one lock per read, the commit.
+    assert_eq!(env.counter.total(), 12, "{c:?}");
+    assert_clean(&env).await;
+}
+
+#[tokio::test]
+async fn a_transfer_reads_with_one_lock_request_each() {
+    let env = TestEnv::with_settings("rl-transfer", lock_first).await;
+    seed(&env, &["a", "b"]).await;
+    warm(&env).await;
+    env.counter.reset();
+    let tx = env.manager.begin();
+    let a = read(&tx, &env.table, "a").await.unwrap().unwrap();
+    let b = read(&tx, &env.table, "b").await.unwrap().unwrap();
+    set(&tx, &env.table, "a", a - 1).await.unwrap();
+    set(&tx, &env.table, "b", b + 1).await.unwrap();
+    tx.commit().await.unwrap();
+    let c = env.counter.snapshot();
+    // Create + lock, lock, the append of the two writes, the commit (was 6: one append per read).
+    assert_eq!(env.counter.total(), 5, "{c:?}");
+    assert_eq!(env.raw_get(&env.table, &key("a")).await.unwrap()["v"], n(0));
+    assert_eq!(env.raw_get(&env.table, &key("b")).await.unwrap()["v"], n(2));
+    assert_clean(&env).await;
+}
+
+/// A transaction reads `a` (creating its record), then `b` and the absent `c` (locks its record
+/// does not name), and is abandoned. A contender that writes all three wounds it, completes it
+/// and releases the unnamed locks; on both commit paths.
+#[tokio::test]
+async fn a_contender_releases_read_locks_the_record_does_not_name() {
+    for env in lock_first_envs("rl-contend").await {
+        seed(&env, &["a", "b"]).await;
+        let tx = env.manager.begin();
+        let id = tx.id().clone();
+        read(&tx, &env.table, "a").await.unwrap();
+        read(&tx, &env.table, "b").await.unwrap();
+        assert_eq!(read(&tx, &env.table, "c").await.unwrap(), None);
+        tx.abandon();
+        for k in ["b", "c"] {
+            let raw = env.raw_get(&env.table, &key(k)).await.unwrap();
+            assert!(has_tx_attrs(&raw), "{k} locked: {raw:?}");
+        }
+        let (m2, _) = env.second_coordinator();
+        let writer = contender(&m2, &env.table, 7).await;
+        writer.unwrap_or_else(|e| panic!("contender: {e}"));
+        for k in ["a", "b", "c"] {
+            assert_eq!(env.raw_get(&env.table, &key(k)).await.unwrap()["v"], n(7));
+        }
+        assert_eq!(
+            env.tx_state(&id).await.map(|s| s.0),
+            Some(TxState::RolledBack)
+        );
+        assert_clean(&env).await;
+    }
+}
+
+/// Writes `v` to `a`, `b` and `c` in one transaction, retrying a rolled-back attempt.
+async fn contender(
+    m: &dynamodb_transactions::TransactionManager,
+    table: &str,
+    v: i64,
+) -> dynamodb_transactions::Result<()> {
+    let mut last = None;
+    for _ in 0..5 {
+        let tx = m.begin();
+        let attempt = async {
+            for k in ["a", "b", "c"] {
+                set(&tx, table, k, v).await?;
+            }
+            Ok::<_, dynamodb_transactions::Error>(())
+        }
+        .await;
+        let out = match attempt {
+            Ok(()) => tx.commit().await,
+            Err(e) => {
+                let _ = tx.rollback().await;
+                Err(e)
+            }
+        };
+        match out {
+            Ok(()) => return Ok(()),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.expect("an attempt"))
+}
+
+/// The workload whose every request is crashed at: three reads (the first creates the record, the
+/// last inserts a placeholder), a buffered write, the commit.
+async fn reads_then_write(tx: Transaction, table: &str) -> dynamodb_transactions::Result<()> {
+    let steps = async {
+        read(&tx, table, "a").await?;
+        read(&tx, table, "b").await?;
+        read(&tx, table, "c").await?;
+        set(&tx, table, "d", 5).await
+    };
+    match steps.await {
+        Ok(()) => tx.commit().await,
+        Err(e) => {
+            // The coordinator died: it decides nothing.
+            tx.abandon();
+            Err(e)
+        }
+    }
+}
+
+/// Crash before and after each request of the path; a contender that writes the items read then
+/// finishes whatever was left. The crashed transaction's outcome is what it reported (committed:
+/// `d` was written), no lock or image is left, and its record is decided.
+#[tokio::test]
+async fn a_crash_at_every_request_of_the_read_path_is_recovered_by_a_contender() {
+    for env in lock_first_envs("rl-crash").await {
+        // Requests: create, lock a, lock b, lock c (absent: two), append d, lock d, commit (one
+        // request) — the phased path has more; crash beyond the end is skipped.
+        for k in 0..12u64 {
+            for mode in [FaultMode::BeforeSend, FaultMode::AfterSend] {
+                seed(&env, &["a", "b", "d"]).await;
+                env.raw_put(&env.table, item(&[("Id", s("d")), ("v", n(1))]))
+                    .await;
+                if env.raw_get(&env.table, &key("c")).await.is_some() {
+                    env.client
+                        .delete_item()
+                        .table_name(&env.table)
+                        .set_key(Some(key("c")))
+                        .send()
+                        .await
+                        .unwrap();
+                }
+                warm(&env).await;
+                env.faults.crash_at(k, mode);
+                let tx = env.manager.begin();
+                let id = tx.id().clone();
+                let outcome = reads_then_write(tx, &env.table).await;
+                let struck = env.faults.struck();
+                env.faults.disarm();
+                if !struck {
+                    outcome.unwrap();
+                    continue;
+                }
+                let label = format!("crash {mode:?} at request {k}: {outcome:?}");
+                let d = env.raw_get(&env.table, &key("d")).await.unwrap();
+                if outcome.is_ok() {
+                    assert_eq!(
+                        env.tx_state(&id).await.map(|s| s.0),
+                        Some(TxState::Committed),
+                        "{label}"
+                    );
+                    assert_eq!(d["v"], n(5), "{label}");
+                }
+                let (m2, _) = env.second_coordinator();
+                contender(&m2, &env.table, 9)
+                    .await
+                    .unwrap_or_else(|e| panic!("{label}: contender: {e}"));
+                // `d` was not touched by the contender: finish the crashed transaction wherever
+                // its record says it is.
+                if let Some((state, _)) = env.tx_state(&id).await {
+                    if state == TxState::Pending {
+                        m2.rollback_transaction(&id).await.unwrap();
+                    } else {
+                        m2.complete_transaction(&id).await.unwrap();
+                    }
+                    let (state, _) = env.tx_state(&id).await.unwrap();
+                    let d = env.raw_get(&env.table, &key("d")).await.unwrap();
+                    let want = if state == TxState::Committed { 5 } else { 1 };
+                    assert_eq!(d["v"], n(want), "{label}: d after {state:?}");
+                }
+                for k in ["a", "b", "c"] {
+                    let raw = env.raw_get(&env.table, &key(k)).await.unwrap();
+                    assert_eq!(raw["v"], n(9), "{label}: {k}");
+                }
+                assert_clean(&env).await;
+            }
+        }
+    }
+}
