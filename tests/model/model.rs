@@ -295,10 +295,11 @@ impl ProtocolModel {
             }
             for (e, read) in c.reads.iter().enumerate() {
                 let item = self.entry(tx, e as u8).item;
-                if let Some(v) = read {
-                    if (j == k as usize || (e as u8) < requests) && *v != s.logical[item] {
-                        s.stale_read = true;
-                    }
+                if let Some(v) = read
+                    && (j == k as usize || (e as u8) < requests)
+                    && *v != s.logical[item]
+                {
+                    s.stale_read = true;
                 }
             }
         }
