@@ -33,6 +33,8 @@ async fn transfers_from_eight_coordinators_conserve_the_total() {
                 if w % 2 == 1 {
                     s.one_shot_max_items = 0;
                 }
+                // Half of them lock their reads before recording them (one round trip per read).
+                s.lock_reads_before_recording = w % 4 >= 2;
             })
             .build();
         let table = env.table.clone();
