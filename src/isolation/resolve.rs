@@ -39,21 +39,19 @@ async fn tx_state(
     if let Some(s) = cache.and_then(|c| c.lock().expect("state cache").get(owner).copied()) {
         return Ok(s);
     }
+    let key = record::header_key(&TxId(owner.to_string()));
     let out = mgr
         .inner
         .client
         .get_item()
         .table_name(&mgr.inner.tx_table)
-        .set_key(Some(record::header_key(&TxId(owner.to_string()))))
+        .set_key(Some(key.clone()))
         .projection_expression("#s")
         .expression_attribute_names("#s", record::STATE)
         .consistent_read(true)
         .send()
         .await
-        .map_err(|e| {
-            let key = record::header_key(&TxId(owner.to_string()));
-            Error::sdk("GetItem", e).on_item(&mgr.inner.tx_table, &key)
-        })?;
+        .map_err(|e| Error::sdk("GetItem", e).on_item(&mgr.inner.tx_table, &key))?;
     let state = match out.item {
         None => None,
         Some(i) => Some(match i.get(record::STATE).and_then(|v| v.as_s().ok()) {

@@ -12,20 +12,18 @@ use super::{TICKET, TICKET_COUNTER_ID, UPDATED, WAITING, header_key, n};
 
 /// Takes the next ticket from the counter (one atomic `ADD`).
 pub(crate) async fn take_ticket(client: &Client, table: &str) -> Result<u64> {
+    let key = header_key(&TxId(TICKET_COUNTER_ID.to_string()));
     let out = client
         .update_item()
         .table_name(table)
-        .set_key(Some(header_key(&TxId(TICKET_COUNTER_ID.to_string()))))
+        .set_key(Some(key.clone()))
         .update_expression("ADD #k :one")
         .expression_attribute_names("#k", TICKET)
         .expression_attribute_values(":one", n(1))
         .return_values(aws_sdk_dynamodb::types::ReturnValue::UpdatedNew)
         .send()
         .await
-        .map_err(|e| {
-            let key = header_key(&TxId(TICKET_COUNTER_ID.to_string()));
-            Error::sdk("UpdateItem", e).on_item(table, &key)
-        })?;
+        .map_err(|e| Error::sdk("UpdateItem", e).on_item(table, &key))?;
     out.attributes
         .as_ref()
         .and_then(|a| a.get(TICKET))

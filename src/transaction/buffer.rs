@@ -127,30 +127,25 @@ impl Transaction {
     /// whoever meets the lock releases it like a late one (docs/PROTOCOL.md "One round trip per
     /// locked read").
     async fn lock_read(&self, st: &mut State, r: &ItemRef) -> Result<LockInfo> {
-        if !self.inner.settings.lock_reads_before_recording
-            || st.meta.is_none()
-            || st.record_in_doubt
-        {
+        if !self.may_hold_unrecorded_reads(st) {
             // The record must exist before any lock that names it: a lock whose record is absent
             // is taken for a vanished transaction's and released.
             return self.drive_lock(st, r).await;
         }
-        if let Some(l) = st.items[r].lock.clone() {
-            return Ok(l);
-        }
-        let e = st.items[r].clone();
-        let lock = self.lock_one(&e.table, &e.key).await?;
-        st.items.get_mut(r).expect("entry exists").lock = Some(lock.clone());
-        Ok(lock)
+        self.hold_lock(st, r).await
+    }
+
+    /// Whether a read may be locked before its request is recorded: the setting is on and the
+    /// record surely exists.
+    fn may_hold_unrecorded_reads(&self, st: &State) -> bool {
+        self.inner.settings.lock_reads_before_recording && st.meta.is_some() && !st.record_in_doubt
     }
 
     /// True when every request not yet in the record is a read whose item this handle holds: its
     /// lock is released by this handle's commit or rollback, or like a late lock by whoever meets
     /// it once the transaction is decided; recording it would only cost a request.
     fn only_held_reads_unrecorded(&self, st: &State) -> bool {
-        self.inner.settings.lock_reads_before_recording
-            && st.meta.is_some()
-            && !st.record_in_doubt
+        self.may_hold_unrecorded_reads(st)
             && st.requests[st.recorded..].iter().all(|q| {
                 q.op == Op::Get
                     && st

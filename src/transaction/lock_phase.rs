@@ -23,6 +23,11 @@ impl Transaction {
     /// Records and locks one item now.
     pub(super) async fn drive_lock(&self, st: &mut State, r: &ItemRef) -> Result<LockInfo> {
         self.flush(st).await?;
+        self.hold_lock(st, r).await
+    }
+
+    /// The lock this handle holds on `r`'s item, taking it if it holds none yet.
+    pub(super) async fn hold_lock(&self, st: &mut State, r: &ItemRef) -> Result<LockInfo> {
         if let Some(l) = st.items[r].lock.clone() {
             return Ok(l);
         }
