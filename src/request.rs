@@ -279,6 +279,29 @@ pub(crate) fn result_size_bound(before: Option<&Item>, req: &Request) -> usize {
     }
 }
 
+/// The padding a batched lock writes (`_TxP`, bytes) so that DynamoDB accepts the lock only if
+/// the item has room for `req` applied plus [`APPLIED_ROOM_BYTES`]: the room the one-request commit
+/// otherwise checks on the before-image, which a batched lock does not read. `None` when that room
+/// depends on the item's attributes (an update that copies one): its image must be read. A write
+/// whose result size the request alone gives (put, delete) or a read needs no padding.
+pub(crate) fn lock_pad(req: &Request) -> Option<usize> {
+    let (Op::Update, Some(update)) = (req.op, &req.update) else {
+        return Some(0);
+    };
+    if UpdateExpr::parse(update).map_or(true, |u| u.copies_attributes()) {
+        return None;
+    }
+    // Without the item, every attribute the update names counts only its name: the values it
+    // writes (and a number per operator) bound the growth, as nothing is copied.
+    let value = |v: &str| {
+        req.values
+            .as_ref()
+            .and_then(|m| m.get(v))
+            .map_or(0, value_size)
+    };
+    Some(expr::growth_bound(update, req.names.as_ref(), value, |_| 0) + APPLIED_ROOM_BYTES)
+}
+
 /// Whether the before-image can travel in the item itself (`_TxG`) when `req` is applied: it is at
 /// most 64 KB and the applied item, image and lock attributes included, surely fits in 400 KB.
 /// Otherwise it goes to the images table. Deterministic, so that whoever finishes a transaction

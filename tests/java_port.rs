@@ -73,13 +73,18 @@ async fn fixture(prefix: &str) -> Fx {
     fixture_with(prefix, false).await
 }
 
-/// The fixture; `phased` makes every commit take the phased path.
+/// The fixture; `phased` makes every commit take the phased path. Locks are taken item by item
+/// (`batch_locks` off), as the Java library takes them: the scenarios below place their faults by
+/// the request numbers of that shape. The batched locks have their own crash sweeps
+/// (tests/crash.rs).
 async fn fixture_with(prefix: &str, phased: bool) -> Fx {
-    let env = if phased {
-        TestEnv::with_settings(prefix, |s| s.one_shot_max_items = 0).await
-    } else {
-        TestEnv::new(prefix).await
-    };
+    let env = TestEnv::with_settings(prefix, |s| {
+        s.batch_locks = false;
+        if phased {
+            s.one_shot_max_items = 0;
+        }
+    })
+    .await;
     let item0 = item0();
     let t = env.manager.begin();
     let out = put(&t, &env.table, &item0)

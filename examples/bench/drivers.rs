@@ -14,6 +14,10 @@ pub enum Driver {
     Library,
     /// `write_only_fast_path = false`: every transaction goes through the locking protocol.
     Locking,
+    /// The locking protocol with its locks taken item by item (`batch_locks = false`).
+    PerItem,
+    /// `lock_reads_before_recording = true`: a read sends only its lock once the record exists.
+    LockedReads,
     /// The Java library's shape: `concurrency = 1`, `one_shot_max_items = 0`, no fast path.
     Sequential,
     /// One `TransactWriteItems` with the N actions (N ≤ 100, writes only).
@@ -25,17 +29,23 @@ impl Driver {
         match self {
             Driver::Library => "library",
             Driver::Locking => "locking",
+            Driver::PerItem => "per-item locks",
+            Driver::LockedReads => "locked reads",
             Driver::Sequential => "sequential",
             Driver::Native => "native",
         }
     }
 
     /// The drivers that run `kind` at size `n`. Reads and transfers always take the locking
-    /// protocol, so the locking driver would repeat the library's figures there.
+    /// protocol, so the locking driver would repeat the library's figures there; they compare
+    /// with locked reads instead, as writes compare batched locks with per-item ones.
     pub fn for_row(kind: Kind, n: usize) -> Vec<Driver> {
         let mut d = vec![Driver::Library];
         if kind.writes_only() {
             d.push(Driver::Locking);
+            d.push(Driver::PerItem);
+        } else {
+            d.push(Driver::LockedReads);
         }
         d.push(Driver::Sequential);
         if kind.writes_only() && n <= 100 {
@@ -48,12 +58,18 @@ impl Driver {
     /// in-flight limit from the command line, if any).
     pub fn configure(self, st: &mut Settings, concurrency: Option<usize>) {
         match self {
-            Driver::Library | Driver::Locking => {
+            Driver::Library | Driver::Locking | Driver::PerItem | Driver::LockedReads => {
                 if let Some(c) = concurrency {
                     st.concurrency = c;
                 }
-                if self == Driver::Locking {
+                if matches!(self, Driver::Locking | Driver::PerItem) {
                     st.write_only_fast_path = false;
+                }
+                if self == Driver::PerItem {
+                    st.batch_locks = false;
+                }
+                if self == Driver::LockedReads {
+                    st.lock_reads_before_recording = true;
                 }
             }
             Driver::Sequential => {

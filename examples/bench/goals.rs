@@ -79,21 +79,27 @@ pub fn goals(rows: &[Row], locks: &LockResults, contention: &[ContentionFigures]
             num(r.lib.requests())
         );
     }
+    // Reads are judged with `lock_reads_before_recording` on (the row's other driver), and shown
+    // beside the default.
     if let Some(r) = find(Kind::Transfer, 2) {
+        let best = r.alt.as_ref().unwrap_or(&r.lib);
         let _ = writeln!(
             out,
-            "- Issue 15: transfer (2 reads, 2 writes) critical path ≤ 3: **{}** ({})",
-            mark(r.lib.path_median() <= 3),
+            "- Issue 15: transfer (2 reads, 2 writes) critical path ≤ 3: **{}** ({} with locked reads before recording; {} by default)",
+            mark(best.path_median() <= 3),
+            best.path_median(),
             r.lib.path_median()
         );
     }
     if let Some(r) = find(Kind::Read, 10) {
+        let best = r.alt.as_ref().unwrap_or(&r.lib);
         let _ = writeln!(
             out,
-            "- Issue 15: read lock N = 10 requests ≤ N + 2: **{}** ({}, path {})",
-            mark(r.lib.requests() <= 12.0),
-            num(r.lib.requests()),
-            r.lib.path_median()
+            "- Issue 15: read lock N = 10 requests ≤ N + 2: **{}** ({}, path {}, with locked reads before recording; {} by default)",
+            mark(best.requests() <= 12.0),
+            num(best.requests()),
+            best.path_median(),
+            num(r.lib.requests())
         );
     }
     let counter = contention.iter().find(|c| c.mode == "counter");

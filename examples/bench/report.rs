@@ -67,10 +67,12 @@ pub fn tx_table(rows: &[Row]) -> String {
     let mut out = String::new();
     out.push_str(
         "| op | N | requests by op (per tx) | requests | write units | critical path | p50 ms | p99 ms \
-         | locking (fast path off): requests / WU / path / p50 ms | sequential: requests / WU / path / p50 ms \
+         | locking (fast path off): requests / WU / path / p50 ms \
+         | per-item locks (writes) or locked reads (reads): requests / WU / path / p50 ms \
+         | sequential: requests / WU / path / p50 ms \
          | native: WU / p50 ms | p50 / native | locking p50 / native | Java model: requests = path |\n",
     );
-    out.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    out.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for r in rows {
         let native = r.native.as_ref();
         let ratio = |s: Option<&Stats>| match (s, native) {
@@ -83,7 +85,7 @@ pub fn tx_table(rows: &[Row]) -> String {
         };
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             r.kind.label(),
             r.n,
             ops_text(&r.lib),
@@ -93,6 +95,7 @@ pub fn tx_table(rows: &[Row]) -> String {
             f1(r.lib.pct(50.0)),
             f1(r.lib.pct(99.0)),
             brief(r.locking.as_ref()),
+            brief(r.alt.as_ref()),
             brief(Some(&r.seq)),
             native
                 .map(|s| format!("{} / {}", num(s.units()), f1(s.pct(50.0))))
@@ -116,6 +119,12 @@ pub fn breakdown_table(rows: &[Row]) -> String {
     for r in rows {
         let mut drivers = vec![(Driver::Library, &r.lib)];
         drivers.extend(r.locking.iter().map(|s| (Driver::Locking, s)));
+        let alt = if r.kind.writes_only() {
+            Driver::PerItem
+        } else {
+            Driver::LockedReads
+        };
+        drivers.extend(r.alt.iter().map(|s| (alt, s)));
         drivers.push((Driver::Sequential, &r.seq));
         drivers.extend(r.native.iter().map(|s| (Driver::Native, s)));
         for (driver, st) in drivers {
@@ -248,8 +257,7 @@ fn driver_fields(
 }
 
 /// One row's figures as `{prefix}_requests`, `{prefix}_critical_path`, `{prefix}_p50_ms`.
-fn single_fields(fields: &mut Vec<String>, prefix: &str, row: Option<&Row>) {
-    let s = row.map(|r| &r.lib);
+fn single_fields(fields: &mut Vec<String>, prefix: &str, s: Option<&Stats>) {
     let v = |f: &dyn Fn(&Stats) -> String| s.map(f).unwrap_or_else(|| "null".into());
     fields.push(format!(
         "\"{prefix}_requests\":{}",
@@ -275,6 +283,9 @@ pub fn json(rows: &[Row], locks: &LockResults, contention: &[ContentionFigures])
         json_map(&updates, |r| r.native.as_ref().map(|s| jnum(s.pct(50.0))))
     ));
     driver_fields(&mut fields, "locking_", &updates, |r| r.locking.as_ref());
+    driver_fields(&mut fields, "per_item_locking_", &updates, |r| {
+        r.alt.as_ref()
+    });
     driver_fields(&mut fields, "sequential_", &updates, |r| Some(&r.seq));
     for kind in [Kind::Insert, Kind::Delete, Kind::Read] {
         let of: Vec<&Row> = rows.iter().filter(|r| r.kind == kind).collect();
@@ -285,13 +296,29 @@ pub fn json(rows: &[Row], locks: &LockResults, contention: &[ContentionFigures])
         driver_fields(&mut inner, "", &of, |r| Some(&r.lib));
         if kind.writes_only() {
             driver_fields(&mut inner, "locking_", &of, |r| r.locking.as_ref());
+            driver_fields(&mut inner, "per_item_locking_", &of, |r| r.alt.as_ref());
+        } else {
+            driver_fields(&mut inner, "locked_reads_", &of, |r| r.alt.as_ref());
         }
         let key = kind.label().replace(' ', "_");
         fields.push(format!("\"{key}\":{{{}}}", inner.join(",")));
     }
     let find = |kind: Kind, n: usize| rows.iter().find(|r| r.kind == kind && r.n == n);
-    single_fields(&mut fields, "readlock", find(Kind::Read, 10));
-    single_fields(&mut fields, "transfer", find(Kind::Transfer, 2));
+    let read10 = find(Kind::Read, 10);
+    let transfer = find(Kind::Transfer, 2);
+    single_fields(&mut fields, "readlock", read10.map(|r| &r.lib));
+    single_fields(&mut fields, "transfer", transfer.map(|r| &r.lib));
+    // The same with `lock_reads_before_recording` on.
+    single_fields(
+        &mut fields,
+        "readlock_locked_reads",
+        read10.and_then(|r| r.alt.as_ref()),
+    );
+    single_fields(
+        &mut fields,
+        "transfer_locked_reads",
+        transfer.and_then(|r| r.alt.as_ref()),
+    );
 
     for (prefix, name) in [("queue", locks::QUEUE), ("lease", locks::LEASE)] {
         if let Some(u) = locks.uncontended(name) {

@@ -57,6 +57,9 @@ pub struct Row {
     pub lib: Stats,
     /// The locking protocol (fast path off); only for write-only kinds.
     pub locking: Option<Stats>,
+    /// The other setting the row compares: per-item locks (write-only kinds) or locked reads
+    /// before recording (reads and transfers).
+    pub alt: Option<Stats>,
     pub seq: Stats,
     /// Native `TransactWriteItems`; only for write-only kinds with N ≤ 100.
     pub native: Option<Stats>,
@@ -67,6 +70,7 @@ impl Row {
         match d {
             Driver::Library => &mut self.lib,
             Driver::Locking => self.locking.as_mut().expect("locking row"),
+            Driver::PerItem | Driver::LockedReads => self.alt.as_mut().expect("alt row"),
             Driver::Sequential => &mut self.seq,
             Driver::Native => self.native.as_mut().expect("native row"),
         }
@@ -97,6 +101,8 @@ struct TxBench {
     table: String,
     lib: TransactionManager,
     locking: TransactionManager,
+    per_item: TransactionManager,
+    locked_reads: TransactionManager,
     seq: TransactionManager,
     next_tag: AtomicU64,
     next_batch: AtomicU64,
@@ -253,6 +259,8 @@ impl TxBench {
         match driver {
             Driver::Library => self.run_library(&self.lib, kind, &keys).await,
             Driver::Locking => self.run_library(&self.locking, kind, &keys).await,
+            Driver::PerItem => self.run_library(&self.per_item, kind, &keys).await,
+            Driver::LockedReads => self.run_library(&self.locked_reads, kind, &keys).await,
             Driver::Sequential => self.run_library(&self.seq, kind, &keys).await,
             Driver::Native => run_native(&self.admin, &self.table, kind, &keys).await,
         }
@@ -268,6 +276,10 @@ impl TxBench {
             n,
             lib: Stats::default(),
             locking: drivers.contains(&Driver::Locking).then(Stats::default),
+            alt: drivers
+                .iter()
+                .any(|d| matches!(d, Driver::PerItem | Driver::LockedReads))
+                .then(Stats::default),
             seq: Stats::default(),
             native: drivers.contains(&Driver::Native).then(Stats::default),
         };
@@ -312,6 +324,8 @@ pub async fn bench_transactions(args: &Args, prefix: &str) -> Vec<Row> {
         table,
         lib: mgr(Driver::Library),
         locking: mgr(Driver::Locking),
+        per_item: mgr(Driver::PerItem),
+        locked_reads: mgr(Driver::LockedReads),
         seq: mgr(Driver::Sequential),
         next_tag: AtomicU64::new(1),
         next_batch: AtomicU64::new(0),
@@ -329,7 +343,13 @@ pub async fn bench_transactions(args: &Args, prefix: &str) -> Vec<Row> {
     let keys: Vec<String> = (0..max_n).map(|i| format!("u{i}")).collect();
     seed(&client, &bench.table, &keys).await;
     // Fill the managers' key-schema caches (DescribeTable) before anything is measured.
-    for m in [&bench.lib, &bench.locking, &bench.seq] {
+    for m in [
+        &bench.lib,
+        &bench.locking,
+        &bench.per_item,
+        &bench.locked_reads,
+        &bench.seq,
+    ] {
         bench.run_library(m, Kind::Update, &keys[..1]).await;
     }
     recorder.take_all();

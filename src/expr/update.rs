@@ -43,6 +43,36 @@ impl UpdateExpr {
         Ok(out)
     }
 
+    /// Whether a `SET` action copies an attribute's value into the item (`SET b = a`,
+    /// `list_append(a, :l)`, `if_not_exists(a, :v)`), so that how much the update can grow the item
+    /// depends on the item. Arithmetic (`a + :d`) yields one number and does not count.
+    pub(crate) fn copies_attributes(&self) -> bool {
+        self.clauses
+            .iter()
+            .filter(|(k, _)| *k == Clause::Set)
+            .flat_map(|(_, actions)| actions)
+            .any(|a| {
+                let Ok(toks) = tokenize(a) else {
+                    return true;
+                };
+                let Some(eq) = toks.iter().position(|t| t.tok == Tok::Comparator("=")) else {
+                    return true;
+                };
+                let rhs = &toks[eq + 1..];
+                let call = rhs.iter().any(|t| t.tok == Tok::Punct('('));
+                let arithmetic = rhs.iter().any(|t| matches!(t.tok, Tok::Punct('+' | '-')));
+                if arithmetic && !call {
+                    return false;
+                }
+                rhs.iter().enumerate().any(|(i, t)| match &t.tok {
+                    Tok::Name(_) => true,
+                    // A word before `(` is a function's name.
+                    Tok::Word(_) => rhs.get(i + 1).is_none_or(|n| n.tok != Tok::Punct('(')),
+                    _ => false,
+                })
+            })
+    }
+
     /// Adds an action to a clause (creating the clause if needed).
     pub(crate) fn add(&mut self, clause: Clause, action: impl Into<String>) {
         match self.clauses.iter_mut().find(|(k, _)| *k == clause) {
@@ -100,6 +130,21 @@ pub(crate) fn growth_bound(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn knows_which_updates_copy_attributes() {
+        let copies = |e: &str| UpdateExpr::parse(e).unwrap().copies_attributes();
+        assert!(!copies(
+            "SET a = :a, b = :b REMOVE c ADD n :one DELETE s :s"
+        ));
+        assert!(!copies("SET balance = balance + :d, #n = #n - :one"));
+        assert!(copies("SET b = a"));
+        assert!(copies("SET b = #a"));
+        assert!(copies("SET l = list_append(l, :x)"));
+        assert!(copies("SET v = if_not_exists(v, :zero)"));
+        assert!(copies("SET m.x = m.y"));
+        assert!(copies("SET c = list_append(a, :l), d = :d"));
+    }
 
     #[test]
     fn splits_and_merges_update_clauses() {

@@ -2,6 +2,7 @@
 //! transient placeholder for a missing one), recognising our own earlier lock after a lost answer.
 
 use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
 
 use crate::TxId;
@@ -9,7 +10,7 @@ use crate::ddb::{Placeholders, Write, WriteKind, Written};
 use crate::error::{Error, Item, Result};
 use crate::keys::KeySchema;
 
-use super::{LOCK_DATE, LockInfo, OWNER, Observed, TRANSIENT, new_stamp, strip};
+use super::{LOCK_DATE, LockInfo, OWNER, Observed, PAD, TRANSIENT, new_stamp, strip};
 
 /// Outcome of a lock attempt.
 #[derive(Debug)]
@@ -48,13 +49,16 @@ pub(crate) async fn lock(
 }
 
 /// The write that locks an item with a fresh stamp: an existing, unlocked one (`absent` false), or
-/// a placeholder for an absent one. Returns it with its stamp.
+/// a placeholder for an absent one. Returns it with its stamp. `pad` bytes of padding (`_TxP`)
+/// make DynamoDB refuse the lock unless the item has that much more room (see
+/// [`crate::request::lock_pad`]).
 pub(crate) fn lock_item_write(
     table: &str,
     key: &Item,
     schema: &KeySchema,
     me: &TxId,
     absent: bool,
+    pad: usize,
 ) -> (Write, String) {
     let mut ph = Placeholders::default();
     let hk = ph.name_for_user(&schema.hash.0);
@@ -66,6 +70,13 @@ pub(crate) fn lock_item_write(
         d = ph.name(LOCK_DATE),
         now = ph.value("Now", AttributeValue::N(stamp.clone())),
     );
+    if pad > 0 {
+        update.push_str(&format!(
+            ", {} = {}",
+            ph.name(PAD),
+            ph.value("Pad", AttributeValue::B(Blob::new(vec![0u8; pad])))
+        ));
+    }
     let cond = if absent {
         update.push_str(&format!(
             ", {} = {}",
@@ -100,7 +111,7 @@ async fn lock_write(
     me: &TxId,
     absent: bool,
 ) -> Result<Option<LockOutcome>> {
-    let (w, stamp) = lock_item_write(table, key, schema, me, absent);
+    let (w, stamp) = lock_item_write(table, key, schema, me, absent, 0);
     match w.send(client, Some(ReturnValue::AllOld)).await {
         Ok(Written::Ok(old)) => {
             let old = if absent { None } else { old.map(strip) };
@@ -111,6 +122,7 @@ async fn lock_write(
                 before: old,
                 image_ref: None,
                 stamp: Some(stamp),
+                image_unread: false,
             })))
         }
         Ok(Written::ConditionFailed(None)) => Ok(None),

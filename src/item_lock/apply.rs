@@ -12,7 +12,7 @@ use crate::request::{Op, Request};
 
 use super::release::release_write;
 use super::{
-    APPLIED, IMAGE, IMAGE_REF, LOCK_DATE, LockInfo, OWNER, TRANSIENT, applied_condition,
+    APPLIED, IMAGE, IMAGE_REF, LOCK_DATE, LockInfo, OWNER, PAD, TRANSIENT, applied_condition,
     me_condition, new_stamp,
 };
 
@@ -131,6 +131,8 @@ pub(crate) fn request_writes(
                 Some(e) => UpdateExpr::parse(e).expect("validated before recording"),
                 None => UpdateExpr::default(),
             };
+            // A batched lock's padding has done its work once the write is judged.
+            u.add(Clause::Remove, ph.name(PAD));
             if keep_lock {
                 let one = ph.value("One", AttributeValue::S("1".into()));
                 u.add(Clause::Set, format!("{} = {one}", ph.name(APPLIED)));

@@ -10,6 +10,8 @@
 //!   applied item always carries what rollback needs.
 //! - `_TxI` (S): instead of `_TxG`, the id of the before-image in the images table (items too large to
 //!   carry their own image).
+//! - `_TxP` (B): padding a batched lock writes so that DynamoDB refuses the lock of an item without
+//!   room for the transaction's update; removed by the apply or the unlock.
 //!
 //! This module reads a lock ([`Observed`], [`LockInfo`]); [`acquire`] takes it, [`apply`] applies
 //! the transaction's write under it, [`release`] settles the item and [`image`] keeps large
@@ -42,9 +44,10 @@ pub(crate) const TRANSIENT: &str = "_TxT";
 pub(crate) const APPLIED: &str = "_TxA";
 pub(crate) const IMAGE: &str = "_TxG";
 pub(crate) const IMAGE_REF: &str = "_TxI";
+pub(crate) const PAD: &str = "_TxP";
 
 /// Lock attributes removed when an item is released.
-const LOCK_ATTRS: [&str; 6] = [OWNER, LOCK_DATE, TRANSIENT, APPLIED, IMAGE, IMAGE_REF];
+const LOCK_ATTRS: [&str; 7] = [OWNER, LOCK_DATE, TRANSIENT, APPLIED, IMAGE, IMAGE_REF, PAD];
 
 /// Removes every `_Tx*` attribute: what callers may see.
 pub(crate) fn strip(mut item: Item) -> Item {
@@ -137,6 +140,10 @@ pub(crate) struct LockInfo {
     /// the lock it was prepared under: another handle of the same transaction may re-lock the
     /// item after a decision released it (a late lock), and an apply must not land on that.
     pub stamp: Option<String>,
+    /// A batched lock whose item was not read: `before` and `current` are unknown (not absent)
+    /// until the coordinator reads them, which a phased apply does first. The one-request commit
+    /// needs neither.
+    pub image_unread: bool,
 }
 
 /// Test seam, set only through `fault::zero_ended_lock_stamps`: every new stamp's random
@@ -172,6 +179,20 @@ impl LockInfo {
             current: obs.visible(),
             image_ref: obs.image_ref.clone(),
             stamp: obs.stamp.clone(),
+            image_unread: false,
+        }
+    }
+
+    /// A lock a batch took on an existing item without reading it.
+    pub fn unread(stamp: String) -> LockInfo {
+        LockInfo {
+            transient: false,
+            applied: false,
+            before: None,
+            current: None,
+            image_ref: None,
+            stamp: Some(stamp),
+            image_unread: true,
         }
     }
 }
@@ -244,6 +265,7 @@ mod tests {
             current: None,
             image_ref: None,
             stamp: stamp.map(String::from),
+            image_unread: false,
         }
     }
 

@@ -1,7 +1,8 @@
 //! Batched locks (`Settings::batch_locks`): a small transaction writes its record and takes every
 //! lock in one `TransactWriteItems`; a larger one takes its locks in `TransactWriteItems` of up to
-//! 99 after its record. The before-images, which a successful `TransactWriteItems` does not
-//! return, are then read with consistent reads. Whatever a batch cannot settle (a cancellation, an
+//! 99 after its record. A successful `TransactWriteItems` returns no items: the one-request commit
+//! needs none (padding makes DynamoDB check each write's room in the lock), and the before-images a
+//! phased apply needs are read with consistent reads after the locks. Whatever a batch cannot settle (a cancellation, an
 //! ambiguous failure, an item that is absent or locked by another transaction) is left to the
 //! per-item lock phase ([`lock_all`](Transaction::lock_all)), which recognises its own record and
 //! locks. See docs/PROTOCOL.md "Batched locks".
@@ -17,6 +18,7 @@ use crate::error::{Error, Result};
 use crate::item_lock::{self, LockInfo, Observed};
 use crate::keys::ItemRef;
 use crate::record;
+use crate::request;
 
 use super::{State, Transaction};
 
@@ -36,18 +38,51 @@ impl Transaction {
         // A fast path that did not commit met a locked item: a batch would meet it too.
         let fresh =
             st.meta.is_none() && !st.record_in_doubt && st.recorded == 0 && !st.fast_path_failed;
+        let mut batched = false;
         if fresh && let Some(outcome) = self.record_and_lock(st).await? {
             match outcome {
-                Ok(locked) => unread = locked,
+                Ok(locked) => {
+                    unread = locked;
+                    batched = true;
+                }
                 Err(failed) => per_item = failed,
             }
         }
         self.flush(st).await?;
-        if unread.is_empty() {
+        if !batched {
             unread = self.lock_in_batches(st, &per_item).await;
         }
-        self.read_images(st, unread).await;
+        // The one-request commit needs no before-image, only the room for each write, which the
+        // lock's padding made DynamoDB check; a write whose room depends on what the item holds
+        // has its item read now. The phased apply reads the others when it needs them.
+        let (read, keep_unread): (Unread, Unread) = unread
+            .into_iter()
+            .partition(|(k, _)| lock_pad(st, k).is_none());
+        for (k, stamp) in keep_unread {
+            st.items.get_mut(&k).expect("entry exists").lock = Some(LockInfo::unread(stamp));
+        }
+        self.read_images(st, read).await;
         Ok(())
+    }
+
+    /// Reads the items of the locks a batch took without reading them, before a step that needs
+    /// their before-images (the phased apply). Returns false when a lock is gone (the transaction
+    /// was decided by someone else): the entry is then unlocked, for the lock phase to resolve.
+    pub(super) async fn ensure_images(&self, st: &mut State) -> bool {
+        let unread: Unread = st
+            .items
+            .iter()
+            .filter_map(|(k, e)| {
+                let l = e.lock.as_ref().filter(|l| l.image_unread)?;
+                Some((k.clone(), l.stamp.clone()?))
+            })
+            .collect();
+        if unread.is_empty() {
+            return true;
+        }
+        let keys: Vec<ItemRef> = unread.iter().map(|(k, _)| k.clone()).collect();
+        self.read_images(st, unread).await;
+        keys.iter().all(|k| st.items[k].lock.is_some())
     }
 
     /// The record's creation plus one lock per item in one `TransactWriteItems`, if they fit.
@@ -70,7 +105,9 @@ impl Transaction {
         let mut refs = Vec::new();
         for (k, e) in &st.items {
             let schema = self.schema(&e.table).await?;
-            let (w, stamp) = item_lock::lock_item_write(&e.table, &e.key, &schema, &self.id, false);
+            let pad = lock_pad(st, k).unwrap_or(0);
+            let (w, stamp) =
+                item_lock::lock_item_write(&e.table, &e.key, &schema, &self.id, false, pad);
             writes.push(w);
             refs.push((k.clone(), stamp));
         }
@@ -154,7 +191,9 @@ impl Transaction {
                 let Ok(schema) = self.schema(table).await else {
                     return Unread::new();
                 };
-                let (w, stamp) = item_lock::lock_item_write(table, key, &schema, &self.id, false);
+                let pad = lock_pad(st, k).unwrap_or(0);
+                let (w, stamp) =
+                    item_lock::lock_item_write(table, key, &schema, &self.id, false, pad);
                 writes.push(w);
                 refs.push((k.clone(), stamp));
             }
@@ -183,7 +222,8 @@ impl Transaction {
     /// Reads the items a batch locked (consistent `BatchGetItem`) and keeps the lock of each that
     /// still carries it (our `_TxId` and stamp), with the item as its before-image: the apply is
     /// conditional on that stamp, so the lock stood from the batch to the apply and nobody changed
-    /// the item in between. An item that does not, or a failed read, is left to the per-item phase.
+    /// the item in between. An item that does not, or a failed read, is left unlocked, to the
+    /// per-item phase.
     async fn read_images(&self, st: &mut State, unread: Unread) {
         if unread.is_empty() {
             return;
@@ -214,12 +254,18 @@ impl Transaction {
                     .stamp
                     .as_deref()
                     .is_some_and(|s| crate::keys::same_number(s, &stamp));
-            if ours {
-                st.items.get_mut(&k).expect("entry exists").lock =
-                    Some(LockInfo::from_observed(&obs));
-            }
+            st.items.get_mut(&k).expect("entry exists").lock =
+                ours.then(|| LockInfo::from_observed(&obs));
         }
     }
+}
+
+/// The padding of the lock of `k` (see [`request::lock_pad`]): `None` when its room depends on
+/// what the item holds, which must then be read.
+fn lock_pad(st: &State, k: &ItemRef) -> Option<usize> {
+    st.items[k]
+        .write
+        .map_or(Some(0), |w| request::lock_pad(&st.requests[w]))
 }
 
 fn is_ambiguous(e: &Error) -> bool {

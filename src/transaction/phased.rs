@@ -25,6 +25,10 @@ impl Transaction {
     pub(super) async fn commit_phased(&self, st: &mut State) -> Result<CommitStep> {
         let _timer = crate::metrics::PhaseTimer::start(crate::metrics::COMMIT);
         let meta = st.meta.expect("flushed");
+        // The apply embeds the before-images: read those a batch did not.
+        if !self.ensure_images(st).await {
+            return Ok(CommitStep::Again);
+        }
         // 1. Apply.
         let mut writes = Vec::new();
         let mut owners = Vec::new();

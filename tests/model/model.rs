@@ -182,14 +182,13 @@ impl ProtocolModel {
         if !unlocked.is_empty() {
             return Next::Lock(unlocked);
         }
-        // The batch returned no before-images: an update's size bound (one request) or a phased
-        // apply needs the item as locked, read after the lock.
+        // The batch returned no before-images: a phased apply needs the item as locked, read
+        // after the lock. The one-request commit needs none (the lock's padding made DynamoDB
+        // judge each update's room; sizes are not modelled, and an update that copies an
+        // attribute, whose item the code reads, is an update like any other here).
         let unread: Vec<u8> = (0..n)
             .filter(|&e| matches!(c.items[e as usize], Knows::Batched { .. }))
-            .filter(|&e| match plan.commit {
-                CommitPath::OneRequest => self.entry(tx, e).op == Op::Update,
-                CommitPath::Phased => self.entry(tx, e).op.is_write(),
-            })
+            .filter(|&e| plan.commit == CommitPath::Phased && self.entry(tx, e).op.is_write())
             .collect();
         if !unread.is_empty() {
             return Next::ReadImage(unread);

@@ -15,9 +15,10 @@ async fn empty_transaction_commits_without_writing() {
     assert_eq!(env.tx_state(&id).await, None);
 }
 
+/// Per-item locks (`batch_locks` off): the record, one lock per item, the one-request commit.
 #[tokio::test]
 async fn n_item_update_costs_n_plus_two_requests() {
-    let env = TestEnv::new("count").await;
+    let env = TestEnv::with_settings("count", |s| s.batch_locks = false).await;
     for i in 0..10 {
         env.raw_put(
             &env.table,
@@ -80,12 +81,12 @@ async fn the_one_request_commit_writes_the_record_ttl_in_the_commit() {
         .send()
         .await
         .unwrap();
-    // Record (1), lock (2), the one-request commit (3); the process dies right after it.
+    // Record and lock (1), the one-request commit (2); the process dies right after it.
     env.faults
-        .crash_at(4, dynamodb_transactions::fault::FaultMode::BeforeSend);
+        .crash_at(3, dynamodb_transactions::fault::FaultMode::BeforeSend);
     tx.commit().await.unwrap();
     env.faults.disarm();
-    assert_eq!(env.counter.get("TransactWriteItems"), 1);
+    assert_eq!(env.counter.get("TransactWriteItems"), 2);
     assert_eq!(env.tx_state(&id).await, Some((TxState::Committed, true)));
     let header = env
         .scan_all(env.manager.transactions_table())

@@ -12,6 +12,7 @@ use crate::counts;
 fn service_faulty(
     env: &TestEnv,
     one_shot: bool,
+    batch_locks: bool,
 ) -> (TransactionManager, ServiceFaults, RequestCounter) {
     let faults = ServiceFaults::new();
     let counter = RequestCounter::new();
@@ -24,6 +25,7 @@ fn service_faulty(
     .configure(|s| {
         s.rollback_on_drop = false;
         s.write_only_fast_path = false;
+        s.batch_locks = batch_locks;
         if !one_shot {
             s.one_shot_max_items = 0;
         }
@@ -49,25 +51,31 @@ async fn add_one(tx: &dynamodb_transactions::Transaction, table: &str, id: &str)
 #[tokio::test]
 async fn a_landed_commit_answered_with_a_5xx_is_reported_committed() {
     let env = TestEnv::new("c5xx").await;
-    // (one-request commit?, operation of the decisive request, its number among the operation's
-    // requests: in phases, two locks are UpdateItems before the flip)
-    for (one_shot, op, at) in [(true, "TransactWriteItems", 1), (false, "UpdateItem", 3)] {
+    // (one-request commit?, batched locks?, operation of the decisive request, its number among
+    // the operation's requests, requests of that operation besides it: item by item, two locks
+    // are UpdateItems before the flip, and the finalize one after; batched, the record and the
+    // locks are the first TransactWriteItems)
+    for (one_shot, batch, op, at, others) in [
+        (true, false, "TransactWriteItems", 1, 0),
+        (true, true, "TransactWriteItems", 2, 1),
+        (false, false, "UpdateItem", 3, 3),
+    ] {
         for (answer, count) in [
             (ServiceAnswer::InternalServerError, 3),
             (ServiceAnswer::EmptyServerError, 3),
             (ServiceAnswer::InternalServerError, 1),
         ] {
-            let what = format!("one_shot={one_shot} {answer:?} x{count}");
+            let what = format!("one_shot={one_shot} batch={batch} {answer:?} x{count}");
             let ids = [
-                format!("a-{one_shot}-{count}"),
-                format!("b-{one_shot}-{count}"),
+                format!("a-{one_shot}-{batch}-{count}"),
+                format!("b-{one_shot}-{batch}-{count}"),
             ];
             let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
             for id in &ids {
                 env.raw_put(&env.table, item(&[("Id", s(id)), ("n", n(0))]))
                     .await;
             }
-            let (m, faults, _) = service_faulty(&env, one_shot);
+            let (m, faults, _) = service_faulty(&env, one_shot, batch);
             let tx = m.begin();
             let tx_id = tx.id().clone();
             for id in &ids {
@@ -79,7 +87,6 @@ async fn a_landed_commit_answered_with_a_5xx_is_reported_committed() {
             // The SDK retries a 500 itself (3 attempts in the harness): a retry that is not
             // answered by the fault meets the landed attempt's effect (a failed condition).
             let attempts = (count + 1).min(3);
-            let others = if one_shot { 0 } else { 3 }; // two locks and the finalize
             assert_eq!(faults.requests_seen(), attempts + others, "{what}");
             assert!(r.is_ok(), "{what}: {r:?}");
             assert_eq!(
@@ -105,7 +112,7 @@ async fn run_applies_a_landed_commit_answered_with_a_5xx_once() {
     let env = TestEnv::new("r5xx").await;
     env.raw_put(&env.table, item(&[("Id", s("r")), ("n", n(0))]))
         .await;
-    let (m, faults, _) = service_faulty(&env, true);
+    let (m, faults, _) = service_faulty(&env, true, false);
     faults.answer_after_send(
         "TransactWriteItems",
         1,
@@ -146,7 +153,7 @@ async fn run_retries_a_commit_cancelled_for_throttling() {
                     env.raw_put(&env.table, item(&[("Id", s(id)), ("n", n(0))]))
                         .await;
                 }
-                let (m, faults, _) = service_faulty(&env, one_shot);
+                let (m, faults, _) = service_faulty(&env, one_shot, false);
                 let answer = ServiceAnswer::Cancelled {
                     code: code.to_string(),
                     action,
@@ -182,7 +189,7 @@ async fn a_commit_throttled_throughout_returns_a_retryable_error() {
         let id = format!("t-{one_shot}");
         env.raw_put(&env.table, item(&[("Id", s(&id)), ("n", n(0))]))
             .await;
-        let (m, faults, _) = service_faulty(&env, one_shot);
+        let (m, faults, _) = service_faulty(&env, one_shot, false);
         let tx = m.begin();
         let tx_id = tx.id().clone();
         add_one(&tx, &env.table, &id).await;

@@ -25,6 +25,7 @@ async fn envs(prefix: &str) -> Vec<TestEnv> {
     vec![
         TestEnv::new(&format!("{prefix}-os")).await,
         TestEnv::with_settings(&format!("{prefix}-ph"), |s| s.one_shot_max_items = 0).await,
+        TestEnv::with_settings(&format!("{prefix}-pi"), |s| s.batch_locks = false).await,
     ]
 }
 
