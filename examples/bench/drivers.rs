@@ -18,7 +18,8 @@ pub enum Driver {
     PerItem,
     /// `lock_reads_before_recording = true`: a read sends only its lock once the record exists.
     LockedReads,
-    /// The Java library's shape: `concurrency = 1`, `one_shot_max_items = 0`, no fast path.
+    /// The Java library's shape: `concurrency = 1`, `one_shot_max_items = 0`, no fast path, locks
+    /// item by item.
     Sequential,
     /// One `TransactWriteItems` with the N actions (N ≤ 100, writes only).
     Native,
@@ -76,6 +77,7 @@ impl Driver {
                 st.concurrency = 1;
                 st.one_shot_max_items = 0;
                 st.write_only_fast_path = false;
+                st.batch_locks = false;
             }
             Driver::Native => {}
         }

@@ -4,7 +4,9 @@
 //! how many entries have left the queue so far (tickets issued minus entries present), and the
 //! time per departure, averaged over the reads of one handle, says when the waiter will be near
 //! the head. It sleeps most of that time (not all: the queue may speed up) and looks again; at
-//! the head it polls every `poll_interval.head`.
+//! the head it polls every `poll_interval.head`. Our turn comes after as many departures as there
+//! are entries ahead (the holder's included), so a waiter second in line sleeps through about one
+//! and a half departures rather than polling like the head.
 
 use std::time::Duration;
 
@@ -14,7 +16,7 @@ use crate::lock::util::jitter;
 
 /// Sleep this share of the expected time until the waiter is at the head (the queue may speed
 /// up, and a waiter that wakes late leaves the lock idle).
-const APPROACH: f64 = 0.6;
+const APPROACH: f64 = 0.75;
 /// Weight of a new measurement in the running average.
 const WEIGHT: f64 = 0.3;
 
@@ -49,13 +51,16 @@ impl Pace {
         if ahead <= 1 {
             return jitter(head);
         }
-        let behind_head = (ahead - 1) as f64;
+        // Our turn comes after `ahead` departures (the holder's and those of the waiters before
+        // us); only then must we be polling.
         let pause = match self.per_departure {
-            Some(per) => per.mul_f64(behind_head * APPROACH),
+            Some(per) => per.mul_f64(ahead as f64 * APPROACH),
             None => head.mul_f64(ahead as f64),
         };
         // Jitter only downwards: waking late costs the whole queue, waking early one read.
-        pause.clamp(head, max).mul_f64(rand::random_range(0.8..1.0))
+        pause
+            .clamp(head, max)
+            .mul_f64(rand::random_range(0.85..1.0))
     }
 }
 
@@ -73,9 +78,12 @@ mod tests {
         assert!(p.pause(3, head, max) >= Duration::from_millis(19));
         p.observe(t0, 10);
         p.observe(t0 + Duration::from_millis(100), 20);
-        let per10 = p.pause(11, head, max);
-        // 10 ms per departure, 10 departures to the head: most of 100 ms.
-        assert!(per10 >= Duration::from_millis(40) && per10 <= Duration::from_millis(70));
+        let per10 = p.pause(10, head, max);
+        // 10 ms per departure, our turn after 10 departures: most of 100 ms.
+        assert!(per10 >= Duration::from_millis(60) && per10 <= Duration::from_millis(80));
+        // Second in line: our turn after two departures, so about one and a half.
+        let second = p.pause(2, head, max);
+        assert!(second >= Duration::from_millis(12) && second <= Duration::from_millis(16));
         // The head polls at the head interval whatever the pace.
         assert!(p.pause(1, head, max) <= Duration::from_millis(10));
         // Far back the pause is capped.
