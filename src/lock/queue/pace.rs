@@ -16,7 +16,10 @@ use crate::lock::util::jitter;
 
 /// Sleep this share of the expected time until the waiter is at the head (the queue may speed
 /// up, and a waiter that wakes late leaves the lock idle).
-const APPROACH: f64 = 0.75;
+const APPROACH: f64 = 0.85;
+/// Share of the earliest time our turn can come (the holder leaving at once) that a waiter near
+/// the head sleeps at most.
+const EARLIEST: f64 = 0.95;
 /// Weight of a new measurement in the running average.
 const WEIGHT: f64 = 0.3;
 
@@ -52,9 +55,13 @@ impl Pace {
             return jitter(head);
         }
         // Our turn comes after `ahead` departures (the holder's and those of the waiters before
-        // us); only then must we be polling.
+        // us), `ahead` departures' time from now on average but `ahead - 1` at the earliest (the
+        // holder may leave at once): sleep a share of the average, never past the earliest.
         let pause = match self.per_departure {
-            Some(per) => per.mul_f64(ahead as f64 * APPROACH),
+            Some(per) => {
+                let k = ahead as f64;
+                per.mul_f64((k * APPROACH).min((k - 1.0) * EARLIEST))
+            }
             None => head.mul_f64(ahead as f64),
         };
         // Jitter only downwards: waking late costs the whole queue, waking early one read.
@@ -80,10 +87,10 @@ mod tests {
         p.observe(t0 + Duration::from_millis(100), 20);
         let per10 = p.pause(10, head, max);
         // 10 ms per departure, our turn after 10 departures: most of 100 ms.
-        assert!(per10 >= Duration::from_millis(60) && per10 <= Duration::from_millis(80));
-        // Second in line: our turn after two departures, so about one and a half.
+        assert!(per10 >= Duration::from_millis(70) && per10 <= Duration::from_millis(86));
+        // Second in line: our turn comes after one departure at the earliest.
         let second = p.pause(2, head, max);
-        assert!(second >= Duration::from_millis(12) && second <= Duration::from_millis(16));
+        assert!(second >= Duration::from_millis(8) && second <= Duration::from_millis(10));
         // The head polls at the head interval whatever the pace.
         assert!(p.pause(1, head, max) <= Duration::from_millis(10));
         // Far back the pause is capped.
