@@ -28,19 +28,29 @@ enum Workload {
     /// The buffered workload with `Settings::batch_locks`: the batch meets the absent items,
     /// is cancelled, and the transaction goes on item by item.
     BatchedFallBack,
+    /// Reads of a, b and d under lock first, then the writes of existing items on them: every item
+    /// is held when the commit starts, so the one-request commit records the writes itself (their
+    /// requests folded into its decisive write).
+    ReadsThenWrites,
 }
 
 impl Workload {
     fn batch_locks(self) -> bool {
         matches!(
             self,
-            Workload::BatchedWrites | Workload::Batched | Workload::BatchedFallBack
+            Workload::BatchedWrites
+                | Workload::Batched
+                | Workload::BatchedFallBack
+                | Workload::ReadsThenWrites
         )
     }
 
     /// No insert and no read of an absent item (items c and f stay absent).
     fn existing_only(self) -> bool {
-        matches!(self, Workload::BatchedWrites | Workload::Batched)
+        matches!(
+            self,
+            Workload::BatchedWrites | Workload::Batched | Workload::ReadsThenWrites
+        )
     }
 }
 
@@ -104,12 +114,22 @@ async fn work(tx: &Transaction, table: &str, ids: &Ids, w: Workload) -> Result<(
                 | Workload::BatchedWrites
                 | Workload::Batched
                 | Workload::BatchedFallBack
+                | Workload::ReadsThenWrites
         ) {
             ReturnValue::None
         } else {
             all
         }
     };
+    if w == Workload::ReadsThenWrites {
+        for l in ["a", "b", "d"] {
+            tx.get_item()
+                .table_name(table)
+                .key("Id", s(&ids.id(l)))
+                .send()
+                .await?;
+        }
+    }
     tx.update_item()
         .table_name(table)
         .key("Id", s(&ids.id("a")))
@@ -140,7 +160,7 @@ async fn work(tx: &Transaction, table: &str, ids: &Ids, w: Workload) -> Result<(
         .return_values(rv(ReturnValue::AllOld))
         .send()
         .await?;
-    if w != Workload::BatchedWrites {
+    if !matches!(w, Workload::BatchedWrites | Workload::ReadsThenWrites) {
         tx.get_item()
             .table_name(table)
             .key("Id", s(&ids.id("e")))
@@ -188,7 +208,8 @@ fn partial_view(ids: &Ids, w: Workload, included: &[&str]) -> View {
         .collect()
 }
 
-/// Which of the six items the transaction's record lists (read raw from the transactions table).
+/// Which of the six items the transaction's record lists a write for (read raw from the
+/// transactions table).
 async fn recorded_letters(env: &TestEnv, ids: &Ids, id: &TxId) -> Vec<&'static str> {
     let rows = env
         .client
@@ -207,6 +228,10 @@ async fn recorded_letters(env: &TestEnv, ids: &Ids, id: &TxId) -> Vec<&'static s
     for row in rows {
         if let Some(aws_sdk_dynamodb::types::AttributeValue::L(reqs)) = row.get("_TxR") {
             for r in reqs {
+                // A read changes nothing: only a recorded write makes its item part of the view.
+                if r.as_m().unwrap()["o"] == s("G") {
+                    continue;
+                }
                 let k = r.as_m().unwrap()["k"].as_m().unwrap()["Id"]
                     .as_s()
                     .unwrap()
@@ -477,6 +502,12 @@ async fn sweep_matrix(w: Workload, one_shot: bool) {
     if w == Workload::BatchedWrites && one_shot {
         // The record and every lock, the commit.
         assert_eq!(total, 2, "requests of the batched one-request commit");
+    } else if w == Workload::ReadsThenWrites && one_shot {
+        // Three reads, each recorded then locked; the commit records the writes itself.
+        assert_eq!(
+            total, 7,
+            "requests of reads then a folded one-request commit"
+        );
     } else if w == Workload::Batched && one_shot {
         // The read records every request, then locks its item; the other locks in one batch after
         // the record (their items are not read); the commit.
@@ -568,4 +599,14 @@ async fn crash_batched_after_a_read_phased() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crash_batched_falling_back_one_shot() {
     sweep_matrix(Workload::BatchedFallBack, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_reads_then_writes_one_shot() {
+    sweep_matrix(Workload::ReadsThenWrites, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_reads_then_writes_phased() {
+    sweep_matrix(Workload::ReadsThenWrites, false).await;
 }

@@ -145,6 +145,43 @@ pub(crate) async fn create(
     append(client, table, id, meta, &requests[split..]).await
 }
 
+/// Whether `requests` can be appended to the record's header row by the decisive write itself
+/// (no chunk rows needed): see [`fold_into_decision`].
+pub(crate) fn folds_inline(meta: RecordMeta, requests: &[Request]) -> bool {
+    let bytes: usize = requests.iter().map(Request::encoded_size).sum();
+    meta.chunks == 0 && meta.inline_bytes + bytes <= INLINE_LIMIT
+}
+
+/// Makes the decisive write of a pending record (`decide_final_write`, conditional on the version
+/// the requests are appended at) also append `requests`, bump the version and set `nonce`, so that
+/// the record names every request in the same write that decides it. The nonce tells a committed
+/// record this write decided from one another handle decided without these requests.
+pub(crate) fn fold_into_decision(decision: &mut Write, requests: &[Request], nonce: &str) {
+    let WriteKind::Update { update, .. } = &mut decision.kind else {
+        unreachable!("a decision is an update of the header");
+    };
+    let ph = &mut decision.ph;
+    let set = format!(
+        "SET {r} = list_append({r}, {new}), {o} = {nonce}, ",
+        r = ph.name(REQUESTS),
+        new = ph.value(
+            "New",
+            AttributeValue::L(requests.iter().map(Request::encode).collect())
+        ),
+        o = ph.name(NONCE),
+        nonce = ph.value("Nonce", s(nonce.to_string())),
+    );
+    let rest = update
+        .strip_prefix("SET ")
+        .expect("a decision sets the state")
+        .to_string();
+    *update = format!(
+        "{set}{rest} ADD {v} {one}",
+        v = ph.name(VERSION),
+        one = ph.value("One", n(1))
+    );
+}
+
 /// Appends requests to a pending record at `meta.version` (conditional on both).
 pub(crate) async fn append(
     client: &Client,

@@ -48,7 +48,9 @@ impl Transaction {
                 Err(failed) => per_item = failed,
             }
         }
-        self.flush(st).await?;
+        if !self.append_folds_into_commit(st) {
+            self.flush(st).await?;
+        }
         if !batched {
             unread = self.lock_in_batches(st, &per_item).await;
         }

@@ -144,7 +144,7 @@ impl Transaction {
     /// True when every request not yet in the record is a read whose item this handle holds: its
     /// lock is released by this handle's commit or rollback, or like a late lock by whoever meets
     /// it once the transaction is decided; recording it would only cost a request.
-    fn only_held_reads_unrecorded(&self, st: &State) -> bool {
+    pub(super) fn only_held_reads_unrecorded(&self, st: &State) -> bool {
         self.may_hold_unrecorded_reads(st)
             && st.requests[st.recorded..].iter().all(|q| {
                 q.op == Op::Get

@@ -118,7 +118,12 @@ impl Transaction {
             if self.inner.settings.batch_locks {
                 self.lock_batched(st).await?;
             }
-            self.flush(st).await?;
+            // Requests on items this handle already holds can be recorded by the one-request
+            // commit itself, one round trip fewer; otherwise the record names them first.
+            let fold = self.append_folds_into_commit(st);
+            if !fold {
+                self.flush(st).await?;
+            }
             if let Err(e) = self.lock_all(st).await {
                 if matches!(e, Error::InvalidRequest { .. }) {
                     // An item with no room for a lock: leave nothing pending.
@@ -174,7 +179,7 @@ impl Transaction {
             .map(record::Header::parse)
             .transpose()?;
         match header.as_ref().map(|h| h.state) {
-            Some(TxState::Committed) => {
+            Some(TxState::Committed) if self.committed_with_ours(st, header.as_ref()) => {
                 self.finish_committed(st).await?;
                 Ok(CommitStep::Done)
             }
@@ -183,6 +188,26 @@ impl Transaction {
                 Ok(CommitStep::Again)
             }
         }
+    }
+
+    /// A committed record holds every request of this handle: they were recorded before, or a
+    /// one-request commit of ours that folded them in is the write that committed it (its nonce).
+    /// Otherwise another handle committed the transaction without them.
+    pub(super) fn committed_with_ours(
+        &self,
+        st: &mut State,
+        header: Option<&record::Header>,
+    ) -> bool {
+        if st.recorded == st.requests.len() || st.fold_nonces.is_empty() {
+            return true;
+        }
+        let ours = header
+            .and_then(|h| h.nonce.as_deref())
+            .is_some_and(|n| st.fold_nonces.iter().any(|f| f == n));
+        if ours {
+            st.recorded = st.requests.len();
+        }
+        ours
     }
 
     /// Some item actions of a batch failed: learn what the items look like and decide.
@@ -286,7 +311,7 @@ impl Transaction {
                 }
             };
         match header.as_ref().map(|h| h.state) {
-            Some(TxState::Committed) => {
+            Some(TxState::Committed) if self.committed_with_ours(st, header.as_ref()) => {
                 self.finish_committed(st).await?;
                 Ok(CommitStep::Done)
             }

@@ -178,6 +178,9 @@ struct State {
     transient: Option<Error>,
     /// Why this handle rolls back (a metric label); `None`: a `rollback` call.
     rollback_cause: Option<&'static str>,
+    /// Nonces of the one-request commits sent with the unrecorded requests folded in: a committed
+    /// record carrying one of them holds every request of this handle.
+    fold_nonces: Vec<String>,
 }
 
 /// Result of a transactional write.

@@ -113,20 +113,44 @@ impl Transaction {
         Ok((writes, owners))
     }
 
+    /// Whether the requests not yet in the record can be recorded by the one-request commit itself
+    /// (folded into its decisive write): the record exists and holds them in its header row, and
+    /// every item is already locked by this handle, so the commit locks nothing new and an item
+    /// is only ever written in the request that also records its request and decides.
+    pub(super) fn append_folds_into_commit(&self, st: &State) -> bool {
+        let Some(meta) = st.meta else {
+            return false;
+        };
+        let pending = &st.requests[st.recorded..];
+        !pending.is_empty()
+            && !st.record_in_doubt
+            && !self.only_held_reads_unrecorded(st)
+            && st.items.values().all(|e| e.lock.is_some())
+            && record::folds_inline(meta, pending)
+            && self.one_shot_fits(st)
+    }
+
     /// Commits with one `TransactWriteItems`: the record's flip (and finalization) plus every item's
-    /// final write.
+    /// final write, and the requests not yet in the record when they fold into it.
     #[instrument(level = "debug", name = "commit_one_request", skip_all, fields(tx = %self.id, items = st.items.len()))]
     pub(super) async fn commit_one_shot(&self, st: &mut State) -> Result<CommitStep> {
         let _timer = crate::metrics::PhaseTimer::start(crate::metrics::COMMIT);
         let meta = st.meta.expect("flushed");
         let (item_writes, owners) = self.final_writes(st)?;
-        let mut writes = vec![record::decide_final_write(
+        let mut decision = record::decide_final_write(
             &self.inner.tx_table,
             &self.id,
             meta.version,
             TxState::Committed,
             self.inner.settings.record_ttl_secs(),
-        )];
+        );
+        let folded = st.recorded < st.requests.len() && !self.only_held_reads_unrecorded(st);
+        if folded {
+            let nonce = uuid::Uuid::new_v4().to_string();
+            record::fold_into_decision(&mut decision, &st.requests[st.recorded..], &nonce);
+            st.fold_nonces.push(nonce);
+        }
+        let mut writes = vec![decision];
         writes.extend(item_writes);
         let c = &self.inner.client;
         let out = match ddb::transact(c, &writes).await {
@@ -145,7 +169,10 @@ impl Transaction {
         };
         match out {
             Transacted::Ok => {
-                debug!(tx = %self.id, items = st.items.len(), "committed in one request");
+                debug!(tx = %self.id, items = st.items.len(), folded, "committed in one request");
+                if folded {
+                    st.recorded = st.requests.len();
+                }
                 st.outcome = Some(TxState::Committed);
                 self.after_finalize(st).await;
                 Ok(CommitStep::Done)

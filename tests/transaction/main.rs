@@ -7,6 +7,7 @@ mod common;
 mod batched_locks;
 mod commit_paths;
 mod drop;
+mod folded_commit;
 mod handles;
 mod images;
 mod in_doubt;
