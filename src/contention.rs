@@ -12,7 +12,7 @@ use crate::error::{Error, Item, Result};
 use crate::item_lock::{self, Observed};
 use crate::record::{self, Header, Judged, JudgedRollback, TxState};
 use crate::settings::{ContentionPolicy, Inner};
-use crate::settle;
+use crate::settle::{self, PROTOCOL_ATTEMPTS};
 
 /// What to do after meeting a lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -120,8 +120,11 @@ pub(crate) async fn resolve(
             None => record::load_header(&inner.client, &inner.tx_table, owner).await?,
         };
         let h = match header {
+            // No record: an orphan, or a transaction whose record's creation is on its way (a
+            // read's lock goes with it). Give the latter a moment, then tombstone it.
+            None if grace_left => return Ok(Resolution::Grace),
             None => {
-                steal_orphan(inner, owner, table, key).await?;
+                steal_orphan(inner, owner, table, key, false).await?;
                 return Ok(Resolution::Retry);
             }
             Some(h) => h,
@@ -213,17 +216,29 @@ async fn complete_decided(inner: &Inner, owner: &TxId, table: &str, key: &Item) 
         // name (a read's lock whose request was never recorded) or a late one: never applied,
         // released like a vanished transaction's.
         Ok(TxState::Committed | TxState::RolledBack) => {
-            steal_orphan(inner, owner, table, key).await
+            steal_orphan(inner, owner, table, key, true).await
         }
         Ok(_) | Err(Error::UnknownOutcome { .. }) => Ok(()),
-        Err(Error::TransactionNotFound { .. }) => steal_orphan(inner, owner, table, key).await,
+        Err(Error::TransactionNotFound { .. }) => {
+            steal_orphan(inner, owner, table, key, false).await
+        }
         Err(e) => Err(e),
     }
 }
 
-/// The owner's record is gone. Its lock can be released if its write was never applied; an applied
-/// write of a vanished transaction cannot be judged automatically.
-async fn steal_orphan(inner: &Inner, owner: &TxId, table: &str, key: &Item) -> Result<()> {
+/// The owner's record is absent (or `decided` says it was found decided), and its lock is on the
+/// item. The lock is released only once the owner is decided: a lock whose record is absent may be
+/// a read's lock sent with its record's creation, so a tombstone goes first (see
+/// [`record::put_tombstone`]); if the record exists after all and is pending, nothing is released
+/// and the caller judges the owner again. An applied lock of a vanished transaction cannot be
+/// judged automatically.
+pub(crate) async fn steal_orphan(
+    inner: &Inner,
+    owner: &TxId,
+    table: &str,
+    key: &Item,
+    decided: bool,
+) -> Result<()> {
     let c = &inner.client;
     let raw = crate::ddb::batch_get(c, &[(table.to_string(), key.clone())]).await?;
     let obs = Observed::of(raw.first().map(|(_, i)| i));
@@ -237,8 +252,33 @@ async fn steal_orphan(inner: &Inner, owner: &TxId, table: &str, key: &Item) -> R
             owner: owner.clone(),
         });
     }
+    if !decided && !decide_absent(inner, owner).await? {
+        return Ok(());
+    }
     debug!(other = %owner, table, "releasing the lock of a transaction whose record is gone");
     let w = item_lock::release_write(table, key, obs.transient, false, owner);
     w.send(c, None).await?;
     Ok(())
+}
+
+/// Decides a transaction whose record was found absent by putting its tombstone. True when it is
+/// decided now (tombstoned, or its record exists decided); false when its record exists pending.
+pub(crate) async fn decide_absent(inner: &Inner, owner: &TxId) -> Result<bool> {
+    let ttl = inner.settings.record_ttl_secs();
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        match record::put_tombstone(&inner.client, &inner.tx_table, owner, ttl).await {
+            Ok(record::Tombstoned::Put) => {
+                debug!(other = %owner, "tombstoned a transaction without a record");
+                return Ok(true);
+            }
+            Ok(record::Tombstoned::Exists(h)) => return Ok(h.state != TxState::Pending),
+            // The tombstone may have landed: putting it again finds it.
+            Err(Error::DynamoDb {
+                ambiguous: true, ..
+            }) if attempt < PROTOCOL_ATTEMPTS => {}
+            Err(e) => return Err(e),
+        }
+    }
 }

@@ -22,6 +22,9 @@ enum LateMode {
         count: u64,
         trigger: String,
     },
+    /// The `n`-th request of `operation` (1-based, counted from arming) waits until
+    /// [`LateDelivery::open`], then goes through as usual, its answer to its caller.
+    Gate { operation: String, n: u64 },
 }
 
 #[derive(Debug, Default)]
@@ -31,13 +34,15 @@ struct LateState {
     struck: u64,
     first_struck_at: Option<tokio::time::Instant>,
     held: Vec<(SharedHttpConnector, HttpRequest)>,
+    /// Opened by [`LateDelivery::open`] (a gate's request waits for it).
+    gate: Arc<tokio::sync::Notify>,
 }
 
-/// Loses answers, and delivers requests late, at chosen points: deterministic network faults for
-/// races that need one request to land at a precise moment relative to others.
+/// Loses answers, delivers requests late and holds them back, at chosen points: deterministic
+/// network faults for races that need one request to land at a precise moment relative to others.
 ///
 /// Like the [`Delayer`], this is an HTTP client (plug it in with
-/// `aws_sdk_dynamodb::config::Builder::http_client`). Both faults answer the caller with a
+/// `aws_sdk_dynamodb::config::Builder::http_client`). The first two answer the caller with a
 /// connection error of no retryable kind (the SDK does not retry it; the library sees an ambiguous
 /// failure, a request that may have landed):
 ///
@@ -45,7 +50,10 @@ struct LateState {
 ///   is lost, and the caller learns of the failure only a while later (a timeout);
 /// - [`hold`](LateDelivery::hold): requests fail at once for the caller but are not lost; they
 ///   reach DynamoDB later, right after a chosen other request has been answered (a request stuck in
-///   the network that arrives after its sender gave up and moved on).
+///   the network that arrives after its sender gave up and moved on);
+/// - [`delay_until_opened`](LateDelivery::delay_until_opened): a request waits before it is sent
+///   until the test opens the gate, while its sender's other requests go through (one of two
+///   concurrent requests landing well before the other).
 ///
 /// Cheap to clone; clones share state.
 #[derive(Debug, Clone, Default)]
@@ -88,6 +96,26 @@ impl LateDelivery {
             },
             ..LateState::default()
         };
+    }
+
+    /// The `n`-th request (1-based, from now) of `operation` waits before it is sent until
+    /// [`open`](LateDelivery::open) is called; it then goes through as usual and its caller gets
+    /// DynamoDB's answer. Other requests go through meanwhile (a request slow to reach DynamoDB
+    /// while others of the same caller land).
+    pub fn delay_until_opened(&self, operation: &str, n: u64) {
+        *self.lock() = LateState {
+            mode: LateMode::Gate {
+                operation: operation.to_string(),
+                n: n.max(1),
+            },
+            ..LateState::default()
+        };
+    }
+
+    /// Lets the request waiting at the gate of [`delay_until_opened`](LateDelivery::delay_until_opened)
+    /// go (or the next one to reach it).
+    pub fn open(&self) {
+        self.lock().gate.notify_one();
     }
 
     /// Stops injecting; kept requests are dropped undelivered.
@@ -225,6 +253,19 @@ impl HttpConnector for LateConnector {
                 });
             }
             LateMode::Hold { .. } => {}
+            LateMode::Gate { operation, n } if *operation == op => {
+                let n = *n;
+                s.seen += 1;
+                if s.seen == n {
+                    LateDelivery::strike(&mut s);
+                    let gate = s.gate.clone();
+                    return HttpConnectorFuture::new(async move {
+                        gate.notified().await;
+                        inner.call(request).await
+                    });
+                }
+            }
+            LateMode::Gate { .. } => {}
         }
         drop(s);
         inner.call(request)

@@ -255,7 +255,11 @@ async fn append_inline(
     match w.send(client, None).await {
         Ok(Written::Ok(_)) => Ok(Appended::Ok(next)),
         Ok(Written::ConditionFailed(found)) => {
-            let header = found.as_ref().map(Header::parse).transpose()?;
+            let header = found
+                .as_ref()
+                .map(Header::parse_live)
+                .transpose()?
+                .flatten();
             match header {
                 Some(h) if h.nonce.as_deref() == Some(&nonce) && h.version == meta.version + 1 => {
                     Ok(Appended::Ok(next))
@@ -317,7 +321,12 @@ async fn append_chunks(
         Transacted::Ok => Ok(Appended::Ok(next)),
         Transacted::Cancelled(reasons) => {
             if reasons[0].is_condition_failed() {
-                let header = reasons[0].item.as_ref().map(Header::parse).transpose()?;
+                let header = reasons[0]
+                    .item
+                    .as_ref()
+                    .map(Header::parse_live)
+                    .transpose()?
+                    .flatten();
                 return match header {
                     Some(h)
                         if h.nonce.as_deref() == Some(&nonce) && h.version == meta.version + 1 =>

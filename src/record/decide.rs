@@ -131,7 +131,11 @@ pub(crate) async fn decide(
     match w.send(client, None).await? {
         Written::Ok(_) => Ok(Flipped::Ok),
         Written::ConditionFailed(found) => Ok(Flipped::Failed(
-            found.as_ref().map(Header::parse).transpose()?,
+            found
+                .as_ref()
+                .map(Header::parse_live)
+                .transpose()?
+                .flatten(),
         )),
     }
 }
@@ -181,7 +185,10 @@ pub(crate) async fn finalize(
         // Gone (deleted after someone else finalized it): fine.
         Written::ConditionFailed(None) => Ok(()),
         Written::ConditionFailed(Some(found)) => {
-            let h = Header::parse(&found)?;
+            // A tombstone: the record was deleted once finalized.
+            let Some(h) = Header::parse_live(&found)? else {
+                return Ok(());
+            };
             if h.state == state && h.finalized {
                 // Finalized already (by us, in an attempt whose answer was lost, or by another
                 // coordinator): done, and its times stay as they are.
@@ -203,7 +210,12 @@ pub(crate) fn committed_record_write(table: &str, id: &TxId, ttl_secs: Option<u6
 
 /// The write of a record created already decided (`to`) and finalized, without requests,
 /// conditional on the record not existing.
-fn finished_record_write(table: &str, id: &TxId, to: TxState, ttl_secs: Option<u64>) -> Write {
+pub(super) fn finished_record_write(
+    table: &str,
+    id: &TxId,
+    to: TxState,
+    ttl_secs: Option<u64>,
+) -> Write {
     let now = ddb::now_millis();
     let mut item = header_key(id);
     item.insert(STATE.into(), s(to.code()));

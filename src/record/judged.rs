@@ -6,7 +6,7 @@ use aws_sdk_dynamodb::Client;
 
 use crate::TxId;
 use crate::ddb::{self, Transacted, Written};
-use crate::error::{Item, Result};
+use crate::error::{Error, Item, Result};
 
 use super::decide::{decide_write, pending_check};
 use super::{Header, TICKET, TxState, UPDATED, n};
@@ -74,7 +74,7 @@ pub(crate) async fn roll_back_judged(
     if let Some(c) = w.condition.as_mut() {
         c.push_str(&extra);
     }
-    let parse = |i: Option<&Item>| i.map(Header::parse).transpose();
+    let parse = |i: Option<&Item>| Ok::<_, Error>(i.map(Header::parse_live).transpose()?.flatten());
     let Some(decider) = decider else {
         return Ok(match w.send(client, None).await? {
             Written::Ok(_) => JudgedRollback::Decided,

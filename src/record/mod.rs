@@ -17,6 +17,7 @@ mod decide;
 mod delete;
 mod judged;
 mod ticket;
+mod tombstone;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -37,6 +38,7 @@ pub(crate) use decide::{
 pub(crate) use delete::delete;
 pub(crate) use judged::{Judged, JudgedRollback, roll_back_judged};
 pub(crate) use ticket::{clear_waiting, set_ticket, take_ticket};
+pub(crate) use tombstone::{KEEP, Tombstoned, delete_tombstone, put_tombstone};
 
 pub(crate) const STATE: &str = "_TxS";
 pub(crate) const VERSION: &str = "_TxV";
@@ -48,6 +50,8 @@ pub(crate) const FINALIZED: &str = "_TxF";
 pub(crate) const NONCE: &str = "_TxO";
 pub(crate) const EXPIRES: &str = "_TxE";
 pub(crate) const TICKET: &str = "_TxK";
+/// On a tombstone (see [`tombstone`](mod@tombstone)): until when it must be kept (epoch ms).
+pub(crate) const TOMBSTONE: &str = "_TxX";
 /// While the transaction waits, the ticket of the (older) transaction it waits for: others decide
 /// from it whether they may wait for this one too (see `contention::resolve`).
 pub(crate) const WAITING: &str = "_TxW";
@@ -120,6 +124,11 @@ pub(crate) struct Header {
     /// The ticket of the older transaction this one last waited for.
     pub waiting_on: Option<u64>,
     pub inline: Vec<Request>,
+    /// A tombstone: put by whoever released a lock of this id when it had no record; the
+    /// transaction never had a record, or had one that was deleted once finalized. Only the
+    /// transaction's own record creation reads it (as rolled back); everything else takes it for
+    /// an absent record.
+    pub tombstone: bool,
 }
 
 /// What a coordinator knows about the record it writes to.
@@ -168,7 +177,15 @@ impl Header {
             ticket: n(TICKET),
             waiting_on: n(WAITING),
             inline,
+            tombstone: item.contains_key(TOMBSTONE),
         })
+    }
+
+    /// The header of a record that exists: `None` for a tombstone, which stands for an absent
+    /// record everywhere but in the record's creation.
+    pub(crate) fn parse_live(item: &Item) -> Result<Option<Header>> {
+        let h = Header::parse(item)?;
+        Ok((!h.tombstone).then_some(h))
     }
 }
 
@@ -199,7 +216,7 @@ fn s(v: impl Into<String>) -> AttributeValue {
     AttributeValue::S(v.into())
 }
 
-/// Reads the header (consistently). `None` if the record does not exist.
+/// Reads the header (consistently). `None` if the record does not exist (or is a tombstone).
 pub(crate) async fn load_header(client: &Client, table: &str, id: &TxId) -> Result<Option<Header>> {
     let out = client
         .get_item()
@@ -209,7 +226,12 @@ pub(crate) async fn load_header(client: &Client, table: &str, id: &TxId) -> Resu
         .send()
         .await
         .map_err(|e| Error::sdk("GetItem", e).on_item(table, &header_key(id)))?;
-    out.item.as_ref().map(Header::parse).transpose()
+    Ok(out
+        .item
+        .as_ref()
+        .map(Header::parse_live)
+        .transpose()?
+        .flatten())
 }
 
 /// The row number of a row of a record's partition (0 for the header, 1.. for chunk rows).
@@ -256,13 +278,16 @@ async fn partition_rows(
     Ok(rows)
 }
 
-/// Reads the whole record (consistent, paginated Query). `None` if it does not exist.
+/// Reads the whole record (consistent, paginated Query). `None` if it does not exist (or is a
+/// tombstone).
 pub(crate) async fn load(client: &Client, table: &str, id: &TxId) -> Result<Option<Record>> {
     let rows = partition_rows(client, table, id, false).await?;
     let Some(head) = rows.iter().find(|r| row_number(r) == Some(0)) else {
         return Ok(None);
     };
-    let header = Header::parse(head)?;
+    let Some(header) = Header::parse_live(head)? else {
+        return Ok(None);
+    };
     let mut requests = header.inline.clone();
     let mut chunks: Vec<(u32, &Item)> = rows
         .iter()

@@ -40,6 +40,11 @@ pub struct TxSummary {
     pub updated_ms: u64,
     /// DynamoDB TTL of a finalized record, epoch seconds.
     pub expires_at_s: Option<u64>,
+    /// A tombstone: no transaction ever wrote this record. It was put, rolled back, by whoever
+    /// released a lock of this id while the id had no record, so that the transaction (whose
+    /// record may have been on its way) can never create it later (docs/PROTOCOL.md
+    /// "Tombstones").
+    pub tombstone: bool,
 }
 
 /// What a recorded request does.
@@ -198,6 +203,7 @@ impl TransactionManager {
             created_ms: h.created_ms,
             updated_ms: h.updated_ms,
             expires_at_s,
+            tombstone: false,
         };
         let requests: Vec<RequestInfo> = rec
             .requests
@@ -292,5 +298,6 @@ pub(super) fn summary_of(item: &Item) -> Result<TxSummary> {
             .get(record::EXPIRES)
             .and_then(|v| v.as_n().ok())
             .and_then(|n| n.parse().ok()),
+        tombstone: h.tombstone,
     })
 }

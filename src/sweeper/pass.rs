@@ -161,6 +161,7 @@ impl Pass<'_> {
                 }
                 self.complete(id).await
             }
+            (_, true) if s.tombstone => self.tombstone(s, age).await,
             (_, true) => match opts.delete_after {
                 Some(d) if age >= millis(d) => {
                     if opts.dry_run {
@@ -182,6 +183,30 @@ impl Pass<'_> {
                 }
             },
         }
+    }
+
+    /// A tombstone: deleted like a finalized record, but never before its time (a creation of its
+    /// transaction's record may be on its way until then: the delete is conditional on it).
+    async fn tombstone(&self, s: &TxSummary, age: u64) -> Result<()> {
+        let due = match self.opts.delete_after {
+            Some(d) => age >= millis(d),
+            None => false,
+        };
+        if !due {
+            self.note(|r| r.finalized_kept += 1);
+            return Ok(());
+        }
+        if self.opts.dry_run {
+            self.note(|r| r.deleted += 1);
+            return Ok(());
+        }
+        if record::delete_tombstone(self.client(), self.tx_table(), &s.id, self.now).await? {
+            debug!(tx = %s.id, "sweep: deleted a tombstone");
+            self.note(|r| r.deleted += 1);
+        } else {
+            self.note(|r| r.finalized_kept += 1);
+        }
+        Ok(())
     }
 
     /// A chunk row: deleted when its header is gone (a record deleted by TTL leaves its chunk rows,
@@ -385,6 +410,12 @@ impl Pass<'_> {
         }
         if self.opts.dry_run {
             self.note(|r| r.orphan_locks_released += 1);
+            return Ok(());
+        }
+        // The record may still be on its way (a read's lock is sent with its creation): decide
+        // the transaction with a tombstone before its lock goes.
+        if !crate::contention::decide_absent(&self.mgr.inner, owner).await? {
+            debug!(tx = %owner, table, "sweep: the record of a lock's owner appeared; left to its coordinator");
             return Ok(());
         }
         let w = item_lock::release_write(table, key, obs.transient, false, owner);

@@ -146,6 +146,7 @@ pub(super) fn header_scan<'a>(
         record::CREATED,
         record::CHUNKS,
         record::EXPIRES,
+        record::TOMBSTONE,
     ];
     let names: HashMap<String, String> = attrs
         .iter()

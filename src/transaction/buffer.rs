@@ -11,7 +11,7 @@ use tracing::{debug, instrument};
 use crate::error::{Error, Item, Result};
 use crate::expr;
 use crate::expr::value_eq;
-use crate::item_lock::LockInfo;
+use crate::item_lock::{self, LockInfo, LockOutcome};
 use crate::keys::ItemRef;
 use crate::record::{self, Appended, Header, TxState};
 use crate::request::{self, Op, Request};
@@ -127,12 +127,53 @@ impl Transaction {
     /// whoever meets the lock releases it like a late one (docs/PROTOCOL.md "One round trip per
     /// locked read").
     async fn lock_read(&self, st: &mut State, r: &ItemRef) -> Result<LockInfo> {
+        if self.may_lock_with_creation(st, r) {
+            return self.lock_with_creation(st, r).await;
+        }
         if !self.may_hold_unrecorded_reads(st) {
             // The record must exist before any lock that names it: a lock whose record is absent
             // is taken for a vanished transaction's and released.
             return self.drive_lock(st, r).await;
         }
         self.hold_lock(st, r).await
+    }
+
+    /// Whether a read's lock may go out with the record's creation: the setting is on, the
+    /// record was never written (no creation of it may have landed) and the item is not held.
+    fn may_lock_with_creation(&self, st: &State, r: &ItemRef) -> bool {
+        self.inner.settings.lock_reads_before_recording
+            && st.meta.is_none()
+            && !st.record_in_doubt
+            && st.items.get(r).is_some_and(|e| e.lock.is_none())
+    }
+
+    /// The first locked read of a transaction without a record (with
+    /// `Settings::lock_reads_before_recording`): the record's creation, which records the read,
+    /// and the read's lock go out together, one round trip for both. A contender that meets the
+    /// lock before the record exists puts a tombstone under our id before it releases the lock
+    /// (`record::put_tombstone`): the creation then fails on it and the read reports the
+    /// transaction rolled back. A creation answered later than half a tombstone's life after the
+    /// lock went out is not trusted (a tombstone may have come and gone): the item is locked
+    /// again, as is an item whose lock attempt met another lock or lost its answer, once the
+    /// record exists.
+    async fn lock_with_creation(&self, st: &mut State, r: &ItemRef) -> Result<LockInfo> {
+        let e = st.items[r].clone();
+        let schema = self.schema(&e.table).await?;
+        let c = &self.inner.client;
+        let sent = tokio::time::Instant::now();
+        self.wrote.store(true, Ordering::SeqCst);
+        let (recorded, attempt) = tokio::join!(
+            self.flush(st),
+            item_lock::lock(c, &e.table, &e.key, &schema, &self.id)
+        );
+        recorded?;
+        match attempt {
+            Ok(LockOutcome::Locked(lock)) if sent.elapsed() < record::KEEP / 2 => {
+                st.items.get_mut(r).expect("entry exists").lock = Some(lock.clone());
+                Ok(lock)
+            }
+            _ => self.hold_lock(st, r).await,
+        }
     }
 
     /// Whether a read may be locked before its request is recorded: the setting is on and the
@@ -187,8 +228,18 @@ impl Transaction {
                             .await?;
                     }
                     let ticket = self.ticket.get().copied();
-                    st.record_in_doubt = true;
-                    let out = record::create(c, table, &self.id, pending, ticket).await?;
+                    let earlier_in_doubt = std::mem::replace(&mut st.record_in_doubt, true);
+                    let out = match record::create(c, table, &self.id, pending, ticket).await? {
+                        // A tombstone: a lock of ours was released while we had no record. If an
+                        // earlier creation of ours may have landed, the record it made may have
+                        // been decided (by another handle), finalized and deleted before the
+                        // tombstone: the outcome is unknown. Otherwise nothing of ours was ever
+                        // recorded: rolled back.
+                        Appended::Conflict(Some(h)) if h.tombstone && earlier_in_doubt => {
+                            Appended::Conflict(None)
+                        }
+                        out => out,
+                    };
                     if let (Some(t), Appended::Ok(_)) = (ticket, &out) {
                         let _ = self.ticket_recorded.set(t);
                     }
@@ -225,10 +276,11 @@ impl Transaction {
     ) -> Result<()> {
         let Some(h) = header else {
             return if st.meta.is_none() {
-                Err(Error::invariant(format!(
-                    "the record of {} could not be created",
-                    self.id
-                )))
+                // Our creation met a tombstone after an earlier creation of ours may have landed.
+                self.release_own_locks(st).await?;
+                Err(Error::UnknownOutcome {
+                    tx_id: self.id.clone(),
+                })
             } else {
                 // The record is gone: only locks this handle took late can remain; release them.
                 self.release_own_locks(st).await?;

@@ -176,8 +176,9 @@ impl Transaction {
         let header = reason
             .item
             .as_ref()
-            .map(record::Header::parse)
-            .transpose()?;
+            .map(record::Header::parse_live)
+            .transpose()?
+            .flatten();
         match header.as_ref().map(|h| h.state) {
             Some(TxState::Committed) if self.committed_with_ours(st, header.as_ref()) => {
                 self.finish_committed(st).await?;

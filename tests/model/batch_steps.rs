@@ -27,6 +27,7 @@ impl ProtocolModel {
         }
         let stamp = (k, s.coordinators[k as usize].locks_written);
         let free = s.records[t].is_none()
+            && !s.tombstones[t]
             && plan
                 .entries
                 .iter()

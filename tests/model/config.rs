@@ -53,8 +53,10 @@ pub(crate) enum ReadShape {
     /// Once the record exists, a read only locks its item (one round trip); its request joins the
     /// record with the next record write (the commit's), and a one-request commit that has only
     /// held reads left to record records nothing. The first read of a transaction without a record
-    /// creates it first. A lock its record does not name is treated as a late lock once the
-    /// transaction is decided, and never released while it is pending.
+    /// sends the record's creation and its lock together (either may land first); whoever releases
+    /// a lock whose record is absent puts a tombstone first, on which the creation fails. A lock
+    /// its record does not name is treated as a late lock once the transaction is decided, and
+    /// never released while it is pending.
     LockThenRecord,
 }
 
@@ -101,10 +103,10 @@ pub(crate) enum Bug {
     /// on the items being unlocked. A write committed between the read and the lock is lost when
     /// the transaction rolls back.
     BatchImagesReadBeforeLock,
-    /// `LockThenRecord` with the first read's lock sent together with the record's creation: a
-    /// contender (or the sweeper) that meets the lock before the record exists takes it for the
-    /// lock of a vanished transaction and releases it.
-    LockBeforeRecordCreated,
+    /// `LockThenRecord` (the first read's lock sent together with the record's creation) where a
+    /// contender (or the sweeper) that meets a lock whose record is absent releases it without
+    /// first putting a tombstone: the record's creation may land after the release.
+    OrphanReleaseWithoutTombstone,
     /// `LockThenRecord` where a contender that meets a lock its pending record does not name
     /// releases it as a stray.
     ReleaseUnrecordedLock,

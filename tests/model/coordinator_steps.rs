@@ -16,8 +16,9 @@ impl ProtocolModel {
             return true;
         }
         let plan = self.plan(tx).clone();
-        let free =
-            s.records[t].is_none() && plan.entries.iter().all(|e| s.items[e.item].owner.is_none());
+        let free = s.records[t].is_none()
+            && !s.tombstones[t]
+            && plan.entries.iter().all(|e| s.items[e.item].owner.is_none());
         if !free {
             if lost {
                 return false;
@@ -51,6 +52,15 @@ impl ProtocolModel {
         let c = s.coordinators[k as usize].clone();
         let target = self.record_target(&c, tx);
         match (c.version, s.records[t]) {
+            // The creation fails on a tombstone: `RolledBack` (or `UnknownOutcome` after an
+            // earlier creation in doubt). Its locks are released by whoever put the tombstone.
+            (0, None) if s.tombstones[t] => {
+                if lost {
+                    return false;
+                }
+                s.creation_refused = true;
+                Self::done(s, k);
+            }
             // Create, conditional on attribute_not_exists(_TxId).
             (0, None) => {
                 s.records[t] = Some(Record {
@@ -59,10 +69,21 @@ impl ProtocolModel {
                     requests: target,
                     finalized: false,
                 });
+                let c = &mut s.coordinators[k as usize];
                 if !lost {
-                    let c = &mut s.coordinators[k as usize];
                     c.version = 1;
                     c.recorded = target;
+                } else if self.cfg.reads == ReadShape::LockThenRecord {
+                    // The read whose lock went with this creation fails (the creation's answer
+                    // is lost): its lock, landed or not, is not trusted; the read, repeated,
+                    // records then locks.
+                    c.in_doubt = true;
+                    for e in 0..c.items.len() {
+                        if c.reads[e].is_some() {
+                            c.items[e] = Knows::Nothing;
+                            c.reads[e] = None;
+                        }
+                    }
                 }
             }
             // Append, conditional on `_TxS = P AND _TxV = v`.
@@ -382,6 +403,7 @@ impl ProtocolModel {
                     locks_written: s.coordinators[k as usize].locks_written,
                     batch_done: true,
                     pre_read: None,
+                    in_doubt: false,
                     reads: vec![None; n],
                 };
             }

@@ -16,7 +16,8 @@
 //! - everybody else — contending coordinators, the sweeper, readers — as the "world": at any moment
 //!   it may roll back any pending transaction (a contender's wound, `dead_after`, the sweeper, a
 //!   skewed clock), settle any item of a decided transaction, finalize, delete records and images,
-//!   release the unapplied locks of a vanished transaction.
+//!   put a tombstone under the id of a transaction whose record is absent while it holds a lock,
+//!   and then release its unapplied locks.
 //!
 //! World actions are atomic compare-and-set steps whose guards are at most as strict as the
 //! implementation's conditions, so the model has *more* behaviours than the implementation: an
@@ -45,8 +46,9 @@
 //! images table, resumed commits, lost responses), and `buggy_protocols_are_caught` runs the same
 //! checker on deliberately broken variants (Java's transient-lock bug, a decision not conditional
 //! on the version, finalizing or deleting images too early, releasing an applied lock, reading a
-//! batch's before-images before its locks, a read's lock sent with the record's creation,
-//! releasing a pending transaction's unrecorded lock) and expects a counterexample for each.
+//! batch's before-images before its locks, a lock whose record is absent released without a
+//! tombstone, releasing a pending transaction's unrecorded lock) and expects a counterexample for
+//! each.
 //!
 //! Not modelled: the wait/wound choices of the ordered contention policy (they only decide *when*
 //! a pending holder is rolled back, and the world may roll back at any time), user

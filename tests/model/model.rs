@@ -58,7 +58,11 @@ pub(crate) enum Action {
     Finalize { tx: Tx },
     /// `record::delete` / the sweeper's `delete_after` / TTL, on a finalized record.
     DeleteRecord { tx: Tx },
-    /// `contention::steal_orphan` / the sweeper: the record is gone, release an unapplied lock.
+    /// `contention::decide_absent` (from `steal_orphan` or the sweeper): a lock's record is absent;
+    /// put a tombstone under its id, conditional on the record's absence.
+    Tombstone { tx: Tx },
+    /// `contention::steal_orphan` / the sweeper: the record is absent and a tombstone stands in
+    /// its place (with `OrphanReleaseWithoutTombstone`, without one): release an unapplied lock.
     ReleaseOrphan { tx: Tx, item: u8 },
 }
 
@@ -69,8 +73,8 @@ pub(crate) enum Next {
     PreRead,
     ReadImage(Vec<u8>),
     Record,
-    /// `LockBeforeRecordCreated` only: the record's creation and the first read's lock in flight
-    /// together.
+    /// `LockThenRecord`: the record's creation and the first read's lock in flight together
+    /// (`Transaction::lock_with_creation`).
     RecordAndLock(u8),
     Lock(Vec<u8>),
     SaveImage(Vec<u8>),
@@ -153,10 +157,13 @@ impl ProtocolModel {
         // Interactive requests are driven one by one, in order: reads locked, writes applied.
         if let Some(e) = self.interactive(c, tx) {
             let read = self.entry(tx, e).op == Op::Get;
+            // The first read of a handle that never wrote its record (a read returns once both
+            // answered: a later read finds the record known, or in doubt).
             if read
                 && c.version == 0
-                && !held(e)
-                && self.cfg.bug == Some(Bug::LockBeforeRecordCreated)
+                && !c.in_doubt
+                && (0..c.known).all(|x| !held(x))
+                && self.cfg.reads == ReadShape::LockThenRecord
             {
                 return Next::RecordAndLock(e);
             }
@@ -279,6 +286,7 @@ impl ProtocolModel {
             locks_written: 0,
             batch_done: false,
             pre_read: None,
+            in_doubt: false,
             reads: vec![None; n],
         }
     }

@@ -362,7 +362,7 @@ fn buggy_protocols_are_caught() {
         (Bug::ApplyIgnoresLockStamp, concurrent_handles()),
         (Bug::BatchImagesReadBeforeLock, batched_two_by_two()),
         (
-            Bug::LockBeforeRecordCreated,
+            Bug::OrphanReleaseWithoutTombstone,
             locked_reads(ReadShape::LockThenRecord),
         ),
         (Bug::ReleaseUnrecordedLock, {

@@ -142,6 +142,9 @@ pub(crate) struct Coordinator {
     pub(crate) batch_done: bool,
     /// `Bug::BatchImagesReadBeforeLock` only: the items' data as read before the batch.
     pub(crate) pre_read: Option<Vec<Option<u8>>>,
+    /// A creation of the record was sent and its answer lost: a later read locks only after the
+    /// record is known (`record_in_doubt`).
+    pub(crate) in_doubt: bool,
     /// Ghost: what each interactive read returned to this handle's caller (`Some(None)`: absent).
     pub(crate) reads: Vec<Option<Option<u8>>>,
 }
@@ -150,6 +153,10 @@ pub(crate) struct Coordinator {
 pub(crate) struct State {
     pub(crate) items: Vec<Item>,
     pub(crate) records: Vec<Option<Record>>,
+    /// A tombstone under the transaction's id (`record::put_tombstone`): for everything but the
+    /// record's creation, which fails on it, the record is absent. Never deleted here (the
+    /// implementation keeps it long past any creation it trusts).
+    pub(crate) tombstones: Vec<bool>,
     /// The images table: (transaction, item) -> before-image data.
     pub(crate) images: Vec<Vec<Option<u8>>>,
     pub(crate) coordinators: Vec<Coordinator>,
@@ -165,6 +172,8 @@ pub(crate) struct State {
     pub(crate) resumed_commit: bool,
     /// A batched record-and-lock request was cancelled and the transaction went on item by item.
     pub(crate) batch_fell_back: bool,
+    /// A record's creation failed on a tombstone.
+    pub(crate) creation_refused: bool,
     /// A transaction committed while an item one of its handles read under lock (a recorded read,
     /// or one the committing handle made) no longer held what the read returned.
     pub(crate) stale_read: bool,

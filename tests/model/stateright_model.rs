@@ -13,6 +13,7 @@ impl Model for ProtocolModel {
         vec![State {
             items: self.cfg.items.iter().map(|&d| Item::unlocked(d)).collect(),
             records: vec![None; n],
+            tombstones: vec![false; n],
             images: vec![vec![None; items]; n],
             coordinators: (0..n as Tx)
                 .map(|t| self.fresh_coordinator(t))
@@ -29,6 +30,7 @@ impl Model for ProtocolModel {
             commits: vec![0; n],
             resumed_commit: false,
             batch_fell_back: false,
+            creation_refused: false,
             stale_read: false,
         }]
     }
@@ -151,11 +153,20 @@ impl Model for ProtocolModel {
                     }
                 }
                 None => {
+                    let may_release =
+                        s.tombstones[t] || self.cfg.bug == Some(Bug::OrphanReleaseWithoutTombstone);
+                    let mut orphan = false;
                     for item in 0..s.items.len() as u8 {
                         let it = &s.items[item as usize];
                         if it.owner == Some(tx) && it.applied == Applied::No {
-                            out.push(Action::ReleaseOrphan { tx, item });
+                            orphan = true;
+                            if may_release {
+                                out.push(Action::ReleaseOrphan { tx, item });
+                            }
                         }
+                    }
+                    if orphan && !s.tombstones[t] {
+                        out.push(Action::Tombstone { tx });
                     }
                 }
             }
@@ -206,6 +217,10 @@ impl Model for ProtocolModel {
             Action::Finalize { tx } => self.finalize(&mut s, tx),
             Action::DeleteRecord { tx } => {
                 s.records[tx as usize] = None;
+                true
+            }
+            Action::Tombstone { tx } => {
+                s.tombstones[tx as usize] = true;
                 true
             }
             Action::ReleaseOrphan { item, .. } | Action::ReleaseStray { item, .. } => {
@@ -321,6 +336,12 @@ impl Model for ProtocolModel {
                                 })
                             })
                         })
+                },
+            ),
+            Property::sometimes(
+                "a record's creation fails on a tombstone",
+                |m: &ProtocolModel, s: &State| {
+                    m.cfg.reads == ReadShape::RecordThenLock || s.creation_refused
                 },
             ),
             Property::sometimes(

@@ -3,8 +3,10 @@
 //! never, when the commit has only held reads to record). Request counts, contenders meeting a
 //! read's lock its record does not name, and a crash at every request of the path.
 
-use dynamodb_transactions::fault::FaultMode;
-use dynamodb_transactions::{Transaction, TxState};
+use aws_sdk_dynamodb::types::AttributeValue;
+use dynamodb_transactions::fault::{FaultMode, LateDelivery};
+use dynamodb_transactions::sweeper::SweepOptions;
+use dynamodb_transactions::{Item, Transaction, TransactionManager, TxId, TxState};
 
 use crate::assert_clean;
 use crate::common::*;
@@ -259,4 +261,127 @@ async fn a_crash_at_every_request_of_the_read_path_is_recovered_by_a_contender()
             }
         }
     }
+}
+
+/// A manager over `env`'s tables whose requests go through `late`, reads locked before they are
+/// recorded.
+fn lock_first_through(env: &TestEnv, late: &LateDelivery) -> TransactionManager {
+    let conf = client()
+        .config()
+        .to_builder()
+        .http_client(late.http_client())
+        .build();
+    TransactionManager::builder(aws_sdk_dynamodb::Client::from_conf(conf))
+        .transactions_table(env.manager.transactions_table())
+        .images_table(env.manager.images_table())
+        .configure(|s| {
+            lock_first(s);
+            s.rollback_on_drop = false;
+        })
+        .build()
+}
+
+/// The raw header row of a transaction's record (a tombstone included).
+async fn header_row(env: &TestEnv, id: &TxId) -> Option<Item> {
+    env.raw_get(
+        env.manager.transactions_table(),
+        &item(&[("_TxId", s(id.as_str())), ("_TxN", n(0))]),
+    )
+    .await
+}
+
+/// The first read's lock goes out with the record's creation (one round trip for both). Here the
+/// creation is held back until the lock has landed and a contender has met it: with no record to
+/// judge, the contender puts a tombstone under the transaction's id before it releases the lock,
+/// and the creation, let go, fails on it: the read reports the transaction rolled back, the
+/// contender's write stands, and the tombstone passes for an absent record.
+#[tokio::test]
+async fn a_contender_tombstones_a_lock_whose_record_is_on_its_way() {
+    let env = TestEnv::with_settings("rl-tomb", lock_first).await;
+    seed(&env, &["a"]).await;
+    warm(&env).await;
+    let late = LateDelivery::new();
+    let m = lock_first_through(&env, &late);
+    m.get_item()
+        .table_name(&env.table)
+        .key("Id", s("warm"))
+        .send()
+        .await
+        .unwrap();
+    late.delay_until_opened("PutItem", 1);
+    let tx = m.begin();
+    let id = tx.id().clone();
+    let table = env.table.clone();
+    let reader = tokio::spawn(async move { read(&tx, &table, "a").await });
+
+    // The lock lands while the creation waits.
+    let mut locked = false;
+    for _ in 0..200 {
+        let raw = env.raw_get(&env.table, &key("a")).await.unwrap();
+        if raw.get("_TxId").and_then(|v| v.as_s().ok()) == Some(&id.as_str().to_string()) {
+            locked = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert!(
+        locked,
+        "the lock was not sent before the record's creation answered"
+    );
+    assert_eq!(late.struck(), 1, "the creation is held");
+    assert!(header_row(&env, &id).await.is_none());
+
+    // A contender writes `a`: it tombstones the transaction, releases its lock and commits.
+    let (m2, _) = env.second_coordinator();
+    let w = m2.begin();
+    set(&w, &env.table, "a", 7).await.unwrap();
+    w.commit().await.unwrap();
+    let stone = header_row(&env, &id).await.expect("a tombstone");
+    assert_eq!(stone["_TxS"], s("R"), "{stone:?}");
+    assert!(
+        stone.contains_key("_TxF") && stone.contains_key("_TxX"),
+        "{stone:?}"
+    );
+    assert_eq!(stone["_TxR"], AttributeValue::L(vec![]), "{stone:?}");
+    // Everywhere but in the creation, a tombstone is an absent record.
+    assert_eq!(env.tx_state(&id).await, None);
+    assert!(matches!(
+        m2.resume(&id).await,
+        Err(dynamodb_transactions::Error::TransactionNotFound { .. })
+    ));
+
+    late.open();
+    let r = reader.await.unwrap();
+    assert!(
+        matches!(r, Err(dynamodb_transactions::Error::RolledBack { .. })),
+        "{r:?}"
+    );
+    assert_eq!(env.raw_get(&env.table, &key("a")).await.unwrap()["v"], n(7));
+    assert_clean(&env).await;
+    // The sweeper keeps a fresh tombstone (a creation may still be on its way), deletes one past
+    // its time, and reports both among finalized records.
+    let old = TxId::new_random();
+    env.raw_put(
+        env.manager.transactions_table(),
+        item(&[
+            ("_TxId", s(old.as_str())),
+            ("_TxN", n(0)),
+            ("_TxS", s("R")),
+            ("_TxV", n(1)),
+            ("_TxR", AttributeValue::L(vec![])),
+            ("_TxF", s("1")),
+            ("_TxD", n(1)),
+            ("_TxB", n(1)),
+            ("_TxX", n(1)),
+        ]),
+    )
+    .await;
+    let report = env
+        .manager
+        .sweep(&SweepOptions::finish_everything_now().delete_after(Some(std::time::Duration::ZERO)))
+        .await
+        .unwrap();
+    assert!(header_row(&env, &old).await.is_none(), "{report:?}");
+    assert!(header_row(&env, &id).await.is_some(), "{report:?}");
+    assert_eq!(report.errors.len(), 0, "{report:?}");
 }
