@@ -92,10 +92,10 @@ impl QueueLock {
                 .await;
             attempt += 1;
             let found = match r {
-                Ok(out) => QueueState::parse(out.attributes()),
+                Ok(out) => QueueState::parse(out.attributes(), self.inner.clock.now_millis()),
                 Err(e) => match update_failure(e) {
                     WriteFailure::Condition(item) => {
-                        let state = QueueState::parse(item.as_ref());
+                        let state = QueueState::parse(item.as_ref(), self.inner.clock.now_millis());
                         if state.find(owner).is_none() {
                             // NoWait, and the queue is not empty: clear dead entries, if that
                             // empties it try again, else refuse (nothing of ours is written).

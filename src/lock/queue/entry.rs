@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 
-use super::state::{ENTRIES, entry_attr, ticket_attr};
+use super::state::{DEPARTED_AT, ENTRIES, entry_attr, ticket_attr};
 use super::{ALL_OLD, Inner};
 use crate::Error;
 use crate::lock::heartbeat::{BeatFn, BeatOutcome};
@@ -66,11 +66,13 @@ pub(super) async fn remove_entry(
         .update_item()
         .table_name(&inner.table)
         .set_key(Some(key(name, sk)))
-        .update_expression("REMOVE #e, #t ADD #c :minus")
+        .update_expression("REMOVE #e, #t ADD #c :minus SET #d = :now")
         .expression_attribute_names("#e", entry_attr(owner))
         .expression_attribute_names("#t", ticket_attr(owner))
         .expression_attribute_names("#c", ENTRIES)
+        .expression_attribute_names("#d", DEPARTED_AT)
         .expression_attribute_values(":minus", AttributeValue::N("-1".into()))
+        .expression_attribute_values(":now", n(inner.clock.now_millis()))
         .return_values_on_condition_check_failure(ALL_OLD);
     req = match judged_hb {
         Some(hb) => req

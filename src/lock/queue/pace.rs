@@ -4,9 +4,11 @@
 //! how many entries have left the queue so far (tickets issued minus entries present), and the
 //! time per departure, averaged over the reads of one handle, says when the waiter will be near
 //! the head. It sleeps most of that time (not all: the queue may speed up) and looks again; at
-//! the head it polls every `poll_interval.head`. Our turn comes after as many departures as there
-//! are entries ahead (the holder's included), so a waiter second in line sleeps through about one
-//! and a half departures rather than polling like the head.
+//! the head it sleeps through most of a departure's time since the last departure (stamped on the
+//! queue by whoever removed the entry; the holder came in with it), then polls every
+//! `poll_interval.head`. Our turn comes after as many
+//! departures as there are entries ahead (the holder's included), so a waiter second in line
+//! sleeps through about one and a half departures rather than polling like the head.
 
 use std::time::Duration;
 
@@ -14,12 +16,15 @@ use tokio::time::Instant;
 
 use crate::lock::util::jitter;
 
-/// Sleep this share of the expected time until the waiter is at the head (the queue may speed
+/// Sleep this share of the expected time until the waiter's turn (the queue may speed
 /// up, and a waiter that wakes late leaves the lock idle).
-const APPROACH: f64 = 0.85;
+const APPROACH: f64 = 0.92;
 /// Share of the earliest time our turn can come (the holder leaving at once) that a waiter near
 /// the head sleeps at most.
 const EARLIEST: f64 = 0.95;
+/// Share of the time per departure, counted from the last departure, that the waiter at the head
+/// sleeps before it polls fast (the holder came in with that departure).
+const HEAD_WAKE: f64 = 0.9;
 /// Weight of a new measurement in the running average.
 const WEIGHT: f64 = 0.3;
 
@@ -29,11 +34,17 @@ pub(super) struct Pace {
     /// The last read that showed a departure: when, and how many had departed by then.
     last: Option<(Instant, u64)>,
     per_departure: Option<Duration>,
+    /// When the last departure happened, as its remover stamped it.
+    departed_at: Option<Instant>,
 }
 
 impl Pace {
-    /// Takes in one read of the queue.
-    pub(super) fn observe(&mut self, at: Instant, departed: u64) {
+    /// Takes in one read of the queue: read `at`, `departed` entries gone so far, the last one
+    /// `departed_at`.
+    pub(super) fn observe(&mut self, at: Instant, departed: u64, departed_at: Option<Instant>) {
+        if departed_at.is_some() {
+            self.departed_at = departed_at;
+        }
         match self.last {
             Some((t, d)) if departed > d && at > t => {
                 let sample = (at - t).div_f64((departed - d) as f64);
@@ -49,9 +60,24 @@ impl Pace {
     }
 
     /// How long a waiter with `ahead` entries before it (1: only the holder) sleeps before it
-    /// looks again.
-    pub(super) fn pause(&self, ahead: usize, head: Duration, max: Duration) -> Duration {
+    /// looks again, at `now`.
+    pub(super) fn pause(
+        &self,
+        ahead: usize,
+        head: Duration,
+        max: Duration,
+        now: Instant,
+    ) -> Duration {
         if ahead <= 1 {
+            // At the head our turn comes with the holder's departure, about one departure's time
+            // after the last departure (the holder came in with it): sleep through most of that,
+            // then poll every `head`.
+            if let (Some(per), Some(last)) = (self.per_departure, self.departed_at) {
+                let due = last + per.mul_f64(HEAD_WAKE);
+                if due > now + head {
+                    return (due - now).min(max);
+                }
+            }
             return jitter(head);
         }
         // Our turn comes after `ahead` departures (the holder's and those of the waiters before
@@ -82,18 +108,36 @@ mod tests {
         let head = Duration::from_millis(8);
         let max = Duration::from_secs(2);
         // No estimate yet: the old position-proportional pace.
-        assert!(p.pause(3, head, max) >= Duration::from_millis(19));
-        p.observe(t0, 10);
-        p.observe(t0 + Duration::from_millis(100), 20);
-        let per10 = p.pause(10, head, max);
+        assert!(p.pause(3, head, max, t0) >= Duration::from_millis(19));
+        p.observe(t0, 10, None);
+        p.observe(
+            t0 + Duration::from_millis(100),
+            20,
+            Some(t0 + Duration::from_millis(95)),
+        );
+        let now = t0 + Duration::from_millis(100);
+        let per10 = p.pause(10, head, max, now);
         // 10 ms per departure, our turn after 10 departures: most of 100 ms.
         assert!(per10 >= Duration::from_millis(70) && per10 <= Duration::from_millis(86));
         // Second in line: our turn comes after one departure at the earliest.
-        let second = p.pause(2, head, max);
+        let second = p.pause(2, head, max, now);
         assert!(second >= Duration::from_millis(8) && second <= Duration::from_millis(10));
-        // The head polls at the head interval whatever the pace.
-        assert!(p.pause(1, head, max) <= Duration::from_millis(10));
+        // The head polls at the head interval when a departure is shorter than that...
+        assert!(p.pause(1, head, max, now) <= Duration::from_millis(10));
+        // ... else sleeps through most of a departure's time since the last one seen, then polls.
+        let mut slow = Pace::default();
+        slow.observe(t0, 0, None);
+        slow.observe(
+            t0 + Duration::from_millis(100),
+            2,
+            Some(t0 + Duration::from_millis(90)),
+        );
+        let at_head = slow.pause(1, head, max, now);
+        let due = Duration::from_millis(50).mul_f64(HEAD_WAKE) - Duration::from_millis(10);
+        assert_eq!(at_head, due);
+        let later = slow.pause(1, head, max, now + due - Duration::from_millis(3));
+        assert!(later <= Duration::from_millis(10), "{later:?}");
         // Far back the pause is capped.
-        assert!(p.pause(100_000, head, max) <= Duration::from_millis(2400));
+        assert!(p.pause(100_000, head, max, now) <= Duration::from_millis(2400));
     }
 }

@@ -6,7 +6,8 @@
 //! * `n` (N): the last ticket issued (shared with [`TicketCounter`](crate::lock::TicketCounter));
 //! * `c` (N): how many entries the item holds;
 //! * `w#<owner>` (M): one entry per holder or waiter: `hb`, `lease_ms`, `exp_ms`, `created_ms`;
-//! * `t#<owner>` (N): that entry's ticket.
+//! * `t#<owner>` (N): that entry's ticket;
+//! * `d` (N): when the last entry left (epoch ms, the remover's clock), for waiters' pacing.
 //!
 //! An entry and its ticket are written by the one `UpdateItem` that issues the ticket, so a ticket
 //! exists only together with its entry.
@@ -18,6 +19,8 @@ use crate::lock::util::{COUNT, EXP_MS, HB, LEASE_MS, get_i64, get_u64};
 
 /// Number of entries in the item.
 pub(super) const ENTRIES: &str = "c";
+/// When the last entry was removed (epoch ms).
+pub(super) const DEPARTED_AT: &str = "d";
 const ENTRY_PREFIX: &str = "w#";
 const TICKET_PREFIX: &str = "t#";
 
@@ -50,18 +53,28 @@ pub(super) struct QueueState {
     pub(super) entries: Vec<Entry>,
     /// When it was read (after the response arrived).
     pub(super) at: Instant,
+    /// When the last entry left, on this handle's monotonic clock (from the remover's wall clock:
+    /// skew only shifts a waiter's pacing).
+    pub(super) departed_at: Option<Instant>,
 }
 
 impl QueueState {
-    pub(super) fn parse(item: Option<&Item>) -> QueueState {
+    /// The queue as `item` shows it, read at wall time `now_ms` (this handle's clock).
+    pub(super) fn parse(item: Option<&Item>, now_ms: i64) -> QueueState {
         let at = Instant::now();
         let Some(item) = item else {
             return QueueState {
                 issued: 0,
                 entries: Vec::new(),
                 at,
+                departed_at: None,
             };
         };
+        let departed_at = get_i64(item, DEPARTED_AT).map(|d| {
+            let ago = u64::try_from(now_ms.saturating_sub(d)).unwrap_or(0);
+            at.checked_sub(std::time::Duration::from_millis(ago))
+                .unwrap_or(at)
+        });
         let mut entries: Vec<Entry> = item
             .iter()
             .filter_map(|(k, v)| {
@@ -81,6 +94,7 @@ impl QueueState {
             issued: get_u64(item, COUNT).unwrap_or(0),
             entries,
             at,
+            departed_at,
         }
     }
 

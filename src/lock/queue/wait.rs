@@ -100,7 +100,7 @@ impl QueueLock {
                 .get(&entry.name)
                 .cloned()
                 .unwrap_or_default()
-                .pause(ahead.live, inner.poll_head, inner.poll_max);
+                .pause(ahead.live, inner.poll_head, inner.poll_max, now);
             if let Some(death) = ahead.next_death {
                 pause = pause.min(death.saturating_duration_since(now) + Duration::from_millis(5));
             }
@@ -144,7 +144,7 @@ impl QueueLock {
             .send()
             .await
             .map_err(|e| Error::sdk("GetItem", e))?;
-        Ok(QueueState::parse(out.item()))
+        Ok(QueueState::parse(out.item(), self.inner.clock.now_millis()))
     }
 
     /// Takes a read of the queue into the handle's estimate of its pace.
@@ -155,7 +155,7 @@ impl QueueLock {
             .expect("poisoned")
             .entry(name.to_string())
             .or_default()
-            .observe(state.at, state.departed());
+            .observe(state.at, state.departed(), state.departed_at);
     }
 
     /// Judges the entries of others below ticket `below` (all of them if `None`), removes the
@@ -251,7 +251,7 @@ impl QueueLock {
                 true
             }
             // The entry renewed meanwhile (still there), or someone else removed it.
-            Err(item) => QueueState::parse(item.as_ref()).find(&e.owner).is_none(),
+            Err(item) => QueueState::parse(item.as_ref(), 0).find(&e.owner).is_none(),
         };
         if gone {
             inner
