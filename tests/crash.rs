@@ -32,6 +32,10 @@ enum Workload {
     /// is held when the commit starts, so the one-request commit records the writes itself (their
     /// requests folded into its decisive write).
     ReadsThenWrites,
+    /// `ReadsThenWrites` with `Settings::lock_reads_before_recording`: the first read's lock goes
+    /// out together with the record's creation, the other reads send only their locks, and the
+    /// commit records the writes (and the unrecorded reads need nothing).
+    LockedReadsThenWrites,
 }
 
 impl Workload {
@@ -42,15 +46,20 @@ impl Workload {
                 | Workload::Batched
                 | Workload::BatchedFallBack
                 | Workload::ReadsThenWrites
+                | Workload::LockedReadsThenWrites
+        )
+    }
+
+    fn reads_first(self) -> bool {
+        matches!(
+            self,
+            Workload::ReadsThenWrites | Workload::LockedReadsThenWrites
         )
     }
 
     /// No insert and no read of an absent item (items c and f stay absent).
     fn existing_only(self) -> bool {
-        matches!(
-            self,
-            Workload::BatchedWrites | Workload::Batched | Workload::ReadsThenWrites
-        )
+        matches!(self, Workload::BatchedWrites | Workload::Batched) || self.reads_first()
     }
 }
 
@@ -115,13 +124,14 @@ async fn work(tx: &Transaction, table: &str, ids: &Ids, w: Workload) -> Result<(
                 | Workload::Batched
                 | Workload::BatchedFallBack
                 | Workload::ReadsThenWrites
+                | Workload::LockedReadsThenWrites
         ) {
             ReturnValue::None
         } else {
             all
         }
     };
-    if w == Workload::ReadsThenWrites {
+    if w.reads_first() {
         for l in ["a", "b", "d"] {
             tx.get_item()
                 .table_name(table)
@@ -160,7 +170,7 @@ async fn work(tx: &Transaction, table: &str, ids: &Ids, w: Workload) -> Result<(
         .return_values(rv(ReturnValue::AllOld))
         .send()
         .await?;
-    if !matches!(w, Workload::BatchedWrites | Workload::ReadsThenWrites) {
+    if w != Workload::BatchedWrites && !w.reads_first() {
         tx.get_item()
             .table_name(table)
             .key("Id", s(&ids.id("e")))
@@ -273,7 +283,7 @@ fn manager_with(
     faults: &FaultInjector,
     counter: &RequestCounter,
     one_shot: bool,
-    batch_locks: bool,
+    w: Workload,
 ) -> TransactionManager {
     let client = client_with(vec![shared(faults.clone()), shared(counter.clone())]);
     TransactionManager::builder(client)
@@ -281,9 +291,10 @@ fn manager_with(
         .images_table(env.manager.images_table())
         .configure(|s| {
             s.rollback_on_drop = false;
-            s.batch_locks = batch_locks;
+            s.batch_locks = w.batch_locks();
+            s.lock_reads_before_recording = w == Workload::LockedReadsThenWrites;
             // The batched locks are the locking protocol's: keep writes off the fast path.
-            s.write_only_fast_path &= !batch_locks;
+            s.write_only_fast_path &= !w.batch_locks();
             if !one_shot {
                 s.one_shot_max_items = 0;
             }
@@ -295,7 +306,7 @@ fn manager_with(
 async fn count_requests(env: &TestEnv, w: Workload, one_shot: bool) -> u64 {
     let faults = FaultInjector::new();
     let counter = RequestCounter::new();
-    let m = manager_with(env, &faults, &counter, one_shot, w.batch_locks());
+    let m = manager_with(env, &faults, &counter, one_shot, w);
     let ids = Ids {
         p: format!("count-{}", uuid::Uuid::new_v4().simple()),
     };
@@ -336,7 +347,7 @@ async fn one_run(
     let label = format!("{w:?} one_shot={one_shot} {fault:?} at request {k}, recovery {rec:?}");
     let faults = FaultInjector::new();
     let counter = RequestCounter::new();
-    let m = manager_with(&env, &faults, &counter, one_shot, w.batch_locks());
+    let m = manager_with(&env, &faults, &counter, one_shot, w);
     let ids = Ids {
         p: format!("r{}", uuid::Uuid::new_v4().simple()),
     };
@@ -451,6 +462,22 @@ async fn one_run(
         }
     }
 
+    if w == Workload::LockedReadsThenWrites {
+        // Read locks the record never named (the setting's price) stay until a transaction that
+        // needs the item meets them: here a reader in a transaction of its own, which changes
+        // nothing.
+        let (m3, _) = env.second_coordinator();
+        for l in ["a", "b", "d"] {
+            let t = m3.begin();
+            t.get_item()
+                .table_name(&env.table)
+                .key("Id", s(&ids.id(l)))
+                .send()
+                .await
+                .unwrap_or_else(|e| panic!("{label}: reader of {l}: {e}"));
+            t.rollback().await.unwrap();
+        }
+    }
     // The end state: exactly one of the two, agreeing with the record, nothing left behind.
     let view = raw_view(&env, &ids).await;
     for it in view.iter().flatten() {
@@ -507,6 +534,13 @@ async fn sweep_matrix(w: Workload, one_shot: bool) {
         assert_eq!(
             total, 7,
             "requests of reads then a folded one-request commit"
+        );
+    } else if w == Workload::LockedReadsThenWrites && one_shot {
+        // The record's creation with the first read's lock, two locks, the commit (which records
+        // the writes).
+        assert_eq!(
+            total, 5,
+            "requests of locked reads then a folded one-request commit"
         );
     } else if w == Workload::Batched && one_shot {
         // The read records every request, then locks its item; the other locks in one batch after
@@ -609,4 +643,9 @@ async fn crash_reads_then_writes_one_shot() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crash_reads_then_writes_phased() {
     sweep_matrix(Workload::ReadsThenWrites, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_locked_reads_then_writes_one_shot() {
+    sweep_matrix(Workload::LockedReadsThenWrites, true).await;
 }
