@@ -37,8 +37,10 @@ pub struct Settings {
     /// `2N + 1`. The cost: a read's lock the record does not name is not found by whoever
     /// completes the transaction after this handle dies (a crash, `abandon`) or another handle
     /// decides it; it stays on the item, unapplied (readers see through it), until a transaction
-    /// that needs the item releases it. Off by default. See docs/PROTOCOL.md "One round trip per
-    /// locked read".
+    /// that needs the item releases it, or a sweep of the items (`tables_to_scan`) does once the
+    /// record is finalized. The first read sends its lock together with the record's creation
+    /// (one round trip for both), made safe by tombstones. Off by default. See docs/PROTOCOL.md
+    /// "One round trip per locked read" and "Tombstones".
     pub lock_reads_before_recording: bool,
     /// Attempts of [`TransactionManager::run`](crate::TransactionManager::run) before it gives up.
     pub run_attempts: u32,

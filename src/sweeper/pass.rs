@@ -350,25 +350,37 @@ impl Pass<'_> {
             match self.owner_state(&owner).await? {
                 OwnerState::Pending | OwnerState::Decided { finalized: false } => Ok(()),
                 OwnerState::Decided { finalized: true } => {
-                    // A lock taken late by a slow coordinator of a finished transaction.
-                    {
+                    // A lock taken late by a slow coordinator of a finished transaction, or a
+                    // read's lock its record never named (`lock_reads_before_recording`).
+                    let first = {
                         let mut done = self.completed_owners.lock().expect("poisoned");
-                        if done.contains(&owner) {
-                            return Ok(());
+                        let first = !done.contains(&owner);
+                        if first {
+                            done.push(owner.clone());
                         }
-                        done.push(owner.clone());
+                        first
+                    };
+                    if self.opts.dry_run {
+                        if first {
+                            self.note(|r| r.stale_locks_completed += 1);
+                        }
+                        return Ok(());
                     }
-                    if !self.opts.dry_run {
+                    if first {
                         match self.mgr.complete_transaction(&owner_id).await {
                             Ok(_)
                             | Err(Error::TransactionNotFound { .. })
                             | Err(Error::UnknownOutcome { .. }) => {}
                             Err(e) => return Err(e),
                         }
+                        debug!(tx = %owner_id, table, "sweep: completed a finalized transaction that still held a lock");
+                        self.note(|r| r.stale_locks_completed += 1);
                     }
-                    debug!(tx = %owner_id, table, "sweep: completed a finalized transaction that still held a lock");
-                    self.note(|r| r.stale_locks_completed += 1);
-                    Ok(())
+                    // Completion settles the items the record names; a lock still on this item
+                    // is one it does not name, never applied: released as the decided
+                    // transaction's.
+                    crate::contention::steal_orphan(&self.mgr.inner, &owner_id, table, &key, true)
+                        .await
                 }
                 OwnerState::Gone => self.orphan_lock(table, &key, &owner_id, &obs).await,
             }

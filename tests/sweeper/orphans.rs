@@ -190,3 +190,50 @@ async fn orphan_images_and_locks_of_deleted_records_are_cleaned() {
         s(pending.as_str())
     );
 }
+
+/// With `lock_reads_before_recording`, a read's lock the record never named outlives the
+/// transaction's rollback by another coordinator; a sweep of the items releases it once the record
+/// is finalized (before session 6 it completed the owner and left the lock).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sweep_releases_read_locks_a_finalized_record_never_named() {
+    let env = TestEnv::with_settings("sweep-unnamed", |s| {
+        s.lock_reads_before_recording = true;
+        s.rollback_on_drop = false;
+    })
+    .await;
+    for k in ["a", "b"] {
+        env.raw_put(&env.table, item(&[("Id", s(k)), ("v", s("x"))]))
+            .await;
+    }
+    let tx = env.manager.begin();
+    let id = tx.id().clone();
+    for k in ["a", "b"] {
+        tx.get_item()
+            .table_name(&env.table)
+            .key("Id", s(k))
+            .send()
+            .await
+            .unwrap();
+    }
+    tx.abandon();
+    let (m2, _) = env.second_coordinator();
+    m2.rollback_transaction(&id).await.unwrap();
+    assert_eq!(env.tx_state(&id).await, Some((TxState::RolledBack, true)));
+    let b = env.raw_get(&env.table, &key("b")).await.unwrap();
+    assert_eq!(b["_TxId"], s(id.as_str()), "b's lock is not named: {b:?}");
+    assert!(!has_tx_attrs(
+        &env.raw_get(&env.table, &key("a")).await.unwrap()
+    ));
+
+    let report = env
+        .manager
+        .sweep(&SweepOptions::new().tables_to_scan([env.table.clone()]))
+        .await
+        .unwrap();
+    assert_eq!(report.errors.len(), 0, "{report:?}");
+    assert_eq!(report.stale_locks_completed, 1, "{report:?}");
+    assert_eq!(
+        env.raw_get(&env.table, &key("b")).await.unwrap(),
+        item(&[("Id", s("b")), ("v", s("x"))])
+    );
+}
