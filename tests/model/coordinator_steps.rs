@@ -309,10 +309,12 @@ impl ProtocolModel {
             self.absorb(s, k);
             return true;
         }
+        // The requests not yet recorded go into the decisive write (`fold_into_decision`).
+        let folded = self.folds(&c, tx);
         // Every item's final write is conditional on our lock and the applied flag we know.
         for e in 0..c.known {
             let i = self.entry(tx, e).item;
-            let applied = match c.items[e as usize] {
+            let applied = match self.lock_of(&c, tx, e) {
                 Knows::Locked { applied, .. } => applied,
                 Knows::Batched { .. } => false,
                 _ => return false,
@@ -335,7 +337,7 @@ impl ProtocolModel {
         }
         for e in 0..c.known {
             let entry = self.entry(tx, e).clone();
-            let applied = matches!(c.items[e as usize], Knows::Locked { applied: true, .. });
+            let applied = matches!(self.lock_of(&c, tx, e), Knows::Locked { applied: true, .. });
             let it = &mut s.items[entry.item];
             if applied {
                 // `settle_write(committed)` of an item applied early: remove the lock attributes.
@@ -348,12 +350,17 @@ impl ProtocolModel {
                 }
             }
         }
+        let requests = if folded { c.known } else { r.requests };
         s.records[t] = Some(Record {
             state: TxState::Committed,
             finalized: true,
-            ..r
+            requests,
+            version: r.version + u8::from(folded),
         });
-        self.commit_ghost(s, tx, r.requests);
+        if folded {
+            s.folded_commit = true;
+        }
+        self.commit_ghost(s, tx, requests);
         if !lost {
             Self::done(s, k);
         }

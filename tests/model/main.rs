@@ -6,7 +6,8 @@
 //!
 //! - the coordinators of 2–3 transactions over 2–3 items (buffered or interactive writes, the
 //!   one-request and the phased commit, the write-only fast path, read locks (taken at commit, or
-//!   interactively in either `ReadShape`), inserts of absent
+//!   interactively in either `ReadShape`; a write on an item read earlier, whose request the
+//!   one-request commit records itself when every item is held), inserts of absent
 //!   items, deletes, large items whose before-image lives in the images table), and the batched
 //!   locking commit (record and locks in one TransactWriteItems, images read after the locks,
 //!   cancellation and ambiguous failure falling back to the per-item path);

@@ -110,10 +110,49 @@ impl ProtocolModel {
     /// The entry of `tx`'s plan that concerns `item` among the first `n` (what a completer learns
     /// from the record's requests).
     pub(crate) fn recorded_op(&self, tx: Tx, item: usize, n: u8) -> Option<Op> {
+        // A read and a later write of one item: the write is what the item is settled for.
         self.plan(tx).entries[..n as usize]
             .iter()
-            .find(|e| e.item == item)
+            .filter(|e| e.item == item)
             .map(|e| e.op)
+            .fold(None, |found, op| match found {
+                Some(w) if w != Op::Get && op == Op::Get => Some(w),
+                _ => Some(op),
+            })
+    }
+
+    /// What the handle knows of the lock on entry `e`'s item: the entry's own lock, or the lock
+    /// another entry of the same item took (a write on an item read earlier).
+    pub(crate) fn lock_of(&self, c: &Coordinator, tx: Tx, e: u8) -> Knows {
+        let own = c.items[e as usize];
+        if matches!(own, Knows::Locked { .. } | Knows::Batched { .. }) {
+            return own;
+        }
+        let item = self.entry(tx, e).item;
+        (0..c.known)
+            .filter(|&x| self.entry(tx, x).item == item)
+            .map(|x| c.items[x as usize])
+            .find(|k| matches!(k, Knows::Locked { .. } | Knows::Batched { .. }))
+            .unwrap_or(own)
+    }
+
+    /// `append_folds_into_commit`: the one-request commit records the requests not yet in the
+    /// record itself (in its decisive write) when the record exists, is not in doubt, and every
+    /// item is already held, and what is unrecorded is not only held reads.
+    pub(crate) fn folds(&self, c: &Coordinator, tx: Tx) -> bool {
+        let held = |e: u8| {
+            matches!(
+                self.lock_of(c, tx, e),
+                Knows::Locked { .. } | Knows::Batched { .. }
+            )
+        };
+        self.plan(tx).commit == CommitPath::OneRequest
+            && c.version > 0
+            && !c.in_doubt
+            && c.recorded < c.known
+            && self.interactive(c, tx).is_none()
+            && (c.recorded..c.known).any(|e| self.entry(tx, e).op.is_write())
+            && (0..c.known).all(held)
     }
 
     pub(crate) fn needs_table_image(&self, tx: Tx, e: u8, k: &Knows) -> bool {
@@ -181,6 +220,9 @@ impl ProtocolModel {
             } else {
                 Next::Apply(vec![e])
             };
+        }
+        if self.folds(c, tx) {
+            return Next::CommitOneRequest;
         }
         if c.recorded < self.record_target(c, tx) {
             return Next::Record;
@@ -317,6 +359,19 @@ impl ProtocolModel {
         if s.coordinators[k as usize].resumed.is_some() {
             s.resumed_commit = true;
         }
+    }
+
+    /// Some one-request transaction writes an item it read earlier (the folded commit's shape).
+    pub(crate) fn writes_after_reads(&self) -> bool {
+        self.cfg.txs.iter().any(|p| {
+            p.commit == CommitPath::OneRequest
+                && p.entries.iter().enumerate().any(|(i, e)| {
+                    e.op.is_write()
+                        && p.entries[..i]
+                            .iter()
+                            .any(|r| r.item == e.item && r.op == Op::Get)
+                })
+        })
     }
 
     /// Some transaction takes its locks in one batch.

@@ -172,6 +172,8 @@ pub(crate) struct State {
     pub(crate) resumed_commit: bool,
     /// A batched record-and-lock request was cancelled and the transaction went on item by item.
     pub(crate) batch_fell_back: bool,
+    /// A one-request commit recorded requests itself (`fold_into_decision`).
+    pub(crate) folded_commit: bool,
     /// A record's creation failed on a tombstone.
     pub(crate) creation_refused: bool,
     /// A transaction committed while an item one of its handles read under lock (a recorded read,

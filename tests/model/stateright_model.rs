@@ -31,6 +31,7 @@ impl Model for ProtocolModel {
             resumed_commit: false,
             batch_fell_back: false,
             creation_refused: false,
+            folded_commit: false,
             stale_read: false,
         }]
     }
@@ -337,6 +338,10 @@ impl Model for ProtocolModel {
                             })
                         })
                 },
+            ),
+            Property::sometimes(
+                "a one-request commit records the writes on items it holds",
+                |m: &ProtocolModel, s: &State| !m.writes_after_reads() || s.folded_commit,
             ),
             Property::sometimes(
                 "a record's creation fails on a tombstone",
