@@ -210,6 +210,27 @@ impl Transaction {
             let pending = &st.requests[st.recorded..];
             self.wrote.store(true, Ordering::SeqCst);
             let out = match st.meta {
+                // An earlier creation of ours may have landed: creating the record again could
+                // bring back a transaction another handle has finished since (its record deleted
+                // once finalized). Read it instead; if it is absent, end the transaction under a
+                // tombstone, not knowing whether another handle committed it.
+                None if st.record_in_doubt => {
+                    match record::load_header(c, table, &self.id).await? {
+                        Some(h) => Appended::Conflict(Some(h)),
+                        None => {
+                            let ttl = self.inner.settings.record_ttl_secs();
+                            match record::put_tombstone(c, table, &self.id, ttl).await? {
+                                record::Tombstoned::Exists(h) => Appended::Conflict(Some(h)),
+                                record::Tombstoned::Put => {
+                                    self.release_own_locks(st).await?;
+                                    return Err(Error::UnknownOutcome {
+                                        tx_id: self.id.clone(),
+                                    });
+                                }
+                            }
+                        }
+                    }
+                }
                 None => {
                     if let crate::settings::ContentionPolicy::Ordered {
                         ticket_at_begin: true,
@@ -228,17 +249,21 @@ impl Transaction {
                             .await?;
                     }
                     let ticket = self.ticket.get().copied();
-                    let earlier_in_doubt = std::mem::replace(&mut st.record_in_doubt, true);
-                    let out = match record::create(c, table, &self.id, pending, ticket).await? {
-                        // A tombstone: a lock of ours was released while we had no record. If an
-                        // earlier creation of ours may have landed, the record it made may have
-                        // been decided (by another handle), finalized and deleted before the
-                        // tombstone: the outcome is unknown. Otherwise nothing of ours was ever
-                        // recorded: rolled back.
-                        Appended::Conflict(Some(h)) if h.tombstone && earlier_in_doubt => {
-                            Appended::Conflict(None)
+                    // A creation that may land leaves the record in doubt (a tombstone it meets
+                    // means a lock of ours was released while we had no record: rolled back).
+                    st.record_in_doubt = true;
+                    let out = match record::create(c, table, &self.id, pending, ticket).await {
+                        Ok(out) => out,
+                        Err(e) => {
+                            st.record_in_doubt = matches!(
+                                e,
+                                Error::DynamoDb {
+                                    ambiguous: true,
+                                    ..
+                                }
+                            );
+                            return Err(e);
                         }
-                        out => out,
                     };
                     if let (Some(t), Appended::Ok(_)) = (ticket, &out) {
                         let _ = self.ticket_recorded.set(t);
@@ -276,11 +301,10 @@ impl Transaction {
     ) -> Result<()> {
         let Some(h) = header else {
             return if st.meta.is_none() {
-                // Our creation met a tombstone after an earlier creation of ours may have landed.
-                self.release_own_locks(st).await?;
-                Err(Error::UnknownOutcome {
-                    tx_id: self.id.clone(),
-                })
+                Err(Error::invariant(format!(
+                    "the record of {} could not be created",
+                    self.id
+                )))
             } else {
                 // The record is gone: only locks this handle took late can remain; release them.
                 self.release_own_locks(st).await?;

@@ -52,6 +52,16 @@ impl ProtocolModel {
         let c = s.coordinators[k as usize].clone();
         let target = self.record_target(&c, tx);
         match (c.version, s.records[t]) {
+            // An earlier creation may have landed (its answer was lost), and the record is absent:
+            // never created, or finished by another handle and deleted. Not created again: a
+            // tombstone ends the transaction (`UnknownOutcome`).
+            (0, None) if c.in_doubt => {
+                if lost {
+                    return false;
+                }
+                s.tombstones[t] = true;
+                Self::done(s, k);
+            }
             // The creation fails on a tombstone: `RolledBack` (or `UnknownOutcome` after an
             // earlier creation in doubt). Its locks are released by whoever put the tombstone.
             (0, None) if s.tombstones[t] => {
@@ -73,11 +83,13 @@ impl ProtocolModel {
                 if !lost {
                     c.version = 1;
                     c.recorded = target;
-                } else if self.cfg.reads == ReadShape::LockThenRecord {
+                } else {
+                    c.in_doubt = true;
+                }
+                if lost && self.cfg.reads == ReadShape::LockThenRecord {
                     // The read whose lock went with this creation fails (the creation's answer
                     // is lost): its lock, landed or not, is not trusted; the read, repeated,
                     // records then locks.
-                    c.in_doubt = true;
                     for e in 0..c.items.len() {
                         if c.reads[e].is_some() {
                             c.items[e] = Knows::Nothing;

@@ -275,30 +275,16 @@ fn transfer_with_the_writes_folded_into_the_commit() {
     }
 }
 
+/// A second handle may resume the transaction at any moment while its first coordinator runs;
+/// records are deleted once finalized. Before session 6 a creation answered ambiguously was
+/// retried as a creation, and the model found the record created anew after a second handle had
+/// committed the transaction and its record had been deleted ("committed state is immutable"
+/// failed): a handle now reads a record whose creation is in doubt and, finding none, ends the
+/// transaction under a tombstone.
 #[test]
 fn transfer_with_a_second_handle() {
     let mut cfg = transfer(ReadShape::LockThenRecord);
     cfg.name = "transfer, folded commit, a second handle";
-    cfg.second_handles = vec![0];
-    cfg.crashes = 0;
-    // Records kept: see the known issue below.
-    cfg.delete_records = false;
-    assert_model_holds(cfg);
-}
-
-/// Known issue (found by this model in session 6, not fixed yet): a handle whose record creation
-/// was answered ambiguously retries the creation later; if meanwhile a second handle resumed the
-/// transaction from the record that did land, committed it, and the finalized record was deleted
-/// (the sweeper's `delete_after`, TTL, `delete_transaction`), the retry creates the record anew
-/// and the transaction runs a second time ("committed state is immutable" fails). A retry of an
-/// in-doubt creation must not create a record that may have existed: read it first, and when it is
-/// absent, end the transaction under a tombstone (`UnknownOutcome`), or bound record deletion by
-/// age as tombstones are.
-#[test]
-#[ignore = "known issue: an in-doubt record creation retried after the record was deleted"]
-fn known_issue_creation_retried_after_the_record_was_deleted() {
-    let mut cfg = transfer(ReadShape::LockThenRecord);
-    cfg.name = "known issue: creation retried after deletion";
     cfg.second_handles = vec![0];
     cfg.crashes = 0;
     assert_model_holds(cfg);

@@ -142,8 +142,8 @@ pub(crate) struct Coordinator {
     pub(crate) batch_done: bool,
     /// `Bug::BatchImagesReadBeforeLock` only: the items' data as read before the batch.
     pub(crate) pre_read: Option<Vec<Option<u8>>>,
-    /// A creation of the record was sent and its answer lost: a later read locks only after the
-    /// record is known (`record_in_doubt`).
+    /// A creation of the record was sent and its answer lost (`record_in_doubt`): the record is
+    /// read, never created again, and a later read locks only after the record is known.
     pub(crate) in_doubt: bool,
     /// Ghost: what each interactive read returned to this handle's caller (`Some(None)`: absent).
     pub(crate) reads: Vec<Option<Option<u8>>>,

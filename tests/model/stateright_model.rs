@@ -186,7 +186,9 @@ impl Model for ProtocolModel {
             Action::BatchLock { c, lost, fresh } => self.batch_lock(&mut s, c, lost, fresh),
             Action::PreRead { c } => self.pre_read(&mut s, c),
             Action::BatchFallBack { c } => {
+                // The batch's answer was lost: its record may exist (`record_in_doubt`).
                 s.coordinators[c as usize].batch_done = true;
+                s.coordinators[c as usize].in_doubt = true;
                 true
             }
             Action::ReadImage { c, entry } => self.read_image(&mut s, c, entry),

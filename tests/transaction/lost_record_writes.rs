@@ -1,8 +1,8 @@
 //! Lost responses to the record's creation and appends.
 
 use aws_sdk_dynamodb::types::ReturnValue;
-use dynamodb_transactions::TxState;
 use dynamodb_transactions::fault::FaultMode;
+use dynamodb_transactions::{Error, TxState};
 
 use crate::common::*;
 use crate::counts;
@@ -158,4 +158,53 @@ async fn a_chunked_record_cut_short_then_appended_by_a_second_handle_commits_onc
             );
         }
     }
+}
+
+/// The answer to the record's creation is lost; meanwhile a second handle resumes the transaction
+/// from the record that did land, commits it, and the finalized record is deleted. The first
+/// handle's retried call must not create the record anew (the transaction would run twice): it
+/// finds no record, ends the transaction under a tombstone and reports `UnknownOutcome`, and the
+/// write stays applied once. Found by the protocol model (session 6).
+#[tokio::test]
+async fn a_call_retried_after_its_record_was_committed_elsewhere_and_deleted_is_not_run_again() {
+    let env = TestEnv::new("lost-create-del").await;
+    env.raw_put(&env.table, item(&[("Id", s("x")), ("n", n(0))]))
+        .await;
+    env.manager
+        .begin()
+        .get_item()
+        .table_name(&env.table)
+        .key("Id", s("warm"))
+        .send()
+        .await
+        .unwrap();
+    let tx = env.manager.begin();
+    let tx_id = tx.id().clone();
+    let call = || {
+        tx.update_item()
+            .table_name(&env.table)
+            .key("Id", s("x"))
+            .update_expression("ADD n :one")
+            .expression_attribute_values(":one", n(1))
+            .return_values(ReturnValue::UpdatedNew)
+            .send()
+    };
+    env.faults
+        .fail_operation_at("PutItem", 1, FaultMode::AfterSend);
+    assert!(call().await.is_err());
+    assert!(env.faults.struck());
+    // Another handle finishes the transaction the record describes; the record is deleted.
+    let (m2, _) = env.second_coordinator();
+    m2.resume(&tx_id).await.unwrap().commit().await.unwrap();
+    assert_eq!(counts(&env, &["x"]).await, vec![n(1)]);
+    assert!(m2.delete_transaction(&tx_id).await.unwrap());
+
+    let again = call().await;
+    assert!(
+        matches!(again, Err(Error::UnknownOutcome { .. })),
+        "{again:?}"
+    );
+    assert!(tx.commit().await.is_err());
+    assert_eq!(counts(&env, &["x"]).await, vec![n(1)]);
+    assert_eq!(env.tx_state(&tx_id).await, None);
 }
