@@ -113,6 +113,16 @@ async fn sweep_dry_run_then_for_real_then_watch() {
             .all(|l| l["records_scanned"] == 1 && l["deleted"] == 0 && l["finalized_kept"] == 1),
         "{lines:?}"
     );
+    // `tx list` shows it as what it is.
+    let listed = json_of(tx_bin(&env).args(["--json", "tx", "list"]));
+    let stone = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["id"] == gone.as_str())
+        .unwrap_or_else(|| panic!("the tombstone is listed: {listed}"));
+    assert_eq!(stone["tombstone"], true);
+    assert_eq!(stone["state"], "rolled-back");
 
     // An applied lock of a vanished transaction: reported, exit code 3.
     env.raw_put(

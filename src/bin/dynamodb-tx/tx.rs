@@ -94,6 +94,7 @@ fn summary_json(s: &TxSummary) -> Value {
         "created_ms": s.created_ms,
         "updated_ms": s.updated_ms,
         "expires_at_s": s.expires_at_s,
+        "tombstone": s.tombstone,
     })
 }
 
@@ -126,9 +127,15 @@ async fn tx_list(
     }
     let mut t = Table::new(&["ID", "STATE", "FINALIZED", "VERSION", "UPDATED", "CREATED"]);
     for s in &list {
+        // A tombstone: put when a lock of this id was released while the id had no record.
+        let state = if s.tombstone {
+            format!("{} (tombstone)", s.state)
+        } else {
+            s.state.to_string()
+        };
         t.row(vec![
             s.id.to_string(),
-            s.state.to_string(),
+            state,
             if s.finalized { "yes" } else { "no" }.into(),
             s.version.to_string(),
             fmt_ago(s.updated_ms),
