@@ -257,12 +257,11 @@ impl Write {
     ) -> Result<Written> {
         let (names, values) = self.ph.used_by(&self.exprs());
         let on_fail = ReturnValuesOnConditionCheckFailure::AllOld;
-        match &self.kind {
-            WriteKind::Put { item } => {
-                let r = client
-                    .put_item()
-                    .table_name(&self.table)
-                    .set_item(Some(item.clone()))
+        // The three single-item operations differ only in their builder, their key or item and
+        // the error type that carries a failed condition's item.
+        macro_rules! send_one {
+            ($builder:expr, $failed:path, $on_error:expr) => {{
+                let r = $builder
                     .set_condition_expression(self.condition.clone())
                     .set_expression_attribute_names(names)
                     .set_expression_attribute_values(values)
@@ -273,58 +272,41 @@ impl Write {
                 match r {
                     Ok(o) => Ok(Written::Ok(o.attributes)),
                     Err(e) => match e.as_service_error() {
-                        Some(aws_sdk_dynamodb::operation::put_item::PutItemError::ConditionalCheckFailedException(c)) => {
-                            Ok(Written::ConditionFailed(c.item.clone()))
-                        }
-                        _ => Err(Error::sdk("PutItem", e).on_table(&self.table)),
+                        Some($failed(c)) => Ok(Written::ConditionFailed(c.item.clone())),
+                        _ => Err($on_error(e)),
                     },
                 }
-            }
-            WriteKind::Update { key, update } => {
-                let r = client
+            }};
+        }
+        use aws_sdk_dynamodb::operation::{
+            delete_item::DeleteItemError, put_item::PutItemError, update_item::UpdateItemError,
+        };
+        match &self.kind {
+            WriteKind::Put { item } => send_one!(
+                client
+                    .put_item()
+                    .table_name(&self.table)
+                    .set_item(Some(item.clone())),
+                PutItemError::ConditionalCheckFailedException,
+                |e| Error::sdk("PutItem", e).on_table(&self.table)
+            ),
+            WriteKind::Update { key, update } => send_one!(
+                client
                     .update_item()
                     .table_name(&self.table)
                     .set_key(Some(key.clone()))
-                    .update_expression(update)
-                    .set_condition_expression(self.condition.clone())
-                    .set_expression_attribute_names(names)
-                    .set_expression_attribute_values(values)
-                    .set_return_values(return_values)
-                    .return_values_on_condition_check_failure(on_fail)
-                    .send()
-                    .await;
-                match r {
-                    Ok(o) => Ok(Written::Ok(o.attributes)),
-                    Err(e) => match e.as_service_error() {
-                        Some(aws_sdk_dynamodb::operation::update_item::UpdateItemError::ConditionalCheckFailedException(c)) => {
-                            Ok(Written::ConditionFailed(c.item.clone()))
-                        }
-                        _ => Err(Error::sdk("UpdateItem", e).on_item(&self.table, key)),
-                    },
-                }
-            }
-            WriteKind::Delete { key } => {
-                let r = client
+                    .update_expression(update),
+                UpdateItemError::ConditionalCheckFailedException,
+                |e| Error::sdk("UpdateItem", e).on_item(&self.table, key)
+            ),
+            WriteKind::Delete { key } => send_one!(
+                client
                     .delete_item()
                     .table_name(&self.table)
-                    .set_key(Some(key.clone()))
-                    .set_condition_expression(self.condition.clone())
-                    .set_expression_attribute_names(names)
-                    .set_expression_attribute_values(values)
-                    .set_return_values(return_values)
-                    .return_values_on_condition_check_failure(on_fail)
-                    .send()
-                    .await;
-                match r {
-                    Ok(o) => Ok(Written::Ok(o.attributes)),
-                    Err(e) => match e.as_service_error() {
-                        Some(aws_sdk_dynamodb::operation::delete_item::DeleteItemError::ConditionalCheckFailedException(c)) => {
-                            Ok(Written::ConditionFailed(c.item.clone()))
-                        }
-                        _ => Err(Error::sdk("DeleteItem", e).on_item(&self.table, key)),
-                    },
-                }
-            }
+                    .set_key(Some(key.clone())),
+                DeleteItemError::ConditionalCheckFailedException,
+                |e| Error::sdk("DeleteItem", e).on_item(&self.table, key)
+            ),
             WriteKind::Check { .. } => match transact(client, std::slice::from_ref(self)).await? {
                 Transacted::Ok => Ok(Written::Ok(None)),
                 Transacted::Cancelled(reasons) => {
