@@ -202,7 +202,9 @@ async fn list_append_histories_are_serializable_under_chaos() {
         .sweep(
             &SweepOptions::new()
                 .rollback_after(Duration::ZERO)
-                .complete_after(Duration::ZERO),
+                .complete_after(Duration::ZERO)
+                // Read locks a crashed coordinator's record never named are found on the items.
+                .tables_to_scan([env.table.clone()]),
         )
         .await
         .unwrap();
