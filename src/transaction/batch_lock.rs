@@ -157,21 +157,6 @@ impl Transaction {
         }
     }
 
-    /// The ticket to write in a new record (`ticket_at_begin`), taken now if not yet.
-    async fn ticket_for_record(&self) -> Result<Option<u64>> {
-        if let crate::settings::ContentionPolicy::Ordered {
-            ticket_at_begin: true,
-            ..
-        } = self.inner.settings.contention
-        {
-            let inner = &self.inner;
-            self.ticket
-                .get_or_try_init(|| record::take_ticket(&inner.client, &inner.tx_table))
-                .await?;
-        }
-        Ok(self.ticket.get().copied())
-    }
-
     /// Locks the unlocked items (but those in `skip`) in `TransactWriteItems` of up to 99 locks and
     /// a check that the record is pending, concurrently. Returns the locks that landed; the items of
     /// a batch that did not land are left to the per-item phase.

@@ -232,23 +232,7 @@ impl Transaction {
                     }
                 }
                 None => {
-                    if let crate::settings::ContentionPolicy::Ordered {
-                        ticket_at_begin: true,
-                        ..
-                    } = self.inner.settings.contention
-                    {
-                        let inner = &self.inner;
-                        self.ticket
-                            .get_or_try_init(|| {
-                                crate::ticket::take(
-                                    &inner.client,
-                                    &inner.tx_table,
-                                    inner.settings.ticket_source,
-                                )
-                            })
-                            .await?;
-                    }
-                    let ticket = self.ticket.get().copied();
+                    let ticket = self.ticket_for_record().await?;
                     // A creation that may land leaves the record in doubt (a tombstone it meets
                     // means a lock of ours was released while we had no record: rolled back).
                     st.record_in_doubt = true;

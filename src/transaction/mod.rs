@@ -302,6 +302,30 @@ impl Transaction {
         GetItemBuilder::new(self)
     }
 
+    /// The ticket to write in a new record: with `ticket_at_begin`, taken now (from the
+    /// configured source) if this unit of work has none yet; otherwise the one it already has,
+    /// if any. Every way of creating the record goes through here, so a record's ticket always
+    /// comes from one source.
+    async fn ticket_for_record(&self) -> Result<Option<u64>> {
+        if let crate::settings::ContentionPolicy::Ordered {
+            ticket_at_begin: true,
+            ..
+        } = self.inner.settings.contention
+        {
+            let inner = &self.inner;
+            self.ticket
+                .get_or_try_init(|| {
+                    crate::ticket::take(
+                        &inner.client,
+                        &inner.tx_table,
+                        inner.settings.ticket_source,
+                    )
+                })
+                .await?;
+        }
+        Ok(self.ticket.get().copied())
+    }
+
     fn check_open(&self, st: &State) -> Result<()> {
         if self.finished.load(Ordering::SeqCst) {
             return Err(Error::TransactionFinished {

@@ -269,6 +269,64 @@ async fn clock_tickets_take_no_ticket_requests() {
     );
 }
 
+/// A clock ticket taken as the transaction begins goes into the record whichever way the record is
+/// created: here with the locks of a write-only transaction, batched into one request with the
+/// record's creation. It must be the clock's (epoch microseconds, no request), never the counter's
+/// (an `ADD` on the shared row, and a small number that would sort before every clock ticket).
+#[tokio::test]
+async fn clock_tickets_at_begin_go_with_batched_locks_too() {
+    let env = TestEnv::new("ct-clock-batch").await;
+    for k in ["a", "b"] {
+        env.raw_put(&env.table, item(&[("Id", s(k)), ("v", n(1))]))
+            .await;
+    }
+    let m = TransactionManager::builder(client_with(vec![]))
+        .transactions_table(env.manager.transactions_table())
+        .images_table(env.manager.images_table())
+        .configure(|s| {
+            s.write_only_fast_path = false;
+            s.batch_locks = true;
+            s.ticket_source = TicketSource::Clock;
+            s.contention = ContentionPolicy::Ordered {
+                dead_after: Duration::from_secs(30),
+                ticket_at_begin: true,
+            };
+        })
+        .build();
+    let tx = m.begin();
+    for k in ["a", "b"] {
+        tx.update_item()
+            .table_name(&env.table)
+            .key("Id", s(k))
+            .update_expression("SET v = v + :one")
+            .expression_attribute_values(":one", n(1))
+            .send()
+            .await
+            .unwrap();
+    }
+    let id = tx.id().clone();
+    tx.commit().await.unwrap();
+    assert_eq!(
+        env.raw_get(env.manager.transactions_table(), &counter_row())
+            .await,
+        None,
+        "no counter row"
+    );
+    let ticket = ticket_of(&env, &id).await;
+    // 2020-01-01 in epoch microseconds, above the 12 tie-breaking bits.
+    assert!(
+        ticket >> 12 > 1_577_836_800_000_000,
+        "a clock ticket, not the counter's: {ticket}"
+    );
+    for k in ["a", "b"] {
+        let it = env
+            .raw_get(&env.table, &item(&[("Id", s(k))]))
+            .await
+            .unwrap();
+        assert_eq!(it["v"], n(2));
+    }
+}
+
 /// Under `RollBackOthers` no ticket is ever compared: a unit of work that `run` retries after being
 /// rolled back must not take one (an `ADD` on the shared counter row for nothing).
 #[tokio::test]
