@@ -92,7 +92,7 @@ impl Transaction {
         let mut last_touch = tokio::time::Instant::now();
         let mut met_at = tokio::time::Instant::now();
         let mut marked_waiting_on: Option<u64> = None;
-        let (mut tries, mut waits) = (0u32, 0u32);
+        let (mut tries, mut waits, mut handovers) = (0u32, 0u32, 0u32);
         let mut last_owner = None;
         loop {
             self.wrote.store(true, Ordering::SeqCst);
@@ -136,9 +136,30 @@ impl Transaction {
             let resolution =
                 crate::contention::resolve(&self.inner, &me, &owner, table, key, grace_left)
                     .await?;
+            let same_holder = last_owner.as_ref() == Some(&owner);
             last_owner = Some(owner);
             match resolution {
                 Resolution::Retry => {
+                    // Under tickets every holder resolved is progress (older ones finish, younger
+                    // ones yield): a new holder met after one was released does not count
+                    // against the attempts, only the wait's deadline bounds it. Giving up here
+                    // would make `run` start the whole unit of work again. The same holder met
+                    // again, or any holder under the other policy, counts.
+                    let ordered = matches!(
+                        settings.contention,
+                        crate::settings::ContentionPolicy::Ordered { .. }
+                    );
+                    if ordered && !same_holder {
+                        if tokio::time::Instant::now() >= deadline {
+                            break;
+                        }
+                        handovers += 1;
+                        if handovers > settings.lock_attempts {
+                            // Beaten to the item that often: let the others' requests through.
+                            crate::settings::backoff(settings, 1).await;
+                        }
+                        continue;
+                    }
                     tries += 1;
                     if tries >= settings.lock_attempts.max(1) {
                         break;

@@ -7,7 +7,7 @@ use std::time::Duration;
 use dynamodb_transactions::{ContentionPolicy, Error, TicketSource, TransactionManager, TxState};
 
 use crate::common::*;
-use crate::{counter_row, ordered, ordered_by, ticket_of};
+use crate::{counter_row, lock, ordered, ordered_by, ticket_of};
 
 #[tokio::test]
 async fn a_younger_transaction_waits_for_an_older_one_and_never_rolls_it_back() {
@@ -184,6 +184,54 @@ async fn a_dead_transaction_is_rolled_back_whatever_its_ticket() {
     assert_eq!(
         env.raw_get(&env.table, &key("k")).await.unwrap(),
         item(&[("Id", s("k")), ("v", n(1))])
+    );
+}
+
+/// Under tickets, a holder resolved (here a dead one, rolled back) is progress, not a failed
+/// attempt: even with `lock_attempts = 1` the next attempt takes the item. Before, the attempt
+/// that met the holder counted, the lock gave up with `ItemLocked`, and `run` started the whole
+/// unit of work again.
+#[tokio::test]
+async fn a_holder_resolved_does_not_use_up_the_lock_attempts() {
+    let env = TestEnv::new("ct-handover").await;
+    env.raw_put(&env.table, item(&[("Id", s("k")), ("v", n(1))]))
+        .await;
+    let m = ordered(&env, Duration::from_millis(300));
+    let old = m.begin();
+    let old_id = old.id().clone();
+    lock(&old, &env.table, "k").await.unwrap();
+    old.abandon();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let strict = TransactionManager::builder(client())
+        .transactions_table(env.manager.transactions_table())
+        .images_table(env.manager.images_table())
+        .configure(|s| {
+            s.contention = ContentionPolicy::Ordered {
+                dead_after: Duration::from_millis(300),
+                ticket_at_begin: true,
+            };
+            s.lock_attempts = 1;
+        })
+        .build();
+    let young = strict.begin();
+    lock(&young, &env.table, "k").await.unwrap();
+    young
+        .update_item()
+        .table_name(&env.table)
+        .key("Id", s("k"))
+        .update_expression("SET v = :two")
+        .expression_attribute_values(":two", n(2))
+        .send()
+        .await
+        .unwrap();
+    young.commit().await.unwrap();
+    assert_eq!(
+        env.tx_state(&old_id).await,
+        Some((TxState::RolledBack, true))
+    );
+    assert_eq!(
+        env.raw_get(&env.table, &key("k")).await.unwrap(),
+        item(&[("Id", s("k")), ("v", n(2))])
     );
 }
 
