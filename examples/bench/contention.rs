@@ -27,6 +27,15 @@ pub const MODES: &[Mode] = &[
     ("clock", |s| {
         s.ticket_source = dynamodb_transactions::TicketSource::Clock
     }),
+    // The clock, with the ticket taken as each unit of work begins (free with the clock): ordered
+    // by when they began, not by when they first met contention.
+    ("clock-begin", |s| {
+        s.ticket_source = dynamodb_transactions::TicketSource::Clock;
+        s.contention = ContentionPolicy::Ordered {
+            dead_after: Duration::from_secs(10),
+            ticket_at_begin: true,
+        };
+    }),
 ];
 
 /// What one mode did.

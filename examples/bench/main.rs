@@ -137,6 +137,13 @@ impl Args {
 async fn main() {
     let mut args = Args::parse();
     common::require_endpoint("bench");
+    // `RUST_LOG=dynamodb_transactions=debug` shows what the library did (on stderr).
+    if std::env::var_os("RUST_LOG").is_some() {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .init();
+    }
     if args.quick {
         args.shrink_for_quick();
     }
