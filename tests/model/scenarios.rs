@@ -290,6 +290,29 @@ fn transfer_with_a_second_handle() {
     assert_model_holds(cfg);
 }
 
+/// Larger: the transfer with a second handle, one crash and one lost response, records deleted
+/// once finalized.
+#[test]
+#[ignore = "larger run (~3 min in release): cargo test --release --test model -- --ignored"]
+fn transfer_with_a_second_handle_a_crash_and_a_lost_response() {
+    let mut cfg = transfer(ReadShape::LockThenRecord);
+    cfg.name = "transfer, folded commit, a second handle, a crash, a lost response";
+    cfg.second_handles = vec![0];
+    cfg.crashes = 1;
+    cfg.lost_responses = 1;
+    assert_model_holds(cfg);
+}
+
+/// Larger: locked reads whose first lock goes with the record's creation, two lost responses.
+#[test]
+#[ignore = "larger run (1.2M unique states, ~8 s in release): cargo test --release --test model -- --ignored"]
+fn locked_reads_lock_then_record_two_lost_responses() {
+    let mut cfg = locked_reads(ReadShape::LockThenRecord);
+    cfg.name = "locked reads, lock then record, two lost responses";
+    cfg.lost_responses = 2;
+    assert_model_holds(cfg);
+}
+
 /// Two locked reads while a second handle may resume the transaction at any moment (its first
 /// coordinator still running) and commit it in phases, with or without the second read, while a
 /// writer wants the item read second.
