@@ -1,5 +1,6 @@
 //! The lock scenarios, in the shape of the peer-lock comparison (docs/PERFORMANCE.md):
-//! - *uncontended*: one client acquires and releases one lock in a loop (after warm-ups);
+//! - *uncontended*: one client per lock acquires and releases it in a loop (after warm-ups), the
+//!   locks taking turns cycle by cycle;
 //! - *contended*: C contenders × R acquisitions of one lock; each hold is a consistent `GetItem`
 //!   of a counter, a sleep, and a `PutItem` of the counter + 1, so the final counter checks mutual
 //!   exclusion beside an in-process holder flag.
@@ -105,37 +106,48 @@ pub struct Uncontended {
     pub requests: f64,
 }
 
-/// Acquire + release of one lock by one client, `cycles` times after `warmup` cycles.
+/// Acquire + release of each lock by its own client, `cycles` times after `warmup` cycles, the
+/// locks taking turns cycle by cycle: DynamoDB Local keeps warming up over a run, so locks measured
+/// one after the other would not meet the same server.
 pub async fn uncontended(
-    what: &LockUnderTest,
-    label: &str,
+    locks: &[(&LockUnderTest, &str)],
     table: &str,
     warmup: usize,
     cycles: usize,
-) -> Uncontended {
-    let recorder = Recorder::default();
-    let client = common::client(vec![common::shared(recorder.clone())]).await;
-    let lock = Lock::build(what, client, table);
-    let name = format!("solo-{}", uuid::Uuid::new_v4().simple());
-    let mut cycle = Dist::millis();
+) -> Vec<Uncontended> {
+    let mut under_test = Vec::new();
+    for (what, label) in locks {
+        let recorder = Recorder::default();
+        let client = common::client(vec![common::shared(recorder.clone())]).await;
+        let lock = Lock::build(what, client, table);
+        let name = format!("solo-{}", uuid::Uuid::new_v4().simple());
+        under_test.push((label, recorder, lock, name, Dist::millis()));
+    }
     for i in 0..warmup + cycles {
-        if i == warmup {
-            recorder.take_all();
-            recorder.set_tag(1);
-        }
-        let t0 = Instant::now();
-        lock.acquire(&name).await.release().await;
-        if i >= warmup {
-            cycle.record_duration(t0.elapsed());
+        for (_, recorder, lock, name, cycle) in &mut under_test {
+            if i == warmup {
+                recorder.take_all();
+                recorder.set_tag(1);
+            }
+            let t0 = Instant::now();
+            lock.acquire(name).await.release().await;
+            if i >= warmup {
+                cycle.record_duration(t0.elapsed());
+            }
         }
     }
-    recorder.set_tag(0);
-    let recs = recorder.take(1);
-    Uncontended {
-        name: label.to_string(),
-        cycle,
-        requests: recs.len() as f64 / cycles.max(1) as f64,
-    }
+    under_test
+        .into_iter()
+        .map(|(label, recorder, _, _, cycle)| {
+            recorder.set_tag(0);
+            let recs = recorder.take(1);
+            Uncontended {
+                name: label.to_string(),
+                cycle,
+                requests: recs.len() as f64 / cycles.max(1) as f64,
+            }
+        })
+        .collect()
 }
 
 /// What one contended run measured.
@@ -402,13 +414,13 @@ pub async fn bench_locks(args: &Args, prefix: &str) -> LockResults {
         ),
     ];
     let mut out = LockResults::default();
-    for (what, label, solo) in &runs {
-        if *solo {
-            eprintln!("  locks: {label}, uncontended");
-            out.uncontended
-                .push(uncontended(what, label, &table, args.solo_warmup, args.solo_cycles).await);
-        }
-    }
+    let solo: Vec<(&LockUnderTest, &str)> = runs
+        .iter()
+        .filter(|(_, _, solo)| *solo)
+        .map(|(what, label, _)| (what, label.as_str()))
+        .collect();
+    eprintln!("  locks: uncontended, side by side");
+    out.uncontended = uncontended(&solo, &table, args.solo_warmup, args.solo_cycles).await;
     for (what, label, _) in &runs {
         eprintln!("  locks: {label}, {} contenders", args.contenders);
         out.contended
