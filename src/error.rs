@@ -297,6 +297,18 @@ impl Error {
         }
     }
 
+    /// True for a DynamoDB request that failed in a way that may nevertheless have applied it (a
+    /// timeout, a lost or 5xx answer): the protocol must find out, never send it blindly again.
+    pub(crate) fn may_have_landed(&self) -> bool {
+        matches!(
+            self,
+            Error::DynamoDb {
+                ambiguous: true,
+                ..
+            }
+        )
+    }
+
     /// True for [`Error::RolledBack`].
     pub fn is_rolled_back(&self) -> bool {
         matches!(self, Error::RolledBack { .. })

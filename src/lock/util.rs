@@ -98,13 +98,7 @@ pub(crate) fn backoff(attempt: u32) -> Duration {
 
 /// True when a failed request may nevertheless have been applied.
 pub(crate) fn is_ambiguous(e: &crate::Error) -> bool {
-    matches!(
-        e,
-        crate::Error::DynamoDb {
-            ambiguous: true,
-            ..
-        }
-    )
+    e.may_have_landed()
 }
 
 /// The outcome of a conditional write that failed.

@@ -14,7 +14,7 @@ use futures::StreamExt;
 use tracing::debug;
 
 use crate::ddb::{self, Transacted, Write};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::item_lock::{self, LockInfo, Observed};
 use crate::keys::ItemRef;
 use crate::record;
@@ -149,7 +149,7 @@ impl Transaction {
             Err(e) => {
                 // Possibly landed (every lock and the record): the record stays in doubt, and the
                 // per-item path recognises our record by its requests and our locks by `_TxId`.
-                st.record_in_doubt = is_ambiguous(&e);
+                st.record_in_doubt = e.may_have_landed();
                 debug!(tx = %self.id, error = %e, "batched record and locks failed; per item");
                 crate::metrics::retry(crate::metrics::LOCK_BATCH_FALLBACK);
                 Ok(Some(Err(refs.into_iter().map(|(k, _)| k).collect())))
@@ -253,14 +253,4 @@ fn lock_pad(st: &State, k: &ItemRef) -> Option<usize> {
     st.items[k]
         .write
         .map_or(Some(0), |w| request::lock_pad(&st.requests[w]))
-}
-
-fn is_ambiguous(e: &Error) -> bool {
-    matches!(
-        e,
-        Error::DynamoDb {
-            ambiguous: true,
-            ..
-        }
-    )
 }
