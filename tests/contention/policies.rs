@@ -31,20 +31,9 @@ async fn a_younger_transaction_waits_for_an_older_one_and_never_rolls_it_back_wi
         .await;
     let m = ordered_by(&env, source, Duration::from_secs(30));
     let old = m.begin();
-    old.get_item()
-        .table_name(&env.table)
-        .key("Id", s("k"))
-        .send()
-        .await
-        .unwrap();
+    lock(&old, &env.table, "k").await.unwrap();
     let young = m.begin();
-    young
-        .get_item()
-        .table_name(&env.table)
-        .key("Id", s("other"))
-        .send()
-        .await
-        .unwrap();
+    lock(&young, &env.table, "other").await.unwrap();
     assert!(ticket_of(&env, old.id()).await < ticket_of(&env, young.id()).await);
 
     // The younger one meets the older one's lock: it waits, then gives up, and the older one is
@@ -101,20 +90,9 @@ async fn an_older_transaction_rolls_back_a_younger_one_with(source: TicketSource
         .await;
     let m = ordered_by(&env, source, Duration::from_secs(30));
     let old = m.begin();
-    old.get_item()
-        .table_name(&env.table)
-        .key("Id", s("first"))
-        .send()
-        .await
-        .unwrap();
+    lock(&old, &env.table, "first").await.unwrap();
     let young = m.begin();
-    young
-        .get_item()
-        .table_name(&env.table)
-        .key("Id", s("k"))
-        .send()
-        .await
-        .unwrap();
+    lock(&young, &env.table, "k").await.unwrap();
     young
         .update_item()
         .table_name(&env.table)
@@ -160,22 +138,11 @@ async fn a_dead_transaction_is_rolled_back_whatever_its_ticket() {
     let m = ordered(&env, Duration::from_millis(300));
     let old = m.begin();
     let old_id = old.id().clone();
-    old.get_item()
-        .table_name(&env.table)
-        .key("Id", s("k"))
-        .send()
-        .await
-        .unwrap();
+    lock(&old, &env.table, "k").await.unwrap();
     old.abandon(); // its coordinator dies, holding the lock
     tokio::time::sleep(Duration::from_millis(400)).await;
     let young = m.begin();
-    young
-        .get_item()
-        .table_name(&env.table)
-        .key("Id", s("k"))
-        .send()
-        .await
-        .unwrap();
+    lock(&young, &env.table, "k").await.unwrap();
     assert_eq!(
         env.tx_state(&old_id).await,
         Some((TxState::RolledBack, true))
@@ -244,20 +211,9 @@ async fn roll_back_others_policy_rolls_back_the_holder_whatever_its_age() {
     env.raw_put(&env.table, item(&[("Id", s("k")), ("v", n(1))]))
         .await;
     let old = env.manager.begin();
-    old.get_item()
-        .table_name(&env.table)
-        .key("Id", s("k"))
-        .send()
-        .await
-        .unwrap();
+    lock(&old, &env.table, "k").await.unwrap();
     let young = env.manager.begin();
-    young
-        .get_item()
-        .table_name(&env.table)
-        .key("Id", s("k"))
-        .send()
-        .await
-        .unwrap();
+    lock(&young, &env.table, "k").await.unwrap();
     assert_eq!(
         env.tx_state(old.id()).await,
         Some((TxState::RolledBack, true))
