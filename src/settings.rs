@@ -221,6 +221,8 @@ pub enum TicketSource {
     /// microsecond, same random bits) neither wait for nor wound each other, which costs time, not
     /// safety. A clock that runs ahead makes its transactions look younger, one that lags makes
     /// them look older: skew costs fairness only. Keep the clocks synchronised (NTP) so that "older"
-    /// means "began (or met contention) earlier".
+    /// means "began (or met contention) earlier". With the clock, taking the ticket as a
+    /// transaction begins ([`ContentionPolicy::Ordered`]'s `ticket_at_begin`) costs nothing and
+    /// orders transactions by when they began.
     Clock,
 }
