@@ -22,7 +22,7 @@ pub struct Settings {
     /// Attempts to lock one item before giving up with [`Error::ItemLocked`]. Under
     /// [`ContentionPolicy::Ordered`] an attempt that finds a new holder after the last one was
     /// resolved (completed, or rolled back) does not count: that is progress, bounded by
-    /// `lock_wait`; only the same holder met again counts.
+    /// `lock_wait`; only a holder resolved before and met again counts.
     pub lock_attempts: u32,
     /// Most items committed by the one-request commit path (a single `TransactWriteItems` that applies
     /// every write, unlocks every item and commits the record). Larger transactions apply, commit and

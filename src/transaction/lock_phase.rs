@@ -94,6 +94,8 @@ impl Transaction {
         let mut marked_waiting_on: Option<u64> = None;
         let (mut tries, mut waits, mut handovers) = (0u32, 0u32, 0u32);
         let mut last_owner = None;
+        // The holder the last `Retry` resolved: meeting it again is no progress.
+        let mut last_resolved: Option<TxId> = None;
         loop {
             self.wrote.store(true, Ordering::SeqCst);
             let out = match item_lock::lock(c, table, key, &schema, &self.id).await {
@@ -136,20 +138,23 @@ impl Transaction {
             let resolution =
                 crate::contention::resolve(&self.inner, &me, &owner, table, key, grace_left)
                     .await?;
-            let same_holder = last_owner.as_ref() == Some(&owner);
+            let resolved_before = last_resolved.as_ref() == Some(&owner);
+            if resolution == Resolution::Retry {
+                last_resolved = Some(owner.clone());
+            }
             last_owner = Some(owner);
             match resolution {
                 Resolution::Retry => {
                     // Under tickets every holder resolved is progress (older ones finish, younger
                     // ones yield): a new holder met after one was released does not count
                     // against the attempts, only the wait's deadline bounds it. Giving up here
-                    // would make `run` start the whole unit of work again. The same holder met
-                    // again, or any holder under the other policy, counts.
+                    // would make `run` start the whole unit of work again. A holder resolved
+                    // before and met again, or any holder under the other policy, counts.
                     let ordered = matches!(
                         settings.contention,
                         crate::settings::ContentionPolicy::Ordered { .. }
                     );
-                    if ordered && !same_holder {
+                    if ordered && !resolved_before {
                         if tokio::time::Instant::now() >= deadline {
                             break;
                         }
