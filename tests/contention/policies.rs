@@ -202,6 +202,41 @@ async fn a_holder_resolved_does_not_use_up_the_lock_attempts() {
     );
 }
 
+/// The same with a younger holder that is running: the older transaction gives it its grace, then
+/// rolls it back and takes the item, still with `lock_attempts = 1` (the grace is no attempt, and
+/// the holder rolled back is not one resolved before).
+#[tokio::test]
+async fn a_younger_holder_given_its_grace_does_not_use_up_the_lock_attempts() {
+    let env = TestEnv::new("ct-handover-grace").await;
+    env.raw_put(&env.table, item(&[("Id", s("k")), ("v", n(1))]))
+        .await;
+    let strict = TransactionManager::builder(client())
+        .transactions_table(env.manager.transactions_table())
+        .images_table(env.manager.images_table())
+        .configure(|s| {
+            s.rollback_on_drop = false;
+            s.contention = ContentionPolicy::Ordered {
+                dead_after: Duration::from_secs(30),
+                ticket_at_begin: true,
+            };
+            s.wound_grace = Duration::from_millis(50);
+            s.lock_attempts = 1;
+        })
+        .build();
+    let old = strict.begin();
+    lock(&old, &env.table, "first").await.unwrap();
+    let young = strict.begin();
+    lock(&young, &env.table, "k").await.unwrap();
+    assert!(ticket_of(&env, old.id()).await < ticket_of(&env, young.id()).await);
+    lock(&old, &env.table, "k").await.unwrap();
+    assert_eq!(
+        env.tx_state(young.id()).await,
+        Some((TxState::RolledBack, true))
+    );
+    assert!(young.commit().await.unwrap_err().is_rolled_back());
+    old.commit().await.unwrap();
+}
+
 #[tokio::test]
 async fn roll_back_others_policy_rolls_back_the_holder_whatever_its_age() {
     let env = TestEnv::with_settings("ct-rbo", |s| {
