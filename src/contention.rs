@@ -52,12 +52,7 @@ impl Contender<'_> {
         if let Some(&t) = self.recorded.get() {
             return Ok(t);
         }
-        let proposed = *self
-            .ticket
-            .get_or_try_init(|| {
-                crate::ticket::take(&inner.client, &inner.tx_table, inner.settings.ticket_source)
-            })
-            .await?;
+        let proposed = crate::ticket::take_once(inner, self.ticket).await?;
         let t = *self
             .recorded
             .get_or_try_init(|| async {

@@ -358,16 +358,7 @@ impl TransactionManager {
                 )
                 && ticket.get().is_none()
             {
-                let inner = &self.inner;
-                let _ = ticket
-                    .get_or_try_init(|| {
-                        crate::ticket::take(
-                            &inner.client,
-                            &inner.tx_table,
-                            inner.settings.ticket_source,
-                        )
-                    })
-                    .await;
+                let _ = crate::ticket::take_once(&self.inner, &ticket).await;
             }
             tracing::debug!(tx = %id, attempt, error = %err, "retrying unit of work");
             crate::metrics::retry(crate::metrics::RUN_ATTEMPT);

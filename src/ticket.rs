@@ -11,7 +11,7 @@ use rand::Rng;
 
 use crate::error::Result;
 use crate::record;
-use crate::settings::TicketSource;
+use crate::settings::{Inner, TicketSource};
 
 /// Bits below the microseconds: the random tie-breaker. Microseconds since 1970 fit the 52 bits
 /// left until the year 2112.
@@ -27,6 +27,14 @@ pub(crate) async fn take(client: &Client, tx_table: &str, source: TicketSource) 
         TicketSource::Counter => record::take_ticket(client, tx_table).await,
         TicketSource::Clock => Ok(clock_ticket()),
     }
+}
+
+/// The ticket held in `cell`, taken from the configured source the first time (one unit of work
+/// keeps one ticket across its attempts and handles).
+pub(crate) async fn take_once(inner: &Inner, cell: &tokio::sync::OnceCell<u64>) -> Result<u64> {
+    cell.get_or_try_init(|| take(&inner.client, &inner.tx_table, inner.settings.ticket_source))
+        .await
+        .copied()
 }
 
 /// A ticket from this coordinator's clock.

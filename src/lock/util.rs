@@ -96,11 +96,6 @@ pub(crate) fn backoff(attempt: u32) -> Duration {
     )
 }
 
-/// True when a failed request may nevertheless have been applied.
-pub(crate) fn is_ambiguous(e: &crate::Error) -> bool {
-    e.may_have_landed()
-}
-
 /// The outcome of a conditional write that failed.
 pub(crate) enum WriteFailure {
     /// The condition was false; the item as it was (`ReturnValuesOnConditionCheckFailure::AllOld`),

@@ -85,9 +85,9 @@ impl Transaction {
             recorded: &self.ticket_recorded,
         };
         let deadline = tokio::time::Instant::now() + settings.lock_wait;
-        let heartbeat = match settings.contention {
-            crate::settings::ContentionPolicy::Ordered { dead_after, .. } => dead_after / 3,
-            _ => settings.lock_wait,
+        let (ordered, heartbeat) = match settings.contention {
+            crate::settings::ContentionPolicy::Ordered { dead_after, .. } => (true, dead_after / 3),
+            _ => (false, settings.lock_wait),
         };
         let mut last_touch = tokio::time::Instant::now();
         let mut met_at = tokio::time::Instant::now();
@@ -150,10 +150,6 @@ impl Transaction {
                     // against the attempts, only the wait's deadline bounds it. Giving up here
                     // would make `run` start the whole unit of work again. A holder resolved
                     // before and met again, or any holder under the other policy, counts.
-                    let ordered = matches!(
-                        settings.contention,
-                        crate::settings::ContentionPolicy::Ordered { .. }
-                    );
                     if ordered && !resolved_before {
                         if tokio::time::Instant::now() >= deadline {
                             break;

@@ -312,16 +312,7 @@ impl Transaction {
             ..
         } = self.inner.settings.contention
         {
-            let inner = &self.inner;
-            self.ticket
-                .get_or_try_init(|| {
-                    crate::ticket::take(
-                        &inner.client,
-                        &inner.tx_table,
-                        inner.settings.ticket_source,
-                    )
-                })
-                .await?;
+            crate::ticket::take_once(&self.inner, &self.ticket).await?;
         }
         Ok(self.ticket.get().copied())
     }

@@ -219,7 +219,7 @@ impl LeaseLock {
                         }
                         // After an ambiguous failure keep trying (even past the deadline) to learn
                         // whether the write landed: the next attempt's condition failure shows it.
-                        let ambiguous = is_ambiguous(&e);
+                        let ambiguous = e.may_have_landed();
                         if shared && ambiguous {
                             strays.push(std::mem::replace(
                                 &mut rid,

@@ -121,7 +121,7 @@ pub(super) async fn release_holder(
             Err(e) => match update_failure(e) {
                 WriteFailure::Condition(_) => return Ok(ambiguous),
                 WriteFailure::Other(e) if e.is_retryable() && attempt < 5 => {
-                    ambiguous |= is_ambiguous(&e);
+                    ambiguous |= e.may_have_landed();
                     tracing::debug!(lock = name, error = %e, "release failed; retrying");
                     attempt += 1;
                     tokio::time::sleep(backoff(attempt)).await;

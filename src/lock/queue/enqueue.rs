@@ -113,7 +113,7 @@ impl QueueLock {
                         state
                     }
                     WriteFailure::Other(e) => {
-                        if is_ambiguous(&e) {
+                        if e.may_have_landed() {
                             first_send.get_or_insert(sent_at);
                         }
                         if e.is_retryable() {

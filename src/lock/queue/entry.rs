@@ -105,7 +105,7 @@ pub(super) async fn delete_own(
             Ok(Ok(())) => return Ok(true),
             Ok(Err(_)) => return Ok(ambiguous),
             Err(e) if e.is_retryable() && attempt < 5 => {
-                ambiguous |= is_ambiguous(&e);
+                ambiguous |= e.may_have_landed();
                 tracing::debug!(lock = name, error = %e, "removing queue entry failed; retrying");
                 attempt += 1;
                 tokio::time::sleep(backoff(attempt)).await;
