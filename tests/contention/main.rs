@@ -20,6 +20,16 @@ fn ordered(env: &TestEnv, dead_after: Duration) -> TransactionManager {
 
 /// Like [`ordered`], with tickets from `source`.
 fn ordered_by(env: &TestEnv, source: TicketSource, dead_after: Duration) -> TransactionManager {
+    ordered_with(env, source, dead_after, |_| {})
+}
+
+/// Like [`ordered_by`], with further settings.
+fn ordered_with(
+    env: &TestEnv,
+    source: TicketSource,
+    dead_after: Duration,
+    more: impl FnOnce(&mut dynamodb_transactions::Settings),
+) -> TransactionManager {
     TransactionManager::builder(client())
         .transactions_table(env.manager.transactions_table())
         .images_table(env.manager.images_table())
@@ -32,6 +42,7 @@ fn ordered_by(env: &TestEnv, source: TicketSource, dead_after: Duration) -> Tran
             s.ticket_source = source;
             s.lock_wait = Duration::from_millis(400);
             s.wound_grace = Duration::from_millis(50);
+            more(s);
         })
         .build()
 }

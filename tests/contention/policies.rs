@@ -7,7 +7,7 @@ use std::time::Duration;
 use dynamodb_transactions::{ContentionPolicy, Error, TicketSource, TransactionManager, TxState};
 
 use crate::common::*;
-use crate::{counter_row, lock, ordered, ordered_by, ticket_of};
+use crate::{counter_row, lock, ordered, ordered_by, ordered_with, ticket_of};
 
 #[tokio::test]
 async fn a_younger_transaction_waits_for_an_older_one_and_never_rolls_it_back() {
@@ -169,17 +169,12 @@ async fn a_holder_resolved_does_not_use_up_the_lock_attempts() {
     lock(&old, &env.table, "k").await.unwrap();
     old.abandon();
     tokio::time::sleep(Duration::from_millis(400)).await;
-    let strict = TransactionManager::builder(client())
-        .transactions_table(env.manager.transactions_table())
-        .images_table(env.manager.images_table())
-        .configure(|s| {
-            s.contention = ContentionPolicy::Ordered {
-                dead_after: Duration::from_millis(300),
-                ticket_at_begin: true,
-            };
-            s.lock_attempts = 1;
-        })
-        .build();
+    let strict = ordered_with(
+        &env,
+        TicketSource::Counter,
+        Duration::from_millis(300),
+        |s| s.lock_attempts = 1,
+    );
     let young = strict.begin();
     lock(&young, &env.table, "k").await.unwrap();
     young
@@ -210,19 +205,9 @@ async fn a_younger_holder_given_its_grace_does_not_use_up_the_lock_attempts() {
     let env = TestEnv::new("ct-handover-grace").await;
     env.raw_put(&env.table, item(&[("Id", s("k")), ("v", n(1))]))
         .await;
-    let strict = TransactionManager::builder(client())
-        .transactions_table(env.manager.transactions_table())
-        .images_table(env.manager.images_table())
-        .configure(|s| {
-            s.rollback_on_drop = false;
-            s.contention = ContentionPolicy::Ordered {
-                dead_after: Duration::from_secs(30),
-                ticket_at_begin: true,
-            };
-            s.wound_grace = Duration::from_millis(50);
-            s.lock_attempts = 1;
-        })
-        .build();
+    let strict = ordered_with(&env, TicketSource::Counter, Duration::from_secs(30), |s| {
+        s.lock_attempts = 1
+    });
     let old = strict.begin();
     lock(&old, &env.table, "first").await.unwrap();
     let young = strict.begin();

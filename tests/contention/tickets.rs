@@ -8,7 +8,7 @@ use dynamodb_transactions::fault::RequestCounter;
 use dynamodb_transactions::{ContentionPolicy, Error, TicketSource, TransactionManager, TxState};
 
 use crate::common::*;
-use crate::{counter_row, lock, ordered_by, ticket_of};
+use crate::{counter_row, lock, ordered_by, ordered_with, ticket_of};
 
 #[tokio::test]
 async fn a_retried_unit_of_work_keeps_its_ticket() {
@@ -280,19 +280,10 @@ async fn clock_tickets_at_begin_go_with_batched_locks_too() {
         env.raw_put(&env.table, item(&[("Id", s(k)), ("v", n(1))]))
             .await;
     }
-    let m = TransactionManager::builder(client_with(vec![]))
-        .transactions_table(env.manager.transactions_table())
-        .images_table(env.manager.images_table())
-        .configure(|s| {
-            s.write_only_fast_path = false;
-            s.batch_locks = true;
-            s.ticket_source = TicketSource::Clock;
-            s.contention = ContentionPolicy::Ordered {
-                dead_after: Duration::from_secs(30),
-                ticket_at_begin: true,
-            };
-        })
-        .build();
+    let m = ordered_with(&env, TicketSource::Clock, Duration::from_secs(30), |s| {
+        s.write_only_fast_path = false;
+        s.batch_locks = true;
+    });
     let tx = m.begin();
     for k in ["a", "b"] {
         tx.update_item()
