@@ -25,9 +25,9 @@ enum Workload {
     /// records and locks its item at once, and the commit takes the other locks in one batch
     /// after the record.
     Batched,
-    /// The buffered workload with `Settings::batch_locks`: the batch meets the absent items,
-    /// is cancelled, and the transaction goes on item by item.
-    BatchedFallBack,
+    /// The buffered workload with `Settings::batch_locks`: the batch meets the absent item c, is
+    /// cancelled, and is sent again with a placeholder lock for it.
+    BatchedInserts,
     /// Reads of a, b and d under lock first, then the writes of existing items on them: every item
     /// is held when the commit starts, so the one-request commit records the writes itself (their
     /// requests folded into its decisive write).
@@ -44,7 +44,7 @@ impl Workload {
             self,
             Workload::BatchedWrites
                 | Workload::Batched
-                | Workload::BatchedFallBack
+                | Workload::BatchedInserts
                 | Workload::ReadsThenWrites
                 | Workload::LockedReadsThenWrites
         )
@@ -122,7 +122,7 @@ async fn work(tx: &Transaction, table: &str, ids: &Ids, w: Workload) -> Result<(
             Workload::Buffered
                 | Workload::BatchedWrites
                 | Workload::Batched
-                | Workload::BatchedFallBack
+                | Workload::BatchedInserts
                 | Workload::ReadsThenWrites
                 | Workload::LockedReadsThenWrites
         ) {
@@ -631,8 +631,13 @@ async fn crash_batched_after_a_read_phased() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn crash_batched_falling_back_one_shot() {
-    sweep_matrix(Workload::BatchedFallBack, true).await;
+async fn crash_batched_inserts_one_shot() {
+    sweep_matrix(Workload::BatchedInserts, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_batched_inserts_phased() {
+    sweep_matrix(Workload::BatchedInserts, false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

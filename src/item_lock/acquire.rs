@@ -48,16 +48,24 @@ pub(crate) async fn lock(
     })
 }
 
-/// The write that locks an item with a fresh stamp: an existing, unlocked one (`absent` false), or
-/// a placeholder for an absent one. Returns it with its stamp. `pad` bytes of padding (`_TxP`)
-/// make DynamoDB refuse the lock unless the item has that much more room (see
-/// [`crate::request::lock_pad`]).
+/// What a lock write assumes of its item.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Existence {
+    /// The item exists: the write fails on an absent one.
+    Present,
+    /// The item is absent: the write inserts a transient placeholder, and fails on an existing one.
+    Absent,
+}
+
+/// The write that locks an unlocked item with a fresh stamp, as `existence` assumes it. Returns it
+/// with its stamp. `pad` bytes of padding (`_TxP`) make DynamoDB refuse the lock unless the item
+/// has that much more room (see [`crate::request::lock_pad`]).
 pub(crate) fn lock_item_write(
     table: &str,
     key: &Item,
     schema: &KeySchema,
     me: &TxId,
-    absent: bool,
+    existence: Existence,
     pad: usize,
 ) -> (Write, String) {
     let mut ph = Placeholders::default();
@@ -77,18 +85,19 @@ pub(crate) fn lock_item_write(
             ph.value("Pad", AttributeValue::B(Blob::new(vec![0u8; pad])))
         ));
     }
-    let cond = if absent {
-        update.push_str(&format!(
-            ", {} = {}",
-            ph.name(TRANSIENT),
-            ph.value("True", AttributeValue::Bool(true))
-        ));
-        format!("attribute_not_exists({hk})")
-    } else {
-        format!(
+    let cond = match existence {
+        Existence::Absent => {
+            update.push_str(&format!(
+                ", {} = {}",
+                ph.name(TRANSIENT),
+                ph.value("True", AttributeValue::Bool(true))
+            ));
+            format!("attribute_not_exists({hk})")
+        }
+        Existence::Present => format!(
             "attribute_exists({hk}) AND attribute_not_exists({})",
             ph.name(OWNER)
-        )
+        ),
     };
     let w = Write {
         table: table.into(),
@@ -111,7 +120,12 @@ async fn lock_write(
     me: &TxId,
     absent: bool,
 ) -> Result<Option<LockOutcome>> {
-    let (w, stamp) = lock_item_write(table, key, schema, me, absent, 0);
+    let existence = if absent {
+        Existence::Absent
+    } else {
+        Existence::Present
+    };
+    let (w, stamp) = lock_item_write(table, key, schema, me, existence, 0);
     match w.send(client, Some(ReturnValue::AllOld)).await {
         Ok(Written::Ok(old)) => {
             let old = if absent { None } else { old.map(strip) };

@@ -31,7 +31,7 @@ use crate::ddb::Placeholders;
 use crate::error::Item;
 use crate::keys::KeySchema;
 
-pub(crate) use acquire::{LockOutcome, lock, lock_item_write};
+pub(crate) use acquire::{Existence, LockOutcome, lock, lock_item_write};
 pub(crate) use apply::{ImagePlace, Stage, request_writes, unlocked_write};
 pub(crate) use image::{
     image_delete_write, image_id, load_table_image, save_table_image, unapplied_image_id,
@@ -179,6 +179,19 @@ impl LockInfo {
             current: obs.visible(),
             image_ref: obs.image_ref.clone(),
             stamp: obs.stamp.clone(),
+            image_unread: false,
+        }
+    }
+
+    /// A placeholder a batch inserted for an absent item: nothing to read, the item did not exist.
+    pub fn placeholder(stamp: String) -> LockInfo {
+        LockInfo {
+            transient: true,
+            applied: false,
+            before: None,
+            current: None,
+            image_ref: None,
+            stamp: Some(stamp),
             image_unread: false,
         }
     }

@@ -2,9 +2,11 @@
 //! lock in one `TransactWriteItems`; a larger one takes its locks in `TransactWriteItems` of up to
 //! 99 after its record. A successful `TransactWriteItems` returns no items: the one-request commit
 //! needs none (padding makes DynamoDB check each write's room in the lock), and the before-images a
-//! phased apply needs are read with consistent reads after the locks. Whatever a batch cannot settle (a cancellation, an
-//! ambiguous failure, an item that is absent or locked by another transaction) is left to the
-//! per-item lock phase ([`lock_all`](Transaction::lock_all)), which recognises its own record and
+//! phased apply needs are read with consistent reads after the locks. A batch locks existing items;
+//! when it is cancelled only because some items are absent (or, on its retry, present), it is sent
+//! once more with a placeholder lock for each absent item. Whatever a batch cannot settle (a
+//! cancellation for another reason, an ambiguous failure, an item locked by another transaction)
+//! is left to the per-item lock phase ([`lock_all`](Transaction::lock_all)), which recognises its own record and
 //! locks. See docs/PROTOCOL.md "Batched locks".
 
 use std::collections::{BTreeSet, HashMap};
@@ -13,9 +15,9 @@ use std::sync::atomic::Ordering;
 use futures::StreamExt;
 use tracing::debug;
 
-use crate::ddb::{self, Transacted, Write};
+use crate::ddb::{self, Reason, Transacted, Write};
 use crate::error::Result;
-use crate::item_lock::{self, LockInfo, Observed};
+use crate::item_lock::{self, Existence, LockInfo, Observed};
 use crate::keys::ItemRef;
 use crate::record;
 use crate::request;
@@ -28,13 +30,17 @@ const LOCKS_PER_BATCH: usize = 99;
 /// Locks a batch landed, with their stamps, whose before-images are still to be read.
 type Unread = Vec<(ItemRef, String)>;
 
+/// Locks a batch landed: the item, the lock's stamp, and whether it locked an existing item or
+/// inserted a placeholder for an absent one.
+type Landed = Vec<(ItemRef, String, Existence)>;
+
 impl Transaction {
     /// Records the requests and takes what locks it can in batches, before the per-item lock
     /// phase takes the rest. Errors are those of recording the requests; a batch that fails in
     /// any way only leaves its items to the per-item phase.
     pub(super) async fn lock_batched(&self, st: &mut State) -> Result<()> {
         let mut per_item = BTreeSet::new();
-        let mut unread = Unread::new();
+        let mut landed = Landed::new();
         // A fast path that did not commit met a locked item: a batch would meet it too.
         let fresh =
             st.meta.is_none() && !st.record_in_doubt && st.recorded == 0 && !st.fast_path_failed;
@@ -42,7 +48,7 @@ impl Transaction {
         if fresh && let Some(outcome) = self.record_and_lock(st).await? {
             match outcome {
                 Ok(locked) => {
-                    unread = locked;
+                    landed = locked;
                     batched = true;
                 }
                 Err(failed) => per_item = failed,
@@ -52,7 +58,18 @@ impl Transaction {
             self.flush(st).await?;
         }
         if !batched {
-            unread = self.lock_in_batches(st, &per_item).await;
+            landed = self.lock_in_batches(st, &per_item).await;
+        }
+        // A placeholder's item did not exist: its lock is known whole, with nothing to read.
+        let mut unread = Unread::new();
+        for (k, stamp, existence) in landed {
+            match existence {
+                Existence::Absent => {
+                    st.items.get_mut(&k).expect("entry exists").lock =
+                        Some(LockInfo::placeholder(stamp));
+                }
+                Existence::Present => unread.push((k, stamp)),
+            }
         }
         // The one-request commit needs no before-image, only the room for each write, which the
         // lock's padding made DynamoDB check; a write whose room depends on what the item holds
@@ -87,123 +104,152 @@ impl Transaction {
         keys.iter().all(|k| st.items[k].lock.is_some())
     }
 
-    /// The record's creation plus one lock per item in one `TransactWriteItems`, if they fit.
+    /// The record's creation plus one lock per item in one `TransactWriteItems`, if they fit, sent
+    /// again once with placeholders for the absent items if that is all that cancelled it.
     /// `None`: not tried; `Ok`: the record and every lock landed; `Err`: nothing was written, with
     /// the items whose condition failed (to be locked item by item).
     async fn record_and_lock(
         &self,
         st: &mut State,
-    ) -> Result<Option<std::result::Result<Unread, BTreeSet<ItemRef>>>> {
+    ) -> Result<Option<std::result::Result<Landed, BTreeSet<ItemRef>>>> {
         if st.items.len() > LOCKS_PER_BATCH || st.items.values().any(|e| e.lock.is_some()) {
             return Ok(None);
         }
         let ticket = self.ticket_for_record().await?;
         let tx_table = &self.inner.tx_table;
-        let creation = record::creation(tx_table, &self.id, &st.requests, ticket);
-        if creation.split < st.requests.len() {
-            return Ok(None); // the record needs chunk rows: it is written on its own
+        let keys: Vec<ItemRef> = st.items.keys().cloned().collect();
+        let mut forms = vec![Existence::Present; keys.len()];
+        for attempt in 0..2 {
+            let creation = record::creation(tx_table, &self.id, &st.requests, ticket);
+            if creation.split < st.requests.len() {
+                return Ok(None); // the record needs chunk rows: it is written on its own
+            }
+            let mut writes = vec![creation.write];
+            let locks = self.lock_writes(st, &keys, &forms).await?;
+            writes.extend(locks.iter().map(|(w, _)| w.clone()));
+            if writes.iter().map(Write::size).sum::<usize>() >= ddb::MAX_TRANSACT_BYTES {
+                return Ok(None);
+            }
+            let refs = landed(&keys, &forms, locks);
+            self.wrote.store(true, Ordering::SeqCst);
+            // The SDK's retries of this call reuse its ClientRequestToken: a retry of a request
+            // that landed is answered with success and writes nothing.
+            st.record_in_doubt = true;
+            let token = Some(uuid::Uuid::new_v4().to_string());
+            match ddb::transact_with_token(&self.inner.client, &writes, token).await {
+                Ok(Transacted::Ok) => {
+                    debug!(tx = %self.id, items = refs.len(), attempt, "record and locks written in one request");
+                    st.meta = Some(creation.meta);
+                    st.recorded = st.requests.len();
+                    st.record_in_doubt = false;
+                    if let Some(t) = ticket {
+                        let _ = self.ticket_recorded.set(t);
+                    }
+                    return Ok(Some(Ok(refs)));
+                }
+                Ok(Transacted::Cancelled(reasons)) => {
+                    // Nothing was written, not the record either. A failed record condition means
+                    // an earlier attempt landed (or another handle wrote it): the record stays in
+                    // doubt, and the per-item path merges it.
+                    st.record_in_doubt = !reasons[0].is_ok();
+                    if attempt == 0
+                        && reasons[0].is_ok()
+                        && let Some(f) = corrected_forms(&forms, &reasons[1..])
+                    {
+                        forms = f;
+                        continue;
+                    }
+                    let failed = keys
+                        .iter()
+                        .zip(&reasons[1..])
+                        .filter(|(_, r)| !r.is_ok())
+                        .map(|(k, _)| k.clone())
+                        .collect();
+                    crate::metrics::retry(crate::metrics::LOCK_BATCH_FALLBACK);
+                    return Ok(Some(Err(failed)));
+                }
+                Err(e) => {
+                    // Possibly landed (every lock and the record): the record stays in doubt, and
+                    // the per-item path recognises our record by its requests and our locks by
+                    // `_TxId`.
+                    st.record_in_doubt = e.may_have_landed();
+                    debug!(tx = %self.id, error = %e, "batched record and locks failed; per item");
+                    crate::metrics::retry(crate::metrics::LOCK_BATCH_FALLBACK);
+                    return Ok(Some(Err(keys.into_iter().collect())));
+                }
+            }
         }
-        let mut writes = vec![creation.write];
-        let mut refs = Vec::new();
-        for (k, e) in &st.items {
+        unreachable!("the second attempt returns")
+    }
+
+    /// The lock write of each of `keys`, as `forms` assumes its item, with its stamp.
+    async fn lock_writes(
+        &self,
+        st: &State,
+        keys: &[ItemRef],
+        forms: &[Existence],
+    ) -> Result<Vec<(Write, String)>> {
+        let mut out = Vec::with_capacity(keys.len());
+        for (k, &existence) in keys.iter().zip(forms) {
+            let e = &st.items[k];
             let schema = self.schema(&e.table).await?;
             let pad = lock_pad(st, k).unwrap_or(0);
-            let (w, stamp) =
-                item_lock::lock_item_write(&e.table, &e.key, &schema, &self.id, false, pad);
-            writes.push(w);
-            refs.push((k.clone(), stamp));
+            out.push(item_lock::lock_item_write(
+                &e.table, &e.key, &schema, &self.id, existence, pad,
+            ));
         }
-        if writes.iter().map(Write::size).sum::<usize>() >= ddb::MAX_TRANSACT_BYTES {
-            return Ok(None);
-        }
-        self.wrote.store(true, Ordering::SeqCst);
-        // The SDK's retries of this call reuse its ClientRequestToken: a retry of a request that
-        // landed is answered with success and writes nothing.
-        st.record_in_doubt = true;
-        let token = Some(uuid::Uuid::new_v4().to_string());
-        match ddb::transact_with_token(&self.inner.client, &writes, token).await {
-            Ok(Transacted::Ok) => {
-                debug!(tx = %self.id, items = refs.len(), "record and locks written in one request");
-                st.meta = Some(creation.meta);
-                st.recorded = st.requests.len();
-                st.record_in_doubt = false;
-                if let Some(t) = ticket {
-                    let _ = self.ticket_recorded.set(t);
-                }
-                Ok(Some(Ok(refs)))
-            }
-            Ok(Transacted::Cancelled(reasons)) => {
-                // Nothing was written, not the record either. A failed record condition means an
-                // earlier attempt landed (or another handle wrote it): the record stays in doubt,
-                // and the per-item path merges it.
-                st.record_in_doubt = !reasons[0].is_ok();
-                let failed = refs
-                    .into_iter()
-                    .zip(&reasons[1..])
-                    .filter(|(_, r)| !r.is_ok())
-                    .map(|((k, _), _)| k)
-                    .collect();
-                crate::metrics::retry(crate::metrics::LOCK_BATCH_FALLBACK);
-                Ok(Some(Err(failed)))
-            }
-            Err(e) => {
-                // Possibly landed (every lock and the record): the record stays in doubt, and the
-                // per-item path recognises our record by its requests and our locks by `_TxId`.
-                st.record_in_doubt = e.may_have_landed();
-                debug!(tx = %self.id, error = %e, "batched record and locks failed; per item");
-                crate::metrics::retry(crate::metrics::LOCK_BATCH_FALLBACK);
-                Ok(Some(Err(refs.into_iter().map(|(k, _)| k).collect())))
-            }
-        }
+        Ok(out)
     }
 
     /// Locks the unlocked items (but those in `skip`) in `TransactWriteItems` of up to 99 locks and
     /// a check that the record is pending, concurrently. Returns the locks that landed; the items of
     /// a batch that did not land are left to the per-item phase.
-    async fn lock_in_batches(&self, st: &State, skip: &BTreeSet<ItemRef>) -> Unread {
-        let todo: Vec<(ItemRef, String, crate::error::Item)> = st
+    async fn lock_in_batches(&self, st: &State, skip: &BTreeSet<ItemRef>) -> Landed {
+        let todo: Vec<ItemRef> = st
             .items
             .iter()
             .filter(|(k, e)| e.lock.is_none() && !skip.contains(*k))
-            .map(|(k, e)| (k.clone(), e.table.clone(), e.key.clone()))
+            .map(|(k, _)| k.clone())
             .collect();
         if todo.len() < 2 {
-            return Unread::new(); // one lock: the per-item write is cheaper
-        }
-        let mut batches = Vec::new();
-        for chunk in todo.chunks(LOCKS_PER_BATCH) {
-            let mut writes = vec![record::pending_check(&self.inner.tx_table, &self.id)];
-            let mut refs = Vec::new();
-            for (k, table, key) in chunk {
-                let Ok(schema) = self.schema(table).await else {
-                    return Unread::new();
-                };
-                let pad = lock_pad(st, k).unwrap_or(0);
-                let (w, stamp) =
-                    item_lock::lock_item_write(table, key, &schema, &self.id, false, pad);
-                writes.push(w);
-                refs.push((k.clone(), stamp));
-            }
-            batches.push((writes, refs));
+            return Landed::new(); // one lock: the per-item write is cheaper
         }
         self.wrote.store(true, Ordering::SeqCst);
-        let client = &self.inner.client;
-        let results: Vec<Unread> = futures::stream::iter(batches)
-            .map(|(writes, refs)| async move {
-                match ddb::transact(client, &writes).await {
-                    Ok(Transacted::Ok) => refs,
-                    // Cancelled (nothing landed) or failed (maybe landed: the per-item lock then
-                    // finds our own lock): item by item.
-                    _ => {
-                        crate::metrics::retry(crate::metrics::LOCK_BATCH_FALLBACK);
-                        Unread::new()
-                    }
-                }
-            })
+        let chunks: Vec<Vec<ItemRef>> = todo.chunks(LOCKS_PER_BATCH).map(<[_]>::to_vec).collect();
+        let results: Vec<Landed> = futures::stream::iter(chunks)
+            .map(|chunk| async move { self.lock_batch(st, &chunk).await })
             .buffer_unordered(self.inner.settings.concurrency.clamp(1, 8))
             .collect()
             .await;
         results.into_iter().flatten().collect()
+    }
+
+    /// One batch of locks after the record, with a check that the record is pending; sent again
+    /// once with placeholders for the absent items if that is all that cancelled it.
+    async fn lock_batch(&self, st: &State, keys: &[ItemRef]) -> Landed {
+        let mut forms = vec![Existence::Present; keys.len()];
+        for attempt in 0..2 {
+            let Ok(locks) = self.lock_writes(st, keys, &forms).await else {
+                return Landed::new();
+            };
+            let mut writes = vec![record::pending_check(&self.inner.tx_table, &self.id)];
+            writes.extend(locks.iter().map(|(w, _)| w.clone()));
+            let refs = landed(keys, &forms, locks);
+            match ddb::transact(&self.inner.client, &writes).await {
+                Ok(Transacted::Ok) => return refs,
+                Ok(Transacted::Cancelled(reasons)) if attempt == 0 && reasons[0].is_ok() => {
+                    match corrected_forms(&forms, &reasons[1..]) {
+                        Some(f) => forms = f,
+                        None => break,
+                    }
+                }
+                // Cancelled (nothing landed) or failed (maybe landed: the per-item lock then
+                // finds our own lock): item by item.
+                _ => break,
+            }
+        }
+        crate::metrics::retry(crate::metrics::LOCK_BATCH_FALLBACK);
+        Landed::new()
     }
 
     /// Reads the items a batch locked (consistent `BatchGetItem`) and keeps the lock of each that
@@ -245,6 +291,41 @@ impl Transaction {
                 ours.then(|| LockInfo::from_observed(&obs));
         }
     }
+}
+
+/// What a batch's locks landed, given the writes it sent.
+fn landed(keys: &[ItemRef], forms: &[Existence], locks: Vec<(Write, String)>) -> Landed {
+    keys.iter()
+        .zip(forms)
+        .zip(locks)
+        .map(|((k, &existence), (_, stamp))| (k.clone(), stamp, existence))
+        .collect()
+}
+
+/// The forms to send a cancelled batch again with, when all that cancelled it was items that are
+/// not what their lock assumed: an absent item under a lock for an existing one (the item's
+/// `ALL_OLD` is empty) gets a placeholder, an unlocked existing item under a placeholder is locked
+/// as existing. `None` when another reason cancelled it (an item locked by another transaction, a
+/// throttled or conflicting action), for the per-item phase to handle.
+fn corrected_forms(forms: &[Existence], reasons: &[Reason]) -> Option<Vec<Existence>> {
+    let mut out = forms.to_vec();
+    let mut changed = false;
+    for (form, r) in out.iter_mut().zip(reasons) {
+        if r.is_ok() {
+            continue;
+        }
+        if !r.is_condition_failed() {
+            return None;
+        }
+        let found = Observed::of(r.item.as_ref());
+        *form = match (*form, found.exists, found.owner.is_some()) {
+            (Existence::Present, false, _) => Existence::Absent,
+            (Existence::Absent, true, false) => Existence::Present,
+            _ => return None,
+        };
+        changed = true;
+    }
+    changed.then_some(out)
 }
 
 /// The padding of the lock of `k` (see [`request::lock_pad`]): `None` when its room depends on

@@ -8,7 +8,9 @@ impl ProtocolModel {
     /// One TransactWriteItems: `Put` of the record (`attribute_not_exists(_TxId)`, pending, every
     /// request) plus, per item, `SET _TxId, _TxD` conditional on `attribute_exists(<hash key>) AND
     /// attribute_not_exists(_TxId)`, with `ReturnValuesOnConditionCheckFailure = ALL_OLD`. All or
-    /// nothing. `fresh`: a retry that DynamoDB does not recognise by its ClientRequestToken (our
+    /// nothing. When it is cancelled only because items are absent (the record's condition held,
+    /// every item unlocked), it is sent once more with a placeholder lock (`SET _TxId, _TxD, _TxT`
+    /// conditional on `attribute_not_exists(<hash key>)`) for each item absent then. `fresh`: a retry that DynamoDB does not recognise by its ClientRequestToken (our
     /// own new attempt, or the SDK's after the token's 10 minutes).
     pub(crate) fn batch_lock(&self, s: &mut State, k: Slot, lost: bool, fresh: bool) -> bool {
         let tx = self.tx_of(k);
@@ -26,15 +28,33 @@ impl ProtocolModel {
             return true;
         }
         let stamp = (k, s.coordinators[k as usize].locks_written);
-        let free = s.records[t].is_none()
-            && !s.tombstones[t]
+        let absent = s.coordinators[k as usize]
+            .batch_absent
+            .clone()
+            .unwrap_or_else(|| vec![false; plan.entries.len()]);
+        let record_free = s.records[t].is_none() && !s.tombstones[t];
+        let unlocked = plan.entries.iter().all(|e| s.items[e.item].owner.is_none());
+        let broken = self.cfg.bug == Some(Bug::PlaceholderWithoutAbsentCheck);
+        let free = record_free
+            && unlocked
             && plan
                 .entries
                 .iter()
-                .all(|e| s.items[e.item].present && s.items[e.item].owner.is_none());
+                .zip(&absent)
+                .all(|(e, &a)| s.items[e.item].present != a || (a && broken));
         if !free {
             if lost {
                 return false; // a cancellation nobody heard of changed nothing
+            }
+            if record_free && unlocked && s.coordinators[k as usize].batch_absent.is_none() {
+                // Cancelled only by the items' existence: once more, as the reasons showed them.
+                s.coordinators[k as usize].batch_absent = Some(
+                    plan.entries
+                        .iter()
+                        .map(|e| !s.items[e.item].present)
+                        .collect(),
+                );
+                return true;
             }
             // Cancelled: nothing was written, not even the record. ALL_OLD of each item whose
             // condition failed says why; the record's failed condition means an earlier attempt
@@ -62,8 +82,13 @@ impl ProtocolModel {
             requests: n,
             finalized: false,
         });
-        for entry in &plan.entries {
+        for (entry, &a) in plan.entries.iter().zip(&absent) {
             let it = &mut s.items[entry.item];
+            if a {
+                it.present = true;
+                it.transient = true;
+                s.batch_placeholder = true;
+            }
             it.owner = Some(tx);
             it.stamp = Some(stamp);
             it.late = false;
@@ -83,11 +108,20 @@ impl ProtocolModel {
         let n = self.plan(tx).entries.len();
         let pre_read = s.coordinators[k as usize].pre_read.clone();
         let c = &mut s.coordinators[k as usize];
+        let absent = c.batch_absent.clone().unwrap_or_else(|| vec![false; n]);
         c.batch_done = true;
         c.version = 1;
         c.recorded = n as u8;
         for e in 0..n {
             c.items[e] = match &pre_read {
+                // A placeholder's lock is known whole: the item did not exist.
+                _ if absent[e] => Knows::Locked {
+                    applied: false,
+                    transient: true,
+                    before: None,
+                    image_ref: false,
+                    stamp,
+                },
                 // The naive variant takes the image it read before locking.
                 Some(data) => Knows::Locked {
                     applied: false,

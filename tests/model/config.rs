@@ -84,7 +84,7 @@ pub(crate) struct Plan {
 pub(crate) enum Bug {
     /// The Java library's bug: the placeholder of an absent item is written without checking the
     /// item is still absent, so an item created meanwhile is marked transient (and deleted by a
-    /// rollback).
+    /// rollback). Here in the per-item lock and in a batch's placeholders alike.
     PlaceholderWithoutAbsentCheck,
     /// The decision is conditional on the state only, not on the record's version.
     DecideIgnoresVersion,

@@ -421,6 +421,7 @@ impl ProtocolModel {
                     fast_failed: true,
                     locks_written: s.coordinators[k as usize].locks_written,
                     batch_done: true,
+                    batch_absent: None,
                     pre_read: None,
                     in_doubt: false,
                     reads: vec![None; n],

@@ -327,6 +327,7 @@ impl ProtocolModel {
             fast_failed: false,
             locks_written: 0,
             batch_done: false,
+            batch_absent: None,
             pre_read: None,
             in_doubt: false,
             reads: vec![None; n],
@@ -377,6 +378,15 @@ impl ProtocolModel {
     /// Some transaction takes its locks in one batch.
     pub(crate) fn batches(&self) -> bool {
         self.cfg.txs.iter().any(|p| p.batch_lock)
+    }
+
+    /// A batched plan writes an item that starts absent.
+    pub(crate) fn batch_may_insert(&self) -> bool {
+        self.cfg.txs.iter().filter(|p| p.batch_lock).any(|p| {
+            p.entries
+                .iter()
+                .any(|e| e.op.is_write() && self.cfg.items[e.item].is_none())
+        })
     }
 
     pub(crate) fn decide_allowed(&self, r: &Record, version: u8) -> bool {

@@ -129,8 +129,8 @@ fn three_by_two() -> Config {
 /// The batched locking commit: two transactions over two existing items, each writing its record
 /// and locking both items in one TransactWriteItems. One commits in one request; the other in
 /// phases (an update of a large item, whose image it reads after the batch and saves in the images
-/// table, and a delete that makes the other's batch meet an absent item and fall back item by item,
-/// with a placeholder); one crash, one lost response.
+/// table, and a delete that makes the other's batch meet an absent item and send it again with a
+/// placeholder for it); one crash, one lost response.
 fn batched_two_by_two() -> Config {
     config(
         "batched locks: one-request + phased",
@@ -172,6 +172,27 @@ fn batched_against_per_item() -> Config {
     }
 }
 
+/// Batched locks on an item that starts absent: the put's and the update's locks insert a
+/// placeholder in the batch (`Existence::Either`), or lock the item the other transaction created;
+/// one commits in one request, the other in phases; one crash, one lost response.
+fn batched_inserts() -> Config {
+    config(
+        "batched locks: placeholders for absent items",
+        vec![None, Some(1)],
+        vec![false, false],
+        vec![
+            batched(
+                CommitPath::OneRequest,
+                vec![entry(0, Op::Put(5)), entry(1, Op::Update)],
+            ),
+            batched(
+                CommitPath::Phased,
+                vec![entry(0, Op::Update), entry(1, Op::Delete)],
+            ),
+        ],
+    )
+}
+
 /// A batched phased transaction while a second handle may resume it at any moment.
 fn batched_concurrent_handles() -> Config {
     Config {
@@ -196,6 +217,11 @@ fn batched_concurrent_handles() -> Config {
 #[test]
 fn batched_locks_two_transactions_two_items() {
     assert_model_holds(batched_two_by_two());
+}
+
+#[test]
+fn batched_locks_insert_placeholders() {
+    assert_model_holds(batched_inserts());
 }
 
 #[test]
@@ -426,6 +452,7 @@ fn two_transactions_two_items_two_crashes_two_lost_responses() {
 fn buggy_protocols_are_caught() {
     let cases = [
         (Bug::PlaceholderWithoutAbsentCheck, interactive_and_fast()),
+        (Bug::PlaceholderWithoutAbsentCheck, batched_inserts()),
         (Bug::DecideIgnoresVersion, concurrent_handles()),
         (Bug::FinalizeBeforeSettle, two_by_two()),
         (Bug::DeleteImageBeforeSettle, interactive_and_fast()),

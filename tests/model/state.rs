@@ -140,6 +140,9 @@ pub(crate) struct Coordinator {
     /// The batched record-and-lock request was answered (success or cancellation): from now on
     /// the per-item path.
     pub(crate) batch_done: bool,
+    /// The batch was cancelled only because items were absent: sent once more with a placeholder
+    /// lock for the items absent then (`true`).
+    pub(crate) batch_absent: Option<Vec<bool>>,
     /// `Bug::BatchImagesReadBeforeLock` only: the items' data as read before the batch.
     pub(crate) pre_read: Option<Vec<Option<u8>>>,
     /// A creation of the record was sent and its answer lost (`record_in_doubt`): the record is
@@ -172,6 +175,8 @@ pub(crate) struct State {
     pub(crate) resumed_commit: bool,
     /// A batched record-and-lock request was cancelled and the transaction went on item by item.
     pub(crate) batch_fell_back: bool,
+    /// A batched lock inserted a placeholder for an absent item.
+    pub(crate) batch_placeholder: bool,
     /// A one-request commit recorded requests itself (`fold_into_decision`).
     pub(crate) folded_commit: bool,
     /// A record's creation failed on a tombstone.

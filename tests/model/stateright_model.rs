@@ -30,6 +30,7 @@ impl Model for ProtocolModel {
             commits: vec![0; n],
             resumed_commit: false,
             batch_fell_back: false,
+            batch_placeholder: false,
             creation_refused: false,
             folded_commit: false,
             stale_read: false,
@@ -370,6 +371,10 @@ impl Model for ProtocolModel {
             Property::sometimes(
                 "a batched lock is cancelled and the transaction goes on item by item",
                 |m: &ProtocolModel, s: &State| !m.batches() || s.batch_fell_back,
+            ),
+            Property::sometimes(
+                "a batched lock inserts a placeholder for an absent item",
+                |m: &ProtocolModel, s: &State| !m.batch_may_insert() || s.batch_placeholder,
             ),
             Property::sometimes(
                 "a batched transaction commits",
