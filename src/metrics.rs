@@ -74,7 +74,8 @@ pub(crate) const LOCK_BATCH_FALLBACK: &str = "lock_batch_fallback";
 /// `kind` of [`RETRIES`]: a commit attempt repeated (throttled, in conflict, or the record moved).
 pub(crate) const COMMIT_ATTEMPT: &str = "commit_attempt";
 
-/// `phase` of [`PHASE_SECONDS`]: writing requests to the TX record.
+/// `phase` of [`PHASE_SECONDS`]: writing requests to the TX record (with the batched locks, when
+/// they go in the request that creates it).
 pub(crate) const RECORD: &str = "record";
 /// `phase` of [`PHASE_SECONDS`]: locking the items (including contention waits).
 pub(crate) const LOCK: &str = "lock";

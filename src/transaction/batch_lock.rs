@@ -115,6 +115,8 @@ impl Transaction {
         if st.items.len() > LOCKS_PER_BATCH || st.items.values().any(|e| e.lock.is_some()) {
             return Ok(None);
         }
+        // Timed as the record's phase: the locks ride in the request that writes the record.
+        let _timer = crate::metrics::PhaseTimer::start(crate::metrics::RECORD);
         let ticket = self.ticket_for_record().await?;
         let tx_table = &self.inner.tx_table;
         let keys: Vec<ItemRef> = st.items.keys().cloned().collect();
@@ -214,6 +216,7 @@ impl Transaction {
         if todo.len() < 2 {
             return Landed::new(); // one lock: the per-item write is cheaper
         }
+        let _timer = crate::metrics::PhaseTimer::start(crate::metrics::LOCK);
         self.wrote.store(true, Ordering::SeqCst);
         let chunks: Vec<Vec<ItemRef>> = todo.chunks(LOCKS_PER_BATCH).map(<[_]>::to_vec).collect();
         let results: Vec<Landed> = futures::stream::iter(chunks)
