@@ -48,6 +48,17 @@ pub(crate) enum Cond {
 }
 
 impl Cond {
+    /// Whether the condition can hold only where the top-level attribute `attr` is absent: it is
+    /// `attribute_not_exists(attr)`, alone or in a conjunction. (For the hash key: only on an
+    /// absent item.)
+    pub(crate) fn requires_absent(&self, attr: &str) -> bool {
+        match self {
+            Cond::NotExists(p) => p.len() == 1 && p[0] == PathElem::Attr(attr.to_string()),
+            Cond::And(a, b) => a.requires_absent(attr) || b.requires_absent(attr),
+            _ => false,
+        }
+    }
+
     /// Adds to `out` the top-level attribute names the condition reads (each once).
     pub(crate) fn attributes(&self, out: &mut Vec<String>) {
         let mut path = |p: &Path| {
@@ -116,5 +127,34 @@ impl Clause {
             "DELETE" => Some(Clause::Delete),
             _ => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use crate::expr::parse_condition;
+
+    #[test]
+    fn a_condition_requires_the_absence_of_an_attribute_only_through_a_conjunction() {
+        let names = HashMap::from([("#k".to_string(), "Id".to_string())]);
+        let holds = |c: &str| {
+            parse_condition(c, Some(&names), None)
+                .unwrap()
+                .requires_absent("Id")
+        };
+        assert!(holds("attribute_not_exists(Id)"));
+        assert!(holds("attribute_not_exists(#k)"));
+        assert!(holds(
+            "attribute_not_exists(x) AND attribute_not_exists(#k)"
+        ));
+        assert!(!holds(
+            "attribute_not_exists(x) OR attribute_not_exists(Id)"
+        ));
+        assert!(!holds("NOT attribute_not_exists(Id)"));
+        assert!(!holds("attribute_not_exists(Id.a)"));
+        assert!(!holds("attribute_exists(Id)"));
+        assert!(!holds("attribute_not_exists(Other)"));
     }
 }

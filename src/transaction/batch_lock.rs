@@ -17,10 +17,11 @@ use tracing::debug;
 
 use crate::ddb::{self, Reason, Transacted, Write};
 use crate::error::Result;
+use crate::expr;
 use crate::item_lock::{self, Existence, LockInfo, Observed};
 use crate::keys::ItemRef;
 use crate::record;
-use crate::request;
+use crate::request::{self, Op};
 
 use super::{State, Transaction};
 
@@ -120,7 +121,7 @@ impl Transaction {
         let ticket = self.ticket_for_record().await?;
         let tx_table = &self.inner.tx_table;
         let keys: Vec<ItemRef> = st.items.keys().cloned().collect();
-        let mut forms = vec![Existence::Present; keys.len()];
+        let mut forms = self.first_forms(st, &keys).await?;
         for attempt in 0..2 {
             let creation = record::creation(tx_table, &self.id, &st.requests, ticket);
             if creation.split < st.requests.len() {
@@ -184,6 +185,32 @@ impl Transaction {
         unreachable!("the second attempt returns")
     }
 
+    /// What a batch's first request assumes of each item: that it exists, unless its write can
+    /// only succeed on an absent item (a condition that requires `attribute_not_exists` of the
+    /// hash key: an insert that must not overwrite). A wrong guess costs the batch one more
+    /// request (see `corrected_forms`), never a wrong lock.
+    async fn first_forms(&self, st: &State, keys: &[ItemRef]) -> Result<Vec<Existence>> {
+        let mut out = Vec::with_capacity(keys.len());
+        for k in keys {
+            let e = &st.items[k];
+            let req = e.write.map(|w| &st.requests[w]);
+            let insert_only = match req.and_then(|r| r.condition.as_deref().map(|c| (r, c))) {
+                Some((r, c)) if matches!(r.op, Op::Put | Op::Update) => {
+                    let schema = self.schema(&e.table).await?;
+                    expr::parse_condition(c, r.names.as_ref(), r.values.as_ref())
+                        .is_ok_and(|cond| cond.requires_absent(&schema.hash.0))
+                }
+                _ => false,
+            };
+            out.push(if insert_only {
+                Existence::Absent
+            } else {
+                Existence::Present
+            });
+        }
+        Ok(out)
+    }
+
     /// The lock write of each of `keys`, as `forms` assumes its item, with its stamp.
     async fn lock_writes(
         &self,
@@ -230,7 +257,9 @@ impl Transaction {
     /// One batch of locks after the record, with a check that the record is pending; sent again
     /// once with placeholders for the absent items if that is all that cancelled it.
     async fn lock_batch(&self, st: &State, keys: &[ItemRef]) -> Landed {
-        let mut forms = vec![Existence::Present; keys.len()];
+        let Ok(mut forms) = self.first_forms(st, keys).await else {
+            return Landed::new();
+        };
         for attempt in 0..2 {
             let Ok(locks) = self.lock_writes(st, keys, &forms).await else {
                 return Landed::new();

@@ -416,3 +416,65 @@ async fn large_inserts_are_locked_in_batches() {
     }
     assert_clean(&env).await;
 }
+
+/// A put that may only create its item (`attribute_not_exists` of the hash key) is locked with a
+/// placeholder from the batch's first request: such inserts take the two requests of any batched
+/// transaction. On an item that exists after all, the guess costs one request, and the put's
+/// condition then fails as it must: the transaction rolls back and the item is left as it was.
+#[tokio::test]
+async fn inserts_that_must_not_overwrite_take_two_requests() {
+    let env = batched_env("batchinsnx").await;
+    seed(&env, 1).await;
+    async fn insert(tx: &dynamodb_transactions::Transaction, table: &str, k: &str, v: i64) {
+        tx.put_item()
+            .table_name(table)
+            .item("Id", s(k))
+            .item("v", n(v))
+            .condition_expression("attribute_not_exists(#id)")
+            .expression_attribute_names("#id", "Id")
+            .send()
+            .await
+            .unwrap();
+    }
+    env.counter.reset();
+    let tx = env.manager.begin();
+    for (k, v) in [("new1", 1), ("new2", 2)] {
+        insert(&tx, &env.table, k, v).await;
+    }
+    tx.update_item()
+        .table_name(&env.table)
+        .key("Id", s("k0"))
+        .update_expression("SET v = :v")
+        .expression_attribute_values(":v", n(5))
+        .send()
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    let c = env.counter.snapshot();
+    assert_eq!(c.get("TransactWriteItems"), Some(&2), "{c:?}");
+    assert_eq!(c.values().sum::<u64>(), 2, "{c:?}");
+    for (k, v) in [("new1", 1), ("new2", 2), ("k0", 5)] {
+        assert_eq!(
+            env.raw_get(&env.table, &key(k)).await,
+            Some(item(&[("Id", s(k)), ("v", n(v))])),
+            "{k}"
+        );
+    }
+
+    // The same insert of an item that exists: the guess is corrected, the condition fails.
+    let tx = env.manager.begin();
+    insert(&tx, &env.table, "new1", 9).await;
+    insert(&tx, &env.table, "new3", 3).await;
+    let err = tx.commit().await.unwrap_err();
+    assert_eq!(
+        err.transaction_outcome(),
+        Some(dynamodb_transactions::TxOutcome::RolledBack),
+        "{err:?}"
+    );
+    assert_eq!(
+        env.raw_get(&env.table, &key("new1")).await,
+        Some(item(&[("Id", s("new1")), ("v", n(1))]))
+    );
+    assert_eq!(env.raw_get(&env.table, &key("new3")).await, None);
+    assert_clean(&env).await;
+}
