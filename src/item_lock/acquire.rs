@@ -26,22 +26,22 @@ pub(crate) enum LockOutcome {
 /// existing and being unlocked) that returns its previous state; an absent item is then inserted as a
 /// transient placeholder with a second UpdateItem conditional on it still being absent (Java's
 /// library skipped that condition and could mark an existing item transient, then delete it).
+/// `first` says which to try first: `Absent` for a write that can only succeed on an absent item.
 pub(crate) async fn lock(
     client: &Client,
     table: &str,
     key: &Item,
     schema: &KeySchema,
     me: &TxId,
+    first: Existence,
 ) -> Result<LockOutcome> {
-    for _ in 0..4 {
-        if let Some(out) = lock_write(client, table, key, schema, me, false).await? {
+    let mut absent = first == Existence::Absent;
+    for _ in 0..8 {
+        if let Some(out) = lock_write(client, table, key, schema, me, absent).await? {
             return Ok(out);
         }
-        // Absent: insert a placeholder.
-        match lock_write(client, table, key, schema, me, true).await? {
-            Some(out) => return Ok(out),
-            None => continue, // created by someone in between: lock it as existing
-        }
+        // The item is not what the write assumed (created or deleted in between): the other form.
+        absent = !absent;
     }
     Ok(LockOutcome::Held {
         owner: TxId(String::new()),

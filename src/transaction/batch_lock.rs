@@ -17,11 +17,10 @@ use tracing::debug;
 
 use crate::ddb::{self, Reason, Transacted, Write};
 use crate::error::Result;
-use crate::expr;
 use crate::item_lock::{self, Existence, LockInfo, Observed};
 use crate::keys::ItemRef;
 use crate::record;
-use crate::request::{self, Op};
+use crate::request;
 
 use super::{State, Transaction};
 
@@ -185,28 +184,12 @@ impl Transaction {
         unreachable!("the second attempt returns")
     }
 
-    /// What a batch's first request assumes of each item: that it exists, unless its write can
-    /// only succeed on an absent item (a condition that requires `attribute_not_exists` of the
-    /// hash key: an insert that must not overwrite). A wrong guess costs the batch one more
-    /// request (see `corrected_forms`), never a wrong lock.
+    /// What a batch's first request assumes of each item ([`Transaction::expected_existence`]).
+    /// A wrong guess costs the batch one more request (see `corrected_forms`).
     async fn first_forms(&self, st: &State, keys: &[ItemRef]) -> Result<Vec<Existence>> {
         let mut out = Vec::with_capacity(keys.len());
         for k in keys {
-            let e = &st.items[k];
-            let req = e.write.map(|w| &st.requests[w]);
-            let insert_only = match req.and_then(|r| r.condition.as_deref().map(|c| (r, c))) {
-                Some((r, c)) if matches!(r.op, Op::Put | Op::Update) => {
-                    let schema = self.schema(&e.table).await?;
-                    expr::parse_condition(c, r.names.as_ref(), r.values.as_ref())
-                        .is_ok_and(|cond| cond.requires_absent(&schema.hash.0))
-                }
-                _ => false,
-            };
-            out.push(if insert_only {
-                Existence::Absent
-            } else {
-                Existence::Present
-            });
+            out.push(self.expected_existence(st, k).await?);
         }
         Ok(out)
     }

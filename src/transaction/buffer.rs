@@ -11,7 +11,7 @@ use tracing::{debug, instrument};
 use crate::error::{Error, Item, Result};
 use crate::expr;
 use crate::expr::value_eq;
-use crate::item_lock::{self, LockInfo, LockOutcome};
+use crate::item_lock::{self, Existence, LockInfo, LockOutcome};
 use crate::keys::ItemRef;
 use crate::record::{self, Appended, Header, TxState};
 use crate::request::{self, Op, Request};
@@ -164,7 +164,7 @@ impl Transaction {
         self.wrote.store(true, Ordering::SeqCst);
         let (recorded, attempt) = tokio::join!(
             self.flush(st),
-            item_lock::lock(c, &e.table, &e.key, &schema, &self.id)
+            item_lock::lock(c, &e.table, &e.key, &schema, &self.id, Existence::Present)
         );
         recorded?;
         match attempt {

@@ -12,7 +12,7 @@ use crate::TxId;
 use crate::ddb::{self, Written};
 use crate::error::{Error, Item, Result};
 use crate::expr;
-use crate::item_lock::{self, ImagePlace, LockInfo, LockOutcome, Observed, Stage};
+use crate::item_lock::{self, Existence, ImagePlace, LockInfo, LockOutcome, Observed, Stage};
 use crate::keys::ItemRef;
 use crate::record::{self, TxState};
 use crate::request::{self, Op, Request};
@@ -32,7 +32,10 @@ impl Transaction {
             return Ok(l);
         }
         let e = st.items[r].clone();
-        let lock = self.lock_one(&e.table, &e.key).await?;
+        let first = self.expected_existence(st, r).await?;
+        // Boxed: the lock loop's future is large, and callers nest it deep (a debug build's
+        // test thread overflowed its stack).
+        let lock = Box::pin(self.lock_one(&e.table, &e.key, first)).await?;
         st.items.get_mut(r).expect("entry exists").lock = Some(lock.clone());
         Ok(lock)
     }
@@ -41,18 +44,17 @@ impl Transaction {
     #[instrument(level = "debug", name = "lock", skip_all, fields(tx = %self.id, items = st.items.len()))]
     pub(super) async fn lock_all(&self, st: &mut State) -> Result<()> {
         let _timer = crate::metrics::PhaseTimer::start(crate::metrics::LOCK);
-        let todo: Vec<(ItemRef, String, Item)> = st
-            .items
-            .iter()
-            .filter(|(_, e)| e.lock.is_none())
-            .map(|(k, e)| (k.clone(), e.table.clone(), e.key.clone()))
-            .collect();
+        let mut todo: Vec<(ItemRef, String, Item, Existence)> = Vec::new();
+        for (k, e) in st.items.iter().filter(|(_, e)| e.lock.is_none()) {
+            let first = self.expected_existence(st, k).await?;
+            todo.push((k.clone(), e.table.clone(), e.key.clone(), first));
+        }
         if todo.is_empty() {
             return Ok(());
         }
         let results: Vec<(ItemRef, Result<LockInfo>)> = futures::stream::iter(todo)
-            .map(|(k, table, key)| async move {
-                let r = self.lock_one(&table, &key).await;
+            .map(|(k, table, key, first)| async move {
+                let r = self.lock_one(&table, &key, first).await;
                 (k, r)
             })
             .buffer_unordered(self.inner.settings.concurrency.max(1))
@@ -72,9 +74,36 @@ impl Transaction {
         first_err.map_or(Ok(()), Err)
     }
 
+    /// What the first lock write of `r`'s item assumes: that it exists, unless the transaction's
+    /// write of it can only succeed on an absent item (a put or an update whose condition requires
+    /// `attribute_not_exists` of the hash key: an insert that must not overwrite). A wrong guess
+    /// costs one more write, never a wrong lock: both forms are conditional on what they assume.
+    pub(super) async fn expected_existence(&self, st: &State, r: &ItemRef) -> Result<Existence> {
+        let e = &st.items[r];
+        let Some(req) = e.write.map(|w| &st.requests[w]) else {
+            return Ok(Existence::Present);
+        };
+        let (Op::Put | Op::Update, Some(c)) = (req.op, req.condition.as_deref()) else {
+            return Ok(Existence::Present);
+        };
+        let schema = self.schema(&e.table).await?;
+        let insert_only = expr::parse_condition(c, req.names.as_ref(), req.values.as_ref())
+            .is_ok_and(|cond| cond.requires_absent(&schema.hash.0));
+        Ok(if insert_only {
+            Existence::Absent
+        } else {
+            Existence::Present
+        })
+    }
+
     /// Locks one item, resolving contention with other transactions: decided or dead holders are
     /// completed, pending ones are rolled back or waited for as the contention policy says.
-    pub(super) async fn lock_one(&self, table: &str, key: &Item) -> Result<LockInfo> {
+    pub(super) async fn lock_one(
+        &self,
+        table: &str,
+        key: &Item,
+        first: Existence,
+    ) -> Result<LockInfo> {
         use crate::contention::{Contender, Resolution};
         let schema = self.schema(table).await?;
         let settings = &self.inner.settings;
@@ -98,7 +127,7 @@ impl Transaction {
         let mut last_resolved: Option<TxId> = None;
         loop {
             self.wrote.store(true, Ordering::SeqCst);
-            let out = match item_lock::lock(c, table, key, &schema, &self.id).await {
+            let out = match item_lock::lock(c, table, key, &schema, &self.id, first).await {
                 Ok(o) => o,
                 Err(
                     e @ Error::DynamoDb {

@@ -478,3 +478,55 @@ async fn inserts_that_must_not_overwrite_take_two_requests() {
     assert_eq!(env.raw_get(&env.table, &key("new3")).await, None);
     assert_clean(&env).await;
 }
+
+/// The same guess on the per-item path (`batch_locks` off): an insert that must not overwrite is
+/// locked with its placeholder in one write (two before: the lock of an existing item failed
+/// first).
+#[tokio::test]
+async fn per_item_locks_of_inserts_that_must_not_overwrite_take_one_write() {
+    let env = TestEnv::with_settings("peritemnx", |s| s.batch_locks = false).await;
+    seed(&env, 1).await;
+    env.counter.reset();
+    let tx = env.manager.begin();
+    for k in ["new1", "new2", "new3"] {
+        tx.put_item()
+            .table_name(&env.table)
+            .item("Id", s(k))
+            .item("v", n(1))
+            .condition_expression("attribute_not_exists(Id)")
+            .send()
+            .await
+            .unwrap();
+    }
+    tx.commit().await.unwrap();
+    let c = env.counter.snapshot();
+    assert_eq!(c.get("UpdateItem"), Some(&3), "one lock each: {c:?}");
+    assert_eq!(c.values().sum::<u64>(), 5, "record, 3 locks, commit: {c:?}");
+    for k in ["new1", "new2", "new3"] {
+        assert_eq!(
+            env.raw_get(&env.table, &key(k)).await,
+            Some(item(&[("Id", s(k)), ("v", n(1))]))
+        );
+    }
+    // On an item that exists, the guess costs one write and the condition fails at commit.
+    let tx = env.manager.begin();
+    tx.put_item()
+        .table_name(&env.table)
+        .item("Id", s("k0"))
+        .item("v", n(9))
+        .condition_expression("attribute_not_exists(Id)")
+        .send()
+        .await
+        .unwrap();
+    let err = tx.commit().await.unwrap_err();
+    assert_eq!(
+        err.transaction_outcome(),
+        Some(dynamodb_transactions::TxOutcome::RolledBack),
+        "{err:?}"
+    );
+    assert_eq!(
+        env.raw_get(&env.table, &key("k0")).await,
+        Some(item(&[("Id", s("k0")), ("v", n(0))]))
+    );
+    assert_clean(&env).await;
+}
