@@ -2,7 +2,7 @@
 //! N-item update transaction through the locking protocol (the write-only fast path is off in
 //! `TestEnv`), and the per-item fallback when a batch meets another transaction's lock.
 
-use dynamodb_transactions::{Error, TxState};
+use dynamodb_transactions::{Error, Transaction, TxState};
 
 use crate::assert_clean;
 use crate::common::*;
@@ -210,6 +210,31 @@ async fn a_batch_that_meets_a_lock_falls_back_and_commits() {
     assert_clean(&env).await;
 }
 
+/// Buffers a put of `{Id: k, v}` in `tx`, with `condition` if any.
+async fn put(tx: &Transaction, table: &str, k: &str, v: i64, condition: Option<&str>) {
+    let mut b = tx
+        .put_item()
+        .table_name(table)
+        .item("Id", s(k))
+        .item("v", n(v));
+    if let Some(c) = condition {
+        b = b.condition_expression(c);
+    }
+    b.send().await.unwrap();
+}
+
+/// Buffers an update of item `k` in `tx`, with `:v` bound to `v`.
+async fn update(tx: &Transaction, table: &str, k: &str, expression: &str, v: i64) {
+    tx.update_item()
+        .table_name(table)
+        .key("Id", s(k))
+        .update_expression(expression)
+        .expression_attribute_values(":v", n(v))
+        .send()
+        .await
+        .unwrap();
+}
+
 /// Puts and updates of absent items are locked in batches too: the batch of the record and the
 /// locks is cancelled because some items are absent, and sent once more with a transient
 /// placeholder for each of those (whose lock is then known whole: no read, even for the put with
@@ -222,37 +247,10 @@ async fn inserts_and_upserts_are_locked_in_the_batch() {
     env.counter.reset();
     let tx = env.manager.begin();
     let id = tx.id().clone();
-    tx.put_item()
-        .table_name(&env.table)
-        .item("Id", s("new1"))
-        .item("v", n(1))
-        .send()
-        .await
-        .unwrap();
-    tx.put_item()
-        .table_name(&env.table)
-        .item("Id", s("new2"))
-        .item("v", n(2))
-        .condition_expression("attribute_not_exists(Id)")
-        .send()
-        .await
-        .unwrap();
-    tx.update_item()
-        .table_name(&env.table)
-        .key("Id", s("new3"))
-        .update_expression("SET v = :three")
-        .expression_attribute_values(":three", n(3))
-        .send()
-        .await
-        .unwrap();
-    tx.update_item()
-        .table_name(&env.table)
-        .key("Id", s("k0"))
-        .update_expression("SET v = v + :one")
-        .expression_attribute_values(":one", n(1))
-        .send()
-        .await
-        .unwrap();
+    put(&tx, &env.table, "new1", 1, None).await;
+    put(&tx, &env.table, "new2", 2, Some("attribute_not_exists(Id)")).await;
+    update(&tx, &env.table, "new3", "SET v = :v", 3).await;
+    update(&tx, &env.table, "k0", "SET v = v + :v", 1).await;
     tx.commit().await.unwrap();
     let c = env.counter.snapshot();
     assert_eq!(c.get("TransactWriteItems"), Some(&3), "{c:?}");
@@ -280,21 +278,8 @@ async fn a_rolled_back_batch_deletes_its_placeholders() {
     seed(&env, 1).await;
     let tx = env.manager.begin();
     let id = tx.id().clone();
-    tx.put_item()
-        .table_name(&env.table)
-        .item("Id", s("new1"))
-        .item("v", n(1))
-        .send()
-        .await
-        .unwrap();
-    tx.update_item()
-        .table_name(&env.table)
-        .key("Id", s("k0"))
-        .update_expression("SET v = :v")
-        .expression_attribute_values(":v", n(9))
-        .send()
-        .await
-        .unwrap();
+    put(&tx, &env.table, "new1", 1, None).await;
+    update(&tx, &env.table, "k0", "SET v = :v", 9).await;
     // Request 1 is the record and both locks, cancelled (new1 is absent), 2 the same with a
     // placeholder for new1; crash at the next (the read of k0's before-image).
     env.faults
@@ -342,21 +327,8 @@ async fn an_update_rejected_on_a_placeholder_rolls_back_without_a_trace() {
     let env = batched_env("batchinsrej").await;
     seed(&env, 1).await;
     let tx = env.manager.begin();
-    tx.put_item()
-        .table_name(&env.table)
-        .item("Id", s("new1"))
-        .item("v", n(1))
-        .send()
-        .await
-        .unwrap();
-    tx.update_item()
-        .table_name(&env.table)
-        .key("Id", s("new2"))
-        .update_expression("SET v = v + :one")
-        .expression_attribute_values(":one", n(1))
-        .send()
-        .await
-        .unwrap();
+    put(&tx, &env.table, "new1", 1, None).await;
+    update(&tx, &env.table, "new2", "SET v = v + :v", 1).await;
     let err = tx.commit().await.unwrap_err();
     assert!(
         matches!(
@@ -441,14 +413,7 @@ async fn inserts_that_must_not_overwrite_take_two_requests() {
     for (k, v) in [("new1", 1), ("new2", 2)] {
         insert(&tx, &env.table, k, v).await;
     }
-    tx.update_item()
-        .table_name(&env.table)
-        .key("Id", s("k0"))
-        .update_expression("SET v = :v")
-        .expression_attribute_values(":v", n(5))
-        .send()
-        .await
-        .unwrap();
+    update(&tx, &env.table, "k0", "SET v = :v", 5).await;
     tx.commit().await.unwrap();
     let c = env.counter.snapshot();
     assert_eq!(c.get("TransactWriteItems"), Some(&2), "{c:?}");
@@ -510,14 +475,7 @@ async fn per_item_locks_of_inserts_that_must_not_overwrite_take_one_write() {
     }
     // On an item that exists, the guess costs one write and the condition fails at commit.
     let tx = env.manager.begin();
-    tx.put_item()
-        .table_name(&env.table)
-        .item("Id", s("k0"))
-        .item("v", n(9))
-        .condition_expression("attribute_not_exists(Id)")
-        .send()
-        .await
-        .unwrap();
+    put(&tx, &env.table, "k0", 9, Some("attribute_not_exists(Id)")).await;
     let err = tx.commit().await.unwrap_err();
     assert_eq!(
         err.transaction_outcome(),
