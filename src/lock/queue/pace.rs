@@ -9,6 +9,12 @@
 //! `poll_interval.head`. Our turn comes after as many
 //! departures as there are entries ahead (the holder's included), so a waiter second in line
 //! sleeps through about one and a half departures rather than polling like the head.
+//!
+//! Two estimates of the time per departure: one from every read (fed mostly by the head's polls,
+//! biased low, which keeps near waiters early: an exact one made the queue unstable), and one
+//! from reads that span several departures (close to the true pace), by which a waiter more than
+//! `FAR` entries back sleeps until about `FAR_MARGIN` departures before its turn. With the low
+//! estimate alone, about half of those waiters woke still four or more places back and read again.
 
 use std::time::Duration;
 
@@ -27,6 +33,12 @@ const EARLIEST: f64 = 0.95;
 const HEAD_WAKE: f64 = 0.9;
 /// Weight of a new measurement in the running average.
 const WEIGHT: f64 = 0.3;
+/// A waiter with more entries than this ahead sleeps by the far estimate (below).
+const FAR: usize = 3;
+/// Departures before its turn a far waiter aims to wake at: its next read is then near the head.
+const FAR_MARGIN: f64 = 2.0;
+/// Fewest departures a read must span to count in the far estimate.
+const FAR_SPAN: u64 = 3;
 
 /// Running estimate of the time between departures from one lock's queue.
 #[derive(Debug, Default, Clone)]
@@ -34,6 +46,11 @@ pub(super) struct Pace {
     /// The last read that showed a departure: when, and how many had departed by then.
     last: Option<(Instant, u64)>,
     per_departure: Option<Duration>,
+    /// The time per departure measured only over reads that span several departures (a far
+    /// waiter's): close to the true pace, where `per_departure`, fed mostly by the head's polls,
+    /// is biased low. Only far waiters sleep by it, aiming `FAR_MARGIN` departures early: a late
+    /// wake there still leaves the near-head polling to catch the turn.
+    per_departure_far: Option<Duration>,
     /// When the last departure happened, as its remover stamped it.
     departed_at: Option<Instant>,
 }
@@ -48,10 +65,10 @@ impl Pace {
         match self.last {
             Some((t, d)) if departed > d && at > t => {
                 let sample = (at - t).div_f64((departed - d) as f64);
-                self.per_departure = Some(match self.per_departure {
-                    Some(avg) => avg.mul_f64(1.0 - WEIGHT) + sample.mul_f64(WEIGHT),
-                    None => sample,
-                });
+                self.per_departure = Some(average(self.per_departure, sample));
+                if departed - d >= FAR_SPAN {
+                    self.per_departure_far = Some(average(self.per_departure_far, sample));
+                }
                 self.last = Some((at, departed));
             }
             Some((_, d)) if departed <= d => {}
@@ -83,6 +100,14 @@ impl Pace {
         // Our turn comes after `ahead` departures (the holder's and those of the waiters before
         // us), `ahead` departures' time from now on average but `ahead - 1` at the earliest (the
         // holder may leave at once): sleep a share of the average, never past the earliest.
+        if ahead > FAR
+            && let Some(far) = self.per_departure_far
+        {
+            return far
+                .mul_f64(ahead as f64 - FAR_MARGIN)
+                .clamp(head, max)
+                .mul_f64(rand::random_range(0.92..1.0));
+        }
         let pause = match self.per_departure {
             Some(per) => {
                 let k = ahead as f64;
@@ -94,6 +119,13 @@ impl Pace {
         pause
             .clamp(head, max)
             .mul_f64(rand::random_range(0.85..1.0))
+    }
+}
+
+fn average(avg: Option<Duration>, sample: Duration) -> Duration {
+    match avg {
+        Some(avg) => avg.mul_f64(1.0 - WEIGHT) + sample.mul_f64(WEIGHT),
+        None => sample,
     }
 }
 
@@ -139,5 +171,33 @@ mod tests {
         assert!(later <= Duration::from_millis(10), "{later:?}");
         // Far back the pause is capped.
         assert!(p.pause(100_000, head, max, now) <= Duration::from_millis(2400));
+    }
+
+    #[test]
+    fn far_waiters_sleep_by_reads_that_span_several_departures() {
+        let head = Duration::from_millis(5);
+        let max = Duration::from_secs(2);
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut p = Pace::default();
+        // A far read after 10 departures in 200 ms (20 ms each), then head polls that see one
+        // departure 12 ms after the last one seen (biased low, as the head's polls are).
+        p.observe(t0, 0, None);
+        p.observe(t0 + ms(200), 10, None);
+        p.observe(t0 + ms(212), 11, None);
+        p.observe(t0 + ms(224), 12, None);
+        let now = t0 + ms(224);
+        // Ten ahead: about eight departures of the far estimate (20 ms), not of the near one.
+        let far = p.pause(10, head, max, now);
+        assert!(far >= ms(147) && far <= ms(160), "{far:?}");
+        // Near the head the near estimate still rules.
+        let near = p.pause(3, head, max, now);
+        assert!(near < ms(40), "{near:?}");
+        // Without a read spanning several departures, a far waiter uses the near estimate.
+        let mut q = Pace::default();
+        q.observe(t0, 0, None);
+        q.observe(t0 + ms(12), 1, None);
+        let k10 = q.pause(10, head, max, t0 + ms(12));
+        assert!(k10 <= ms(12).mul_f64(9.0 * EARLIEST), "{k10:?}");
     }
 }
