@@ -71,6 +71,9 @@ pub(crate) const LOCK_AMBIGUOUS: &str = "lock_ambiguous";
 /// `kind` of [`RETRIES`]: a batch of locks (`Settings::batch_locks`) did not land as a whole; its
 /// items are locked one by one.
 pub(crate) const LOCK_BATCH_FALLBACK: &str = "lock_batch_fallback";
+/// `kind` of [`RETRIES`]: a batch of locks was cancelled only because items it took for existing
+/// were absent (or the reverse), and is sent once more with their placeholders.
+pub(crate) const LOCK_BATCH_ABSENT: &str = "lock_batch_absent";
 /// `kind` of [`RETRIES`]: a commit attempt repeated (throttled, in conflict, or the record moved).
 pub(crate) const COMMIT_ATTEMPT: &str = "commit_attempt";
 

@@ -124,6 +124,21 @@ async fn a_commit_counts_its_path_and_times_its_phases() {
     assert_eq!(seen.counter("dynamodb_tx_commits_total", &[]), 1);
     assert_eq!(seen.counter("dynamodb_tx_rollbacks_total", &[]), 0);
     assert_eq!(seen.counter("dynamodb_tx_commit_errors_total", &[]), 0);
+    // The two inserts' batch met them absent and went again with their placeholders.
+    assert_eq!(
+        seen.counter(
+            "dynamodb_tx_retries_total",
+            &[("kind", "lock_batch_absent")]
+        ),
+        1
+    );
+    assert_eq!(
+        seen.counter(
+            "dynamodb_tx_retries_total",
+            &[("kind", "lock_batch_fallback")]
+        ),
+        0
+    );
     // (A one-request commit unlocks the items in its own request: no separate settle phase.)
     for phase in ["record", "lock", "commit"] {
         assert!(

@@ -158,6 +158,7 @@ impl Transaction {
                         && reasons[0].is_ok()
                         && let Some(f) = corrected_forms(&forms, &reasons[1..])
                     {
+                        crate::metrics::retry(crate::metrics::LOCK_BATCH_ABSENT);
                         forms = f;
                         continue;
                     }
@@ -254,7 +255,10 @@ impl Transaction {
                 Ok(Transacted::Ok) => return refs,
                 Ok(Transacted::Cancelled(reasons)) if attempt == 0 && reasons[0].is_ok() => {
                     match corrected_forms(&forms, &reasons[1..]) {
-                        Some(f) => forms = f,
+                        Some(f) => {
+                            crate::metrics::retry(crate::metrics::LOCK_BATCH_ABSENT);
+                            forms = f;
+                        }
                         None => break,
                     }
                 }
