@@ -35,13 +35,13 @@ pub(crate) async fn lock(
     me: &TxId,
     first: Existence,
 ) -> Result<LockOutcome> {
-    let mut absent = first == Existence::Absent;
+    let mut existence = first;
     for _ in 0..8 {
-        if let Some(out) = lock_write(client, table, key, schema, me, absent).await? {
+        if let Some(out) = lock_write(client, table, key, schema, me, existence).await? {
             return Ok(out);
         }
         // The item is not what the write assumed (created or deleted in between): the other form.
-        absent = !absent;
+        existence = existence.other();
     }
     Ok(LockOutcome::Held {
         owner: TxId(String::new()),
@@ -55,6 +55,26 @@ pub(crate) enum Existence {
     Present,
     /// The item is absent: the write inserts a transient placeholder, and fails on an existing one.
     Absent,
+}
+
+impl Existence {
+    /// The other assumption.
+    pub(crate) fn other(self) -> Existence {
+        match self {
+            Existence::Present => Existence::Absent,
+            Existence::Absent => Existence::Present,
+        }
+    }
+
+    /// Whether a lock write that assumed `self` failed its condition only because the item is not
+    /// what it assumed: absent under the lock of an existing item, or existing and unlocked under
+    /// a placeholder. `found` is the item the failed condition returned (`ALL_OLD`).
+    pub(crate) fn mismatched(self, found: &Observed) -> bool {
+        match self {
+            Existence::Present => !found.exists,
+            Existence::Absent => found.exists && found.owner.is_none(),
+        }
+    }
 }
 
 /// The write that locks an unlocked item with a fresh stamp, as `existence` assumes it. Returns it
@@ -118,13 +138,9 @@ async fn lock_write(
     key: &Item,
     schema: &KeySchema,
     me: &TxId,
-    absent: bool,
+    existence: Existence,
 ) -> Result<Option<LockOutcome>> {
-    let existence = if absent {
-        Existence::Absent
-    } else {
-        Existence::Present
-    };
+    let absent = existence == Existence::Absent;
     let (w, stamp) = lock_item_write(table, key, schema, me, existence, 0);
     match w.send(client, Some(ReturnValue::AllOld)).await {
         Ok(Written::Ok(old)) => {
@@ -142,6 +158,10 @@ async fn lock_write(
         Ok(Written::ConditionFailed(None)) => Ok(None),
         Ok(Written::ConditionFailed(Some(found))) => {
             let obs = Observed::of(Some(&found));
+            // Exists and unlocked, but we tried the absent path: try again as existing.
+            if existence.mismatched(&obs) {
+                return Ok(None);
+            }
             match &obs.owner {
                 Some(o) if o == me.as_str() => {
                     Ok(Some(LockOutcome::Locked(LockInfo::from_observed(&obs))))
@@ -149,8 +169,6 @@ async fn lock_write(
                 Some(o) => Ok(Some(LockOutcome::Held {
                     owner: TxId(o.clone()),
                 })),
-                // Exists and unlocked, but we tried the absent path: try again as existing.
-                None if absent => Ok(None),
                 None => Ok(Some(LockOutcome::Held {
                     owner: TxId(String::new()),
                 })),

@@ -6,8 +6,8 @@
 //! when it is cancelled only because some items are absent (or, on its retry, present), it is sent
 //! once more with a placeholder lock for each absent item. Whatever a batch cannot settle (a
 //! cancellation for another reason, an ambiguous failure, an item locked by another transaction)
-//! is left to the per-item lock phase ([`lock_all`](Transaction::lock_all)), which recognises its own record and
-//! locks. See docs/PROTOCOL.md "Batched locks".
+//! is left to the per-item lock phase ([`lock_all`](Transaction::lock_all)), which recognises its
+//! own record and locks. See docs/PROTOCOL.md "Batched locks".
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::Ordering;
@@ -120,13 +120,13 @@ impl Transaction {
         let ticket = self.ticket_for_record().await?;
         let tx_table = &self.inner.tx_table;
         let keys: Vec<ItemRef> = st.items.keys().cloned().collect();
+        let creation = record::creation(tx_table, &self.id, &st.requests, ticket);
+        if creation.split < st.requests.len() {
+            return Ok(None); // the record needs chunk rows: it is written on its own
+        }
         let mut forms = self.first_forms(st, &keys).await?;
         for attempt in 0..2 {
-            let creation = record::creation(tx_table, &self.id, &st.requests, ticket);
-            if creation.split < st.requests.len() {
-                return Ok(None); // the record needs chunk rows: it is written on its own
-            }
-            let mut writes = vec![creation.write];
+            let mut writes = vec![creation.write.clone()];
             let locks = self.lock_writes(st, &keys, &forms).await?;
             writes.extend(locks.iter().map(|(w, _)| w.clone()));
             if writes.iter().map(Write::size).sum::<usize>() >= ddb::MAX_TRANSACT_BYTES {
@@ -336,12 +336,10 @@ fn corrected_forms(forms: &[Existence], reasons: &[Reason]) -> Option<Vec<Existe
         if !r.is_condition_failed() {
             return None;
         }
-        let found = Observed::of(r.item.as_ref());
-        *form = match (*form, found.exists, found.owner.is_some()) {
-            (Existence::Present, false, _) => Existence::Absent,
-            (Existence::Absent, true, false) => Existence::Present,
-            _ => return None,
-        };
+        if !form.mismatched(&Observed::of(r.item.as_ref())) {
+            return None;
+        }
+        *form = form.other();
         changed = true;
     }
     changed.then_some(out)

@@ -97,9 +97,7 @@ impl Pace {
             }
             return jitter(head);
         }
-        // Our turn comes after `ahead` departures (the holder's and those of the waiters before
-        // us), `ahead` departures' time from now on average but `ahead - 1` at the earliest (the
-        // holder may leave at once): sleep a share of the average, never past the earliest.
+        // Far back: sleep by the far estimate until `FAR_MARGIN` departures before our turn.
         if ahead > FAR
             && let Some(far) = self.per_departure_far
         {
@@ -108,6 +106,9 @@ impl Pace {
                 .clamp(head, max)
                 .mul_f64(rand::random_range(0.92..1.0));
         }
+        // Our turn comes after `ahead` departures (the holder's and those of the waiters before
+        // us), `ahead` departures' time from now on average but `ahead - 1` at the earliest (the
+        // holder may leave at once): sleep a share of the average, never past the earliest.
         let pause = match self.per_departure {
             Some(per) => {
                 let k = ahead as f64;
