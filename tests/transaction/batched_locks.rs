@@ -235,6 +235,12 @@ async fn update(tx: &Transaction, table: &str, k: &str, expression: &str, v: i64
         .unwrap();
 }
 
+/// Asserts that item `k` is exactly `{Id: k, v}`, lock attributes included (`None`: absent).
+async fn assert_v(env: &TestEnv, k: &str, v: Option<i64>) {
+    let expected = v.map(|v| item(&[("Id", s(k)), ("v", n(v))]));
+    assert_eq!(env.raw_get(&env.table, &key(k)).await, expected, "{k}");
+}
+
 /// Puts and updates of absent items are locked in batches too: the batch of the record and the
 /// locks is cancelled because some items are absent, and sent once more with a transient
 /// placeholder for each of those (whose lock is then known whole: no read, even for the put with
@@ -257,11 +263,7 @@ async fn inserts_and_upserts_are_locked_in_the_batch() {
     assert_eq!(c.values().sum::<u64>(), 3, "{c:?}");
     assert_eq!(env.tx_state(&id).await, Some((TxState::Committed, true)));
     for (k, v) in [("new1", 1), ("new2", 2), ("new3", 3), ("k0", 1)] {
-        assert_eq!(
-            env.raw_get(&env.table, &key(k)).await,
-            Some(item(&[("Id", s(k)), ("v", n(v))])),
-            "{k}"
-        );
+        assert_v(&env, k, Some(v)).await;
     }
     assert_clean(&env).await;
 }
@@ -311,11 +313,8 @@ async fn a_rolled_back_batch_deletes_its_placeholders() {
 
     let (m2, _) = env.second_coordinator();
     m2.resume(&id).await.unwrap().rollback().await.unwrap();
-    assert_eq!(env.raw_get(&env.table, &key("new1")).await, None);
-    assert_eq!(
-        env.raw_get(&env.table, &key("k0")).await,
-        Some(item(&[("Id", s("k0")), ("v", n(0))]))
-    );
+    assert_v(&env, "new1", None).await;
+    assert_v(&env, "k0", Some(0)).await;
     assert_clean(&env).await;
 }
 
@@ -344,12 +343,9 @@ async fn an_update_rejected_on_a_placeholder_rolls_back_without_a_trace() {
         err.transaction_outcome(),
         Some(dynamodb_transactions::TxOutcome::RolledBack)
     );
-    assert_eq!(env.raw_get(&env.table, &key("new1")).await, None);
-    assert_eq!(env.raw_get(&env.table, &key("new2")).await, None);
-    assert_eq!(
-        env.raw_get(&env.table, &key("k0")).await,
-        Some(item(&[("Id", s("k0")), ("v", n(0))]))
-    );
+    assert_v(&env, "new1", None).await;
+    assert_v(&env, "new2", None).await;
+    assert_v(&env, "k0", Some(0)).await;
     assert_clean(&env).await;
 }
 
@@ -363,13 +359,7 @@ async fn large_inserts_are_locked_in_batches() {
     env.counter.reset();
     let tx = env.manager.begin();
     for i in 0..120 {
-        tx.put_item()
-            .table_name(&env.table)
-            .item("Id", s(&format!("new{i}")))
-            .item("v", n(i))
-            .send()
-            .await
-            .unwrap();
+        put(&tx, &env.table, &format!("new{i}"), i, None).await;
     }
     tx.commit().await.unwrap();
     let c = env.counter.snapshot();
@@ -380,11 +370,7 @@ async fn large_inserts_are_locked_in_batches() {
         "flip + finalize only: {c:?}"
     );
     for i in 0..120 {
-        let k = format!("new{i}");
-        assert_eq!(
-            env.raw_get(&env.table, &key(&k)).await,
-            Some(item(&[("Id", s(&k)), ("v", n(i))]))
-        );
+        assert_v(&env, &format!("new{i}"), Some(i)).await;
     }
     assert_clean(&env).await;
 }
@@ -419,11 +405,7 @@ async fn inserts_that_must_not_overwrite_take_two_requests() {
     assert_eq!(c.get("TransactWriteItems"), Some(&2), "{c:?}");
     assert_eq!(c.values().sum::<u64>(), 2, "{c:?}");
     for (k, v) in [("new1", 1), ("new2", 2), ("k0", 5)] {
-        assert_eq!(
-            env.raw_get(&env.table, &key(k)).await,
-            Some(item(&[("Id", s(k)), ("v", n(v))])),
-            "{k}"
-        );
+        assert_v(&env, k, Some(v)).await;
     }
 
     // The same insert of an item that exists: the guess is corrected, the condition fails.
@@ -436,11 +418,8 @@ async fn inserts_that_must_not_overwrite_take_two_requests() {
         Some(dynamodb_transactions::TxOutcome::RolledBack),
         "{err:?}"
     );
-    assert_eq!(
-        env.raw_get(&env.table, &key("new1")).await,
-        Some(item(&[("Id", s("new1")), ("v", n(1))]))
-    );
-    assert_eq!(env.raw_get(&env.table, &key("new3")).await, None);
+    assert_v(&env, "new1", Some(1)).await;
+    assert_v(&env, "new3", None).await;
     assert_clean(&env).await;
 }
 
@@ -454,24 +433,14 @@ async fn per_item_locks_of_inserts_that_must_not_overwrite_take_one_write() {
     env.counter.reset();
     let tx = env.manager.begin();
     for k in ["new1", "new2", "new3"] {
-        tx.put_item()
-            .table_name(&env.table)
-            .item("Id", s(k))
-            .item("v", n(1))
-            .condition_expression("attribute_not_exists(Id)")
-            .send()
-            .await
-            .unwrap();
+        put(&tx, &env.table, k, 1, Some("attribute_not_exists(Id)")).await;
     }
     tx.commit().await.unwrap();
     let c = env.counter.snapshot();
     assert_eq!(c.get("UpdateItem"), Some(&3), "one lock each: {c:?}");
     assert_eq!(c.values().sum::<u64>(), 5, "record, 3 locks, commit: {c:?}");
     for k in ["new1", "new2", "new3"] {
-        assert_eq!(
-            env.raw_get(&env.table, &key(k)).await,
-            Some(item(&[("Id", s(k)), ("v", n(1))]))
-        );
+        assert_v(&env, k, Some(1)).await;
     }
     // On an item that exists, the guess costs one write and the condition fails at commit.
     let tx = env.manager.begin();
@@ -482,9 +451,6 @@ async fn per_item_locks_of_inserts_that_must_not_overwrite_take_one_write() {
         Some(dynamodb_transactions::TxOutcome::RolledBack),
         "{err:?}"
     );
-    assert_eq!(
-        env.raw_get(&env.table, &key("k0")).await,
-        Some(item(&[("Id", s("k0")), ("v", n(0))]))
-    );
+    assert_v(&env, "k0", Some(0)).await;
     assert_clean(&env).await;
 }
