@@ -44,6 +44,13 @@ mod expr;
 #[cfg_attr(docsrs, doc(cfg(feature = "fault-injection")))]
 pub mod fault;
 mod isolation;
+/// Internals the project's own tests check against DynamoDB Local (differential tests); not part of
+/// the API, and not stable.
+#[cfg(feature = "fault-injection")]
+#[doc(hidden)]
+pub mod testing {
+    pub use crate::expr::{Applied, apply_update, value_eq};
+}
 mod item_lock;
 mod keys;
 pub mod lock;

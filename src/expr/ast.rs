@@ -99,6 +99,43 @@ impl Cond {
     }
 }
 
+/// What a `SET` action's operand reads: an attribute, a value, or a function of them.
+#[derive(Debug, Clone)]
+pub(crate) enum SetOperand {
+    Path(Path),
+    Value(AttributeValue),
+    /// `if_not_exists(path, operand)`
+    IfNotExists(Path, Box<SetOperand>),
+    /// `list_append(operand, operand)`
+    ListAppend(Box<SetOperand>, Box<SetOperand>),
+}
+
+/// The right-hand side of a `SET` action.
+#[derive(Debug, Clone)]
+pub(crate) enum SetValue {
+    One(SetOperand),
+    Plus(SetOperand, SetOperand),
+    Minus(SetOperand, SetOperand),
+}
+
+/// One action of a parsed update expression (placeholders resolved).
+#[derive(Debug, Clone)]
+pub(crate) enum Action {
+    Set(Path, SetValue),
+    Remove(Path),
+    Add(Path, AttributeValue),
+    Delete(Path, AttributeValue),
+}
+
+impl Action {
+    /// The document path the action writes.
+    pub(crate) fn path(&self) -> &Path {
+        match self {
+            Action::Set(p, _) | Action::Remove(p) | Action::Add(p, _) | Action::Delete(p, _) => p,
+        }
+    }
+}
+
 /// The four clause kinds of an update expression.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Clause {

@@ -9,7 +9,7 @@ use super::value::{num_eq, order, value_eq};
 use crate::error::Item;
 
 /// The value at `path` in `item`, if there is one.
-fn get<'i>(item: &'i Item, path: &[PathElem]) -> Option<&'i AttributeValue> {
+pub(super) fn get<'i>(item: &'i Item, path: &[PathElem]) -> Option<&'i AttributeValue> {
     let (PathElem::Attr(top), rest) = path.split_first()? else {
         return None;
     };

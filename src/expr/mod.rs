@@ -2,8 +2,12 @@
 //! the parser (`parser`, which also resolves placeholders). Everything that reads expressions goes
 //! through it: validation of the caller's expressions (`validate`), the merge of the library's own
 //! clauses into a user's `UpdateExpression` (`update`), projections (`projection`), and the
-//! client-side evaluation of conditions and filters for `Committed` reads (`eval`, `value`).
+//! client-side evaluation of conditions and filters for `Committed` reads (`eval`, `value`), and of
+//! update expressions (`apply`).
 
+// Used by the tests only until the roll-forward lands (PROTOCOL.md, "Roll-forward").
+#[cfg_attr(not(feature = "fault-injection"), allow(dead_code))]
+mod apply;
 mod ast;
 mod eval;
 mod lexer;
@@ -13,6 +17,8 @@ mod update;
 mod validate;
 mod value;
 
+#[cfg_attr(not(feature = "fault-injection"), allow(unused_imports))]
+pub use apply::{Applied, apply_update};
 pub(crate) use ast::{Clause, Cond, Path, PathElem};
 pub(crate) use lexer::placeholders;
 pub(crate) use parser::{parse_condition, parse_projection};
@@ -21,4 +27,4 @@ pub(crate) use update::{UpdateExpr, growth_bound};
 pub(crate) use validate::{
     RESERVED_PREFIX, check_names_and_values, check_no_reserved_words, check_placeholders, reserved,
 };
-pub(crate) use value::value_eq;
+pub use value::value_eq;

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 
-use super::ast::{Clause, Cmp, Cond, Operand, Path, PathElem};
+use super::ast::{Action, Clause, Cmp, Cond, Operand, Path, PathElem, SetOperand, SetValue};
 use super::lexer::{Tok, Token, tokenize};
 use crate::error::{Error, Result};
 
@@ -15,6 +15,7 @@ use crate::error::{Error, Result};
 enum Grammar {
     Condition,
     Projection,
+    Update,
 }
 
 struct Parser<'a> {
@@ -69,6 +70,7 @@ impl<'a> Parser<'a> {
         let what = match self.grammar {
             Grammar::Condition => "condition expression",
             Grammar::Projection => "ProjectionExpression",
+            Grammar::Update => "UpdateExpression action",
         };
         Error::invalid(format!("invalid {what} {:?}: {why}", self.expr))
     }
@@ -89,7 +91,7 @@ impl<'a> Parser<'a> {
                     .and_then(|m| m.get(&n))
                     .cloned()
                     .ok_or_else(|| match self.grammar {
-                        Grammar::Condition => {
+                        Grammar::Condition | Grammar::Update => {
                             self.err(&format!("{n} is not defined in ExpressionAttributeNames"))
                         }
                         Grammar::Projection => Error::invalid(format!(
@@ -232,6 +234,76 @@ impl<'a> Parser<'a> {
         }
     }
 
+    /// A value placeholder's value.
+    fn value(&mut self) -> Result<AttributeValue> {
+        match self.next() {
+            Some(Tok::Value(v)) => self.values.and_then(|m| m.get(&v)).cloned().ok_or_else(|| {
+                self.err(&format!("{v} is not defined in ExpressionAttributeValues"))
+            }),
+            _ => Err(self.err("expected a :value")),
+        }
+    }
+
+    /// A `SET` operand: a path, a value, `if_not_exists(path, operand)` or
+    /// `list_append(operand, operand)` (function names are case-sensitive).
+    fn set_operand(&mut self) -> Result<SetOperand> {
+        match (self.peek().cloned(), self.peek2()) {
+            (Some(Tok::Value(_)), _) => Ok(SetOperand::Value(self.value()?)),
+            (Some(Tok::Word(f)), Some(Tok::Punct('('))) if f == "if_not_exists" => {
+                self.pos += 2;
+                let p = self.path()?;
+                self.expect(',')?;
+                let o = self.set_operand()?;
+                self.expect(')')?;
+                Ok(SetOperand::IfNotExists(p, Box::new(o)))
+            }
+            (Some(Tok::Word(f)), Some(Tok::Punct('('))) if f == "list_append" => {
+                self.pos += 2;
+                let a = self.set_operand()?;
+                self.expect(',')?;
+                let b = self.set_operand()?;
+                self.expect(')')?;
+                Ok(SetOperand::ListAppend(Box::new(a), Box::new(b)))
+            }
+            (Some(Tok::Word(_) | Tok::Name(_)), Some(Tok::Punct('('))) => {
+                Err(self.err("unknown function"))
+            }
+            _ => Ok(SetOperand::Path(self.path()?)),
+        }
+    }
+
+    /// One action of `clause`, the whole of the parser's input.
+    fn action(&mut self, clause: Clause) -> Result<Action> {
+        let path = self.path()?;
+        let a = match clause {
+            Clause::Set => {
+                if self.next() != Some(Tok::Comparator("=")) {
+                    return Err(self.err("expected ="));
+                }
+                let left = self.set_operand()?;
+                let v = match self.peek() {
+                    Some(Tok::Punct('+')) => {
+                        self.pos += 1;
+                        SetValue::Plus(left, self.set_operand()?)
+                    }
+                    Some(Tok::Punct('-')) => {
+                        self.pos += 1;
+                        SetValue::Minus(left, self.set_operand()?)
+                    }
+                    _ => SetValue::One(left),
+                };
+                Action::Set(path, v)
+            }
+            Clause::Remove => Action::Remove(path),
+            Clause::Add => Action::Add(path, self.value()?),
+            Clause::Delete => Action::Delete(path, self.value()?),
+        };
+        if !self.at_end() {
+            return Err(self.err("unexpected trailing input"));
+        }
+        Ok(a)
+    }
+
     fn operand(&mut self) -> Result<Operand> {
         match self.peek().cloned() {
             Some(Tok::Value(v)) => {
@@ -296,6 +368,21 @@ pub(crate) fn parse_projection(
             Some(_) => return Err(p.err("unexpected token")),
         }
     }
+}
+
+/// Parses an update expression into its actions (placeholders resolved), clause by clause.
+pub(crate) fn parse_update(
+    expr: &str,
+    names: Option<&HashMap<String, String>>,
+    values: Option<&HashMap<String, AttributeValue>>,
+) -> Result<Vec<Action>> {
+    let mut out = Vec::new();
+    for (clause, actions) in update_clauses(expr)? {
+        for a in actions {
+            out.push(Parser::new(&a, Grammar::Update, names, values)?.action(clause)?);
+        }
+    }
+    Ok(out)
 }
 
 /// Splits an update expression into its clauses, each with its actions' text, checking that each

@@ -4,6 +4,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod after_image;
 mod batched_locks;
 mod commit_paths;
 mod drop;
