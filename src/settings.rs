@@ -82,6 +82,15 @@ pub struct Settings {
     /// turn this off to lock item by item (N + 2 requests, fewer write units). A batch that meets a
     /// locked or absent item falls back to per-item locks for it. Default on.
     pub batch_locks: bool,
+    /// Transactions larger than [`one_shot_max_items`](Self::one_shot_max_items) (committed in
+    /// phases) apply their writes after the commit point, each in the write that unlocks its item,
+    /// instead of before it: one write per item fewer (lock, then apply-and-unlock). Only writes
+    /// locked in a batch (`batch_locks`) whose outcome the library knows before the commit qualify:
+    /// deletes and puts without a condition, and updates without a condition whose result it
+    /// computes from the item read under the lock (every other write is applied before the commit,
+    /// as without this setting). Readers at `Committed` see such an item's new version as soon as
+    /// the transaction commits. See docs/PROTOCOL.md "Roll-forward".
+    pub roll_forward: bool,
 }
 
 impl Settings {
@@ -110,6 +119,7 @@ impl Default for Settings {
             wound_grace: Duration::from_millis(100),
             record_ttl: None,
             batch_locks: true,
+            roll_forward: false,
         }
     }
 }

@@ -5,8 +5,6 @@
 //! client-side evaluation of conditions and filters for `Committed` reads (`eval`, `value`), and of
 //! update expressions (`apply`).
 
-// Used by the tests only until the roll-forward lands (PROTOCOL.md, "Roll-forward").
-#[cfg_attr(not(feature = "fault-injection"), allow(dead_code))]
 mod apply;
 mod ast;
 mod eval;
@@ -17,7 +15,6 @@ mod update;
 mod validate;
 mod value;
 
-#[cfg_attr(not(feature = "fault-injection"), allow(unused_imports))]
 pub use apply::{Applied, apply_update};
 pub(crate) use ast::{Clause, Cond, Path, PathElem};
 pub(crate) use lexer::placeholders;

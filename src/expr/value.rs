@@ -33,13 +33,11 @@ pub(crate) fn num_cmp(a: &str, b: &str) -> Option<Ordering> {
 }
 
 /// Most significant digits a DynamoDB number has.
-#[cfg_attr(not(feature = "fault-injection"), allow(dead_code))]
 const MAX_DIGITS: usize = 38;
 
 /// `a + b` (or `a - b` when `subtract`) as DynamoDB computes it, in DynamoDB's canonical text;
 /// `None` when an operand is not a number or the exact result is not a number DynamoDB stores as
 /// is (more than 38 significant digits, or a magnitude outside 1e-130 to 1e126).
-#[cfg_attr(not(feature = "fault-injection"), allow(dead_code))]
 pub(crate) fn num_add(a: &str, b: &str, subtract: bool) -> Option<String> {
     let (an, ad, ae) = crate::keys::decompose(a)?;
     let (bn, bd, be) = crate::keys::decompose(b)?;
@@ -78,7 +76,6 @@ pub(crate) fn num_add(a: &str, b: &str, subtract: bool) -> Option<String> {
 }
 
 /// Order of two magnitudes given as digit vectors (leading zeros allowed).
-#[cfg_attr(not(feature = "fault-injection"), allow(dead_code))]
 fn cmp_digits(a: &[u8], b: &[u8]) -> Ordering {
     fn strip(d: &[u8]) -> &[u8] {
         d.iter().position(|x| *x != 0).map_or(&[], |i| &d[i..])
@@ -87,7 +84,6 @@ fn cmp_digits(a: &[u8], b: &[u8]) -> Ordering {
     a.len().cmp(&b.len()).then_with(|| a.cmp(b))
 }
 
-#[cfg_attr(not(feature = "fault-injection"), allow(dead_code))]
 fn add_digits(a: &[u8], b: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(a.len().max(b.len()) + 1);
     let (mut i, mut j, mut carry) = (a.len(), b.len(), 0u8);
@@ -109,7 +105,6 @@ fn add_digits(a: &[u8], b: &[u8]) -> Vec<u8> {
 }
 
 /// `a - b` for `a >= b`.
-#[cfg_attr(not(feature = "fault-injection"), allow(dead_code))]
 fn sub_digits(a: &[u8], b: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(a.len());
     let (mut i, mut j, mut borrow) = (a.len(), b.len(), 0i8);

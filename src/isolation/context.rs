@@ -11,7 +11,7 @@ use super::index::{IndexInfo, describe_index};
 use super::{IsolationLevel, read_lock_error};
 use crate::error::{Error, Item, Result};
 use crate::expr::{self, Cond, Path, PathElem};
-use crate::item_lock::{self, APPLIED, IMAGE, IMAGE_REF, OWNER, TRANSIENT};
+use crate::item_lock::{self, APPLIED, IMAGE, IMAGE_REF, OWNER, ROLL, TRANSIENT};
 use crate::keys::KeySchema;
 use crate::manager::TransactionManager;
 
@@ -70,7 +70,7 @@ pub(super) struct Sent {
 fn lock_attrs(level: IsolationLevel) -> &'static [&'static str] {
     match level {
         IsolationLevel::Uncommitted => &[OWNER, TRANSIENT, APPLIED],
-        _ => &[OWNER, TRANSIENT, APPLIED, IMAGE, IMAGE_REF],
+        _ => &[OWNER, TRANSIENT, APPLIED, IMAGE, IMAGE_REF, ROLL],
     }
 }
 
@@ -199,8 +199,13 @@ impl Ctx {
         } else {
             sent.filter = match (&user.filter, self.level) {
                 (Some(f), IsolationLevel::Committed) => {
+                    // Items a transaction changed (or will, rolling a write forward) are judged
+                    // here, on the version this level sees.
                     names.insert(format!("#{APPLIED}"), APPLIED.to_string());
-                    Some(format!("({f}) OR attribute_exists(#{APPLIED})"))
+                    names.insert(format!("#{ROLL}"), ROLL.to_string());
+                    Some(format!(
+                        "({f}) OR attribute_exists(#{APPLIED}) OR attribute_exists(#{ROLL})"
+                    ))
                 }
                 (f, _) => f.clone(),
             };

@@ -128,7 +128,7 @@ impl IsolatedGetItemBuilder<'_> {
             .await
             .map_err(|e| Error::sdk("GetItem", e).on_item(&self.table, &self.key))?
             .item;
-        let item = match resolve(self.mgr, self.level, raw.as_ref(), None).await? {
+        let item = match resolve(self.mgr, self.level, &self.table, raw.as_ref(), None).await? {
             Seen::Absent => None,
             Seen::Version(v, stored) => ctx.finish(v, false, stored),
             Seen::Again => ctx.reread(&self.key, 1).await?,

@@ -10,10 +10,12 @@ use super::IsolationLevel;
 use super::context::Ctx;
 use crate::TxId;
 use crate::error::{Error, Item, Result};
-use crate::item_lock::{self, APPLIED, OWNER, Observed};
+use crate::expr;
+use crate::item_lock::{self, APPLIED, OWNER, Observed, ROLL};
 use crate::keys::ItemRef;
 use crate::manager::TransactionManager;
 use crate::record::{self, TxState};
+use crate::request::Op;
 
 /// What a read sees of one stored item.
 #[derive(Debug)]
@@ -73,10 +75,11 @@ async fn tx_state(
     Ok(state)
 }
 
-/// What a reader at `level` sees of an item, given the item as stored (`None`: absent).
+/// What a reader at `level` sees of an item of `table`, given the item as stored (`None`: absent).
 pub(crate) async fn resolve(
     mgr: &TransactionManager,
     level: IsolationLevel,
+    table: &str,
     raw: Option<&Item>,
     cache: Option<&StateCache>,
 ) -> Result<Seen> {
@@ -85,9 +88,20 @@ pub(crate) async fn resolve(
     let Some(owner) = obs.owner.as_deref() else {
         return Ok(seen(obs.visible()));
     };
-    if level == IsolationLevel::Uncommitted || !obs.applied {
+    if level == IsolationLevel::Uncommitted || (!obs.applied && obs.roll.is_none()) {
         // Not applied: the item is as committed (a pending delete still shows the item).
         return Ok(seen(obs.visible()));
+    }
+    if !obs.applied {
+        // A write to roll forward: the stored item until its transaction commits, then the item
+        // the write leaves, until the write that applies it unlocks the item.
+        return match tx_state(mgr, owner, cache).await? {
+            Some(TxState::Committed) => {
+                rolled_forward(mgr, table, &obs, raw.expect("locked")).await
+            }
+            Some(_) => Ok(seen(obs.visible())),
+            None => Ok(Seen::Again),
+        };
     }
     match tx_state(mgr, owner, cache).await? {
         // One write per item per transaction: the stored item is the committed version, except
@@ -118,6 +132,65 @@ pub(crate) async fn resolve(
     }
 }
 
+/// What a reader sees of an item whose write a committed transaction rolls forward: the item the
+/// write leaves, computed from the whole item read again (`raw` may be a projection) and the write
+/// in the transaction's record. `Again` once the item has moved on (the write applied and the item
+/// unlocked, by whoever settles the transaction).
+async fn rolled_forward(
+    mgr: &TransactionManager,
+    table: &str,
+    obs: &Observed,
+    raw: &Item,
+) -> Result<Seen> {
+    let c = &mgr.inner.client;
+    let schema = mgr.inner.schema(table).await?;
+    let key = item_lock::key_of(&schema, raw);
+    let whole = c
+        .get_item()
+        .table_name(table)
+        .set_key(Some(key.clone()))
+        .consistent_read(true)
+        .send()
+        .await
+        .map_err(|e| Error::sdk("GetItem", e).on_item(table, &key))?
+        .item;
+    let now = Observed::of(whole.as_ref());
+    if now.owner != obs.owner || now.applied || now.roll != obs.roll {
+        return Ok(Seen::Again);
+    }
+    let (Some(owner), Some(w)) = (&obs.owner, obs.roll) else {
+        return Ok(Seen::Again);
+    };
+    let Some(rec) = record::load(c, &mgr.inner.tx_table, &TxId(owner.clone())).await? else {
+        return Ok(Seen::Again); // finalized and gone: the item is settled by now
+    };
+    let req = rec
+        .requests
+        .get(w)
+        .filter(|r| r.table == table && r.op.is_write())
+        .ok_or_else(|| {
+            Error::invariant(format!(
+                "an item of {table} locked by {owner} rolls forward request {w}, which is not its write"
+            ))
+        })?;
+    let mut base = now.visible().unwrap_or_default();
+    base.extend(key);
+    Ok(match req.op {
+        Op::Put => Seen::Version(req.item.clone().unwrap_or_default(), false),
+        Op::Delete => Seen::Absent,
+        _ => match &req.update {
+            None => Seen::Version(base, false),
+            Some(u) => {
+                match expr::apply_update(&base, u, req.names.as_ref(), req.values.as_ref()) {
+                    expr::Applied::Item(after) => Seen::Version(after, false),
+                    // Not known here: wait for the write itself (the committer knew it).
+                    _ => Seen::Again,
+                }
+            }
+        },
+    })
+}
+
 impl Ctx {
     fn attempts(&self) -> u32 {
         self.mgr.inner.settings.committed_read_attempts.max(1)
@@ -145,7 +218,7 @@ impl Ctx {
                 .await
                 .map_err(|e| Error::sdk("GetItem", e).on_item(&self.table, key))?
                 .item;
-            match resolve(&self.mgr, self.level, raw.as_ref(), None).await? {
+            match resolve(&self.mgr, self.level, &self.table, raw.as_ref(), None).await? {
                 Seen::Absent => return Ok(None),
                 Seen::Version(v, _) => return Ok(self.finish(v, true, false)),
                 Seen::Again => continue,
@@ -157,11 +230,12 @@ impl Ctx {
     /// What a reader sees of one stored item DynamoDB returned (filtered, if a filter was sent).
     async fn settle(&self, raw: Item, cache: &StateCache) -> Result<Option<Item>> {
         let applied = raw.contains_key(APPLIED);
-        match resolve(&self.mgr, self.level, Some(&raw), Some(cache)).await? {
+        match resolve(&self.mgr, self.level, &self.table, Some(&raw), Some(cache)).await? {
             Seen::Absent => Ok(None),
+            // DynamoDB judged the filter on the stored item only.
             Seen::Version(v, stored) => Ok(self.finish(
                 v,
-                applied && self.level == IsolationLevel::Committed,
+                (applied || !stored) && self.level == IsolationLevel::Committed,
                 stored,
             )),
             Seen::Again => {
@@ -182,7 +256,7 @@ impl Ctx {
             return Ok(());
         }
         let owners: HashSet<String> = raws
-            .filter(|r| r.contains_key(APPLIED))
+            .filter(|r| r.contains_key(APPLIED) || r.contains_key(ROLL))
             .filter_map(|r| r.get(OWNER).and_then(|v| v.as_s().ok()))
             .cloned()
             .collect();
@@ -229,7 +303,7 @@ impl Ctx {
         let out: Vec<Option<Item>> = futures::stream::iter(keys)
             .map(|(t, key)| async move {
                 let raw = found.get(&ItemRef::new(&t, &key));
-                match resolve(&self.mgr, self.level, raw, Some(cache)).await? {
+                match resolve(&self.mgr, self.level, &self.table, raw, Some(cache)).await? {
                     Seen::Absent => Ok(None),
                     Seen::Version(v, _) => Ok(self.finish(v, true, false)),
                     Seen::Again => self.reread(&key, 1).await,

@@ -10,7 +10,7 @@ use crate::ddb::{Placeholders, Write, WriteKind, Written};
 use crate::error::{Error, Item, Result};
 use crate::keys::KeySchema;
 
-use super::{LOCK_DATE, LockInfo, OWNER, Observed, PAD, TRANSIENT, new_stamp, strip};
+use super::{LOCK_DATE, LockInfo, OWNER, Observed, PAD, ROLL, TRANSIENT, new_stamp, strip};
 
 /// Outcome of a lock attempt.
 #[derive(Debug)]
@@ -79,7 +79,9 @@ impl Existence {
 
 /// The write that locks an unlocked item with a fresh stamp, as `existence` assumes it. Returns it
 /// with its stamp. `pad` bytes of padding (`_TxP`) make DynamoDB refuse the lock unless the item
-/// has that much more room (see [`crate::request::lock_pad`]).
+/// has that much more room (see [`crate::request::lock_pad`]). `roll`: the record index of the write
+/// the lock may roll forward (`_TxU`), only ever in a request conditional on the record being
+/// pending.
 pub(crate) fn lock_item_write(
     table: &str,
     key: &Item,
@@ -87,6 +89,7 @@ pub(crate) fn lock_item_write(
     me: &TxId,
     existence: Existence,
     pad: usize,
+    roll: Option<usize>,
 ) -> (Write, String) {
     let mut ph = Placeholders::default();
     let hk = ph.name_for_user(&schema.hash.0);
@@ -103,6 +106,13 @@ pub(crate) fn lock_item_write(
             ", {} = {}",
             ph.name(PAD),
             ph.value("Pad", AttributeValue::B(Blob::new(vec![0u8; pad])))
+        ));
+    }
+    if let Some(i) = roll {
+        update.push_str(&format!(
+            ", {} = {}",
+            ph.name(ROLL),
+            ph.value("Roll", AttributeValue::N(i.to_string()))
         ));
     }
     let cond = match existence {
@@ -141,7 +151,7 @@ async fn lock_write(
     existence: Existence,
 ) -> Result<Option<LockOutcome>> {
     let absent = existence == Existence::Absent;
-    let (w, stamp) = lock_item_write(table, key, schema, me, existence, 0);
+    let (w, stamp) = lock_item_write(table, key, schema, me, existence, 0, None);
     match w.send(client, Some(ReturnValue::AllOld)).await {
         Ok(Written::Ok(old)) => {
             let old = if absent { None } else { old.map(strip) };
@@ -153,6 +163,7 @@ async fn lock_write(
                 image_ref: None,
                 stamp: Some(stamp),
                 image_unread: false,
+                roll: None,
             })))
         }
         Ok(Written::ConditionFailed(None)) => Ok(None),

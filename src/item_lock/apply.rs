@@ -12,7 +12,7 @@ use crate::request::{Op, Request};
 
 use super::release::release_write;
 use super::{
-    APPLIED, IMAGE, IMAGE_REF, LOCK_DATE, LockInfo, OWNER, PAD, TRANSIENT, applied_condition,
+    APPLIED, IMAGE, IMAGE_REF, LOCK_DATE, LockInfo, OWNER, PAD, ROLL, TRANSIENT, applied_condition,
     me_condition, new_stamp,
 };
 
@@ -39,7 +39,8 @@ pub(crate) enum ImagePlace {
 pub(crate) enum Stage {
     /// Apply before commit, keeping the lock and the before-image.
     Apply,
-    /// Apply and release in one write (the one-request commit).
+    /// Apply and release in one write (the one-request commit, and a write rolled forward after a
+    /// phased commit).
     Final,
 }
 
@@ -76,6 +77,15 @@ pub(crate) fn request_writes(
         (None, _) => {}
     }
     let keep_lock = stage == Stage::Apply;
+    // A write rolled forward after the commit lands only on the lock the commit was decided under:
+    // the one carrying `_TxU` (no write that sets it lands after the decision).
+    if let (false, Some(i)) = (keep_lock, lock.roll) {
+        cond.push(format!(
+            "{} = {}",
+            ph.name(ROLL),
+            ph.value("Roll", AttributeValue::N(i.to_string()))
+        ));
+    }
     if let (true, Some(stamp)) = (keep_lock, &lock.stamp) {
         cond.push(format!(
             "{} = {}",
@@ -145,6 +155,9 @@ pub(crate) fn request_writes(
                 for a in [OWNER, LOCK_DATE, TRANSIENT] {
                     u.add(Clause::Remove, ph.name(a));
                 }
+                if lock.roll.is_some() {
+                    u.add(Clause::Remove, ph.name(ROLL));
+                }
             }
             Some(WriteKind::Update {
                 key: req.key.clone(),
@@ -185,6 +198,26 @@ pub(crate) fn request_writes(
         });
     }
     out
+}
+
+/// The write that applies `req`, the write of a committed transaction `me`, to an item whose lock
+/// still carries `_TxU` (the write was rolled forward past the commit) and releases the item, in
+/// one write conditional on that lock.
+pub(crate) fn roll_forward_write(
+    req: &Request,
+    obs: &super::Observed,
+    schema: &KeySchema,
+    me: &TxId,
+) -> crate::error::Result<Write> {
+    let lock = LockInfo::from_observed(obs);
+    let mut ws = request_writes(req, &lock, schema, me, Stage::Final, &ImagePlace::Embedded);
+    match (ws.pop(), ws.is_empty()) {
+        (Some(w), true) => Ok(w),
+        _ => Err(crate::error::Error::invariant(format!(
+            "the write of {me} to roll forward on table {} is not one write",
+            req.table
+        ))),
+    }
 }
 
 /// A user's write applied directly, without a lock, conditional on the item not being locked

@@ -12,6 +12,9 @@
 //!   carry their own image).
 //! - `_TxP` (B): padding a batched lock writes so that DynamoDB refuses the lock of an item without
 //!   room for the transaction's update; removed by the apply or the unlock.
+//! - `_TxU` (N): the index of the transaction's write of this item in its record, set by a batched
+//!   lock (whose request is conditional on the record being pending) when the write may be rolled
+//!   forward: applied after the commit, in the write that unlocks (see [`Observed::roll`]).
 //!
 //! This module reads a lock ([`Observed`], [`LockInfo`]); [`acquire`] takes it, [`apply`] applies
 //! the transaction's write under it, [`release`] settles the item and [`image`] keeps large
@@ -32,7 +35,7 @@ use crate::error::Item;
 use crate::keys::KeySchema;
 
 pub(crate) use acquire::{Existence, LockOutcome, lock, lock_item_write};
-pub(crate) use apply::{ImagePlace, Stage, request_writes, unlocked_write};
+pub(crate) use apply::{ImagePlace, Stage, request_writes, roll_forward_write, unlocked_write};
 pub(crate) use image::{
     image_delete_write, image_id, load_table_image, save_table_image, unapplied_image_id,
 };
@@ -45,9 +48,12 @@ pub(crate) const APPLIED: &str = "_TxA";
 pub(crate) const IMAGE: &str = "_TxG";
 pub(crate) const IMAGE_REF: &str = "_TxI";
 pub(crate) const PAD: &str = "_TxP";
+pub(crate) const ROLL: &str = "_TxU";
 
 /// Lock attributes removed when an item is released.
-const LOCK_ATTRS: [&str; 7] = [OWNER, LOCK_DATE, TRANSIENT, APPLIED, IMAGE, IMAGE_REF, PAD];
+const LOCK_ATTRS: [&str; 8] = [
+    OWNER, LOCK_DATE, TRANSIENT, APPLIED, IMAGE, IMAGE_REF, PAD, ROLL,
+];
 
 /// Removes every `_Tx*` attribute: what callers may see.
 pub(crate) fn strip(mut item: Item) -> Item {
@@ -74,6 +80,12 @@ pub(crate) struct Observed {
     /// `_TxD`: the lock's stamp (lock time in ms plus a random fraction), different for every lock
     /// taken on the item.
     pub stamp: Option<String>,
+    /// `_TxU`: the index (in the record) of the write this lock may roll forward. Only a batched
+    /// lock sets it, in a request conditional on the record being pending, so no write that sets it
+    /// lands after the decision: an unapplied lock that carries it once its transaction is committed
+    /// is the lock the commit was decided under, and its write is applied exactly once, by the
+    /// write that removes it.
+    pub roll: Option<usize>,
 }
 
 impl Observed {
@@ -94,6 +106,10 @@ impl Observed {
             image_ref: raw.get(IMAGE_REF).and_then(|v| v.as_s().ok()).cloned(),
             user: strip(raw.clone()),
             stamp: raw.get(LOCK_DATE).and_then(|v| v.as_n().ok()).cloned(),
+            roll: raw
+                .get(ROLL)
+                .and_then(|v| v.as_n().ok())
+                .and_then(|n| n.parse().ok()),
         }
     }
 
@@ -144,6 +160,8 @@ pub(crate) struct LockInfo {
     /// until the coordinator reads them, which a phased apply does first. The one-request commit
     /// needs neither.
     pub image_unread: bool,
+    /// `_TxU`: the write this lock may roll forward after the commit (see [`Observed::roll`]).
+    pub roll: Option<usize>,
 }
 
 /// Test seam, set only through `fault::zero_ended_lock_stamps`: every new stamp's random
@@ -180,11 +198,12 @@ impl LockInfo {
             image_ref: obs.image_ref.clone(),
             stamp: obs.stamp.clone(),
             image_unread: false,
+            roll: obs.roll,
         }
     }
 
     /// A placeholder a batch inserted for an absent item: nothing to read, the item did not exist.
-    pub fn placeholder(stamp: String) -> LockInfo {
+    pub fn placeholder(stamp: String, roll: Option<usize>) -> LockInfo {
         LockInfo {
             transient: true,
             applied: false,
@@ -193,11 +212,12 @@ impl LockInfo {
             image_ref: None,
             stamp: Some(stamp),
             image_unread: false,
+            roll,
         }
     }
 
     /// A lock a batch took on an existing item without reading it.
-    pub fn unread(stamp: String) -> LockInfo {
+    pub fn unread(stamp: String, roll: Option<usize>) -> LockInfo {
         LockInfo {
             transient: false,
             applied: false,
@@ -206,6 +226,7 @@ impl LockInfo {
             image_ref: None,
             stamp: Some(stamp),
             image_unread: true,
+            roll,
         }
     }
 }
@@ -252,6 +273,7 @@ impl LockInfo {
             image_ref: self.image_ref.clone(),
             user: self.current.clone().unwrap_or_default(),
             stamp: self.stamp.clone(),
+            roll: self.roll,
         }
     }
 }
@@ -279,6 +301,7 @@ mod tests {
             image_ref: None,
             stamp: stamp.map(String::from),
             image_unread: false,
+            roll: None,
         }
     }
 

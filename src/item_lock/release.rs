@@ -64,6 +64,12 @@ pub(crate) fn settle_write(
     );
     let is_delete = op == Op::Delete || obs.applied_delete;
     let kind = if committed {
+        if !obs.applied && obs.roll.is_some() {
+            // Its write is still to be applied: `roll_forward_write`, never a release.
+            return Err(Error::invariant(format!(
+                "an item of {table} to roll forward for {me} was about to be released"
+            )));
+        }
         if !obs.applied {
             // A read lock, or a lock taken after the decision by a late coordinator: every write of
             // a committed transaction was applied (or marked) before the decision.

@@ -98,15 +98,34 @@ pub(crate) async fn complete(
                 }
                 _ => None,
             };
-            if let Some(w) = item_lock::settle_write(
-                committed,
-                e.op(requests),
-                &e.table,
-                &e.key,
-                obs,
-                tx_id,
-                table_image.as_ref(),
-            )? {
+            // A write rolled forward past the commit is applied now, in the write that unlocks.
+            let forward = committed && obs.locked_by(tx_id) && !obs.applied && obs.roll.is_some();
+            let write = if forward {
+                let Some(w) = e.write.filter(|w| Some(*w) == obs.roll) else {
+                    return Err(Error::invariant(format!(
+                        "an item of {} locked by {tx_id} rolls forward request {:?}, not its write",
+                        e.table, obs.roll
+                    )));
+                };
+                let schema = inner.schema(&e.table).await?;
+                Some(item_lock::roll_forward_write(
+                    &requests[w],
+                    obs,
+                    &schema,
+                    tx_id,
+                )?)
+            } else {
+                item_lock::settle_write(
+                    committed,
+                    e.op(requests),
+                    &e.table,
+                    &e.key,
+                    obs,
+                    tx_id,
+                    table_image.as_ref(),
+                )?
+            };
+            if let Some(w) = write {
                 writes.push(w);
                 owners.push(Some(k.clone()));
                 // The item's images-table row (the one it points to, or one saved for an apply

@@ -20,7 +20,7 @@ use crate::error::Result;
 use crate::item_lock::{self, Existence, LockInfo, Observed};
 use crate::keys::ItemRef;
 use crate::record;
-use crate::request;
+use crate::request::{self, Op};
 
 use super::{State, Transaction};
 
@@ -65,8 +65,9 @@ impl Transaction {
         for (k, stamp, existence) in landed {
             match existence {
                 Existence::Absent => {
+                    let roll = self.roll_index(st, &k);
                     st.items.get_mut(&k).expect("entry exists").lock =
-                        Some(LockInfo::placeholder(stamp));
+                        Some(LockInfo::placeholder(stamp, roll));
                 }
                 Existence::Present => unread.push((k, stamp)),
             }
@@ -78,7 +79,8 @@ impl Transaction {
             .into_iter()
             .partition(|(k, _)| lock_pad(st, k).is_none());
         for (k, stamp) in keep_unread {
-            st.items.get_mut(&k).expect("entry exists").lock = Some(LockInfo::unread(stamp));
+            let roll = self.roll_index(st, &k);
+            st.items.get_mut(&k).expect("entry exists").lock = Some(LockInfo::unread(stamp, roll));
         }
         self.read_images(st, read).await;
         Ok(())
@@ -93,6 +95,11 @@ impl Transaction {
             .iter()
             .filter_map(|(k, e)| {
                 let l = e.lock.as_ref().filter(|l| l.image_unread)?;
+                // A put or delete rolled forward needs nothing of the item.
+                let op = e.op(&st.requests);
+                if l.roll.is_some() && matches!(op, Op::Put | Op::Delete) {
+                    return None;
+                }
                 Some((k.clone(), l.stamp.clone()?))
             })
             .collect();
@@ -208,10 +215,30 @@ impl Transaction {
             let schema = self.schema(&e.table).await?;
             let pad = lock_pad(st, k).unwrap_or(0);
             out.push(item_lock::lock_item_write(
-                &e.table, &e.key, &schema, &self.id, existence, pad,
+                &e.table,
+                &e.key,
+                &schema,
+                &self.id,
+                existence,
+                pad,
+                self.roll_index(st, k),
             ));
         }
         Ok(out)
+    }
+
+    /// The record index of the write a batched lock of `k` marks for rolling forward (`_TxU`):
+    /// with [`Settings::roll_forward`](crate::Settings::roll_forward), in a transaction that commits
+    /// in phases, a put, update or delete without a condition. Whether it is rolled forward is
+    /// decided before the commit ([`Transaction::rolls_forward`]).
+    pub(super) fn roll_index(&self, st: &State, k: &ItemRef) -> Option<usize> {
+        let settings = &self.inner.settings;
+        if !settings.roll_forward || st.items.len() <= settings.one_shot_max_items {
+            return None;
+        }
+        let w = st.items.get(k)?.write?;
+        let req = &st.requests[w];
+        (req.op.is_write() && req.condition.is_none()).then_some(w)
     }
 
     /// Locks the unlocked items (but those in `skip`) in `TransactWriteItems` of up to 99 locks and

@@ -7,14 +7,51 @@ use tracing::{debug, instrument};
 
 use crate::ddb::{self, Transacted, Write};
 use crate::error::{Error, Result};
+use crate::expr;
 use crate::item_lock::{self, ImagePlace, Stage};
 use crate::keys::ItemRef;
 use crate::record::{self, Flipped, TxState};
-use crate::request;
-use crate::settle::{group_by_owner, group_with_owners};
+use crate::request::{self, Op, Request};
+use crate::settle::{Entry, group_by_owner, group_with_owners};
 
 use super::commit::is_rejection;
 use super::{CommitStep, State, Transaction};
+
+/// Whether the write of `e` is rolled forward past the commit point (`Settings::roll_forward`):
+/// its lock carries `_TxU` naming it, and DynamoDB is known to take it — a put or a delete without
+/// a condition, or an update without one whose result is computed here from the item read under
+/// the lock. Any other write is applied before the commit, where DynamoDB may still refuse it.
+pub(super) fn rolls_forward(e: &Entry, requests: &[Request]) -> bool {
+    let Some(lock) = &e.lock else {
+        return false;
+    };
+    let Some(w) = lock.roll.filter(|w| !lock.applied && e.write == Some(*w)) else {
+        return false;
+    };
+    let req = &requests[w];
+    if req.condition.is_some() {
+        return false;
+    }
+    match req.op {
+        Op::Put | Op::Delete => true,
+        Op::Update if lock.image_unread => false,
+        Op::Update => {
+            let Some(update) = &req.update else {
+                return true; // nothing but the item's existence
+            };
+            let mut item = lock.before.clone().unwrap_or_default();
+            item.extend(req.key.clone());
+            match expr::apply_update(&item, update, req.names.as_ref(), req.values.as_ref()) {
+                expr::Applied::Item(_) => true,
+                expr::Applied::Rejected(why) | expr::Applied::Unsure(why) => {
+                    debug!(table = %req.table, why, "update applied before the commit");
+                    false
+                }
+            }
+        }
+        Op::Get => false,
+    }
+}
 
 pub(super) type AppliedGroup = (Vec<Write>, Vec<Option<ItemRef>>, Result<Transacted>);
 
@@ -39,7 +76,8 @@ impl Transaction {
                 .lock
                 .clone()
                 .ok_or_else(|| Error::invariant("applying to an unlocked item"))?;
-            if lock.applied {
+            // Applied already, or applied after the commit in the write that unlocks.
+            if lock.applied || rolls_forward(&e, &st.requests) {
                 continue;
             }
             let req = e.request(&st.requests).clone();

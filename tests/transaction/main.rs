@@ -17,6 +17,7 @@ mod large;
 mod locked_reads;
 mod lost_record_writes;
 mod reads;
+mod roll_forward;
 mod validation;
 
 use aws_sdk_dynamodb::types::AttributeValue;

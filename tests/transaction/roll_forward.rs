@@ -1,0 +1,241 @@
+//! Writes rolled forward past the commit point (`Settings::roll_forward`): a large transaction
+//! locks, commits, then applies each write in the write that unlocks its item. What DynamoDB could
+//! refuse is applied before the commit; readers see the new versions from the commit on; whoever
+//! finishes the transaction applies what a dead coordinator left.
+
+use dynamodb_transactions::fault::FaultMode;
+use dynamodb_transactions::{Error, IsolationLevel, Item, TxState};
+
+use crate::common::*;
+
+/// More items than the one-request commit takes: the phased commit, where writes roll forward.
+const N: usize = 120;
+
+async fn env(prefix: &str) -> TestEnv {
+    let env = TestEnv::with_settings(prefix, |s| s.roll_forward = true).await;
+    for i in 0..N {
+        env.raw_put(
+            &env.table,
+            item(&[("Id", s(&format!("k{i}"))), ("hits", n(i))]),
+        )
+        .await;
+    }
+    env
+}
+
+fn id(i: usize) -> String {
+    format!("k{i}")
+}
+
+/// Adds an increment of every item to `tx`.
+async fn increments(env: &TestEnv, tx: &dynamodb_transactions::Transaction) {
+    for i in 0..N {
+        tx.update_item()
+            .table_name(&env.table)
+            .key("Id", s(&id(i)))
+            .update_expression("SET hits = hits + :one")
+            .expression_attribute_values(":one", n(1))
+            .send()
+            .await
+            .unwrap();
+    }
+}
+
+async fn hits(env: &TestEnv, i: usize) -> Item {
+    env.raw_get(&env.table, &key(&id(i))).await.expect("item")
+}
+
+#[tokio::test]
+async fn updates_are_applied_by_the_unlock_after_the_commit() {
+    let env = env("rf-upd").await;
+    let tx = env.manager.begin();
+    let tx_id = tx.id().clone();
+    increments(&env, &tx).await;
+    env.counter.reset();
+    tx.commit().await.unwrap();
+    for i in 0..N {
+        let it = hits(&env, i).await;
+        assert_eq!(it["hits"], n(i + 1), "{} incremented once", id(i));
+        assert!(!has_tx_attrs(&it), "{it:?}");
+    }
+    assert_eq!(env.tx_state(&tx_id).await, Some((TxState::Committed, true)));
+    // Record, 2 lock batches, 2 reads of the locked items, the flip, 2 batches that apply and
+    // unlock, the finalize: no apply before the commit.
+    assert_eq!(
+        env.counter.get("TransactWriteItems"),
+        4,
+        "{:?}",
+        env.counter.snapshot()
+    );
+    assert_eq!(env.counter.get("BatchGetItem"), 2);
+}
+
+#[tokio::test]
+async fn puts_and_deletes_roll_forward_without_reading_their_items() {
+    let env = env("rf-pd").await;
+    let tx = env.manager.begin();
+    for i in 0..N {
+        if i % 2 == 0 {
+            tx.delete_item()
+                .table_name(&env.table)
+                .key("Id", s(&id(i)))
+                .send()
+                .await
+                .unwrap();
+        } else {
+            tx.put_item()
+                .table_name(&env.table)
+                .item("Id", s(&id(i)))
+                .item("v", s("new"))
+                .send()
+                .await
+                .unwrap();
+        }
+    }
+    // And inserts of absent items.
+    for i in N..N + 10 {
+        tx.put_item()
+            .table_name(&env.table)
+            .item("Id", s(&id(i)))
+            .item("v", s("inserted"))
+            .send()
+            .await
+            .unwrap();
+    }
+    env.counter.reset();
+    tx.commit().await.unwrap();
+    assert_eq!(
+        env.counter.get("BatchGetItem"),
+        0,
+        "{:?}",
+        env.counter.snapshot()
+    );
+    let items = env.scan_all(&env.table).await;
+    assert_eq!(items.len(), N / 2 + 10);
+    for it in &items {
+        assert!(!has_tx_attrs(it), "{it:?}");
+        let i: usize = it["Id"].as_s().unwrap()[1..].parse().unwrap();
+        let want = if i >= N { "inserted" } else { "new" };
+        assert_eq!(it["v"], s(want));
+        assert!(!it.contains_key("hits"), "a put replaces the whole item");
+    }
+}
+
+#[tokio::test]
+async fn an_update_dynamodb_refuses_is_applied_before_the_commit_and_rolls_back() {
+    let env = env("rf-rej").await;
+    env.raw_put(&env.table, item(&[("Id", s(&id(7))), ("hits", s("text"))]))
+        .await;
+    let tx = env.manager.begin();
+    increments(&env, &tx).await;
+    let err = tx.commit().await.unwrap_err();
+    assert!(matches!(err, Error::RequestRejected { .. }), "{err:?}");
+    for i in 0..N {
+        let it = hits(&env, i).await;
+        assert!(!has_tx_attrs(&it), "{it:?}");
+        if i != 7 {
+            assert_eq!(it["hits"], n(i), "nothing applied");
+        }
+    }
+}
+
+#[tokio::test]
+async fn readers_see_the_rolled_forward_versions_once_committed_and_another_coordinator_applies_them()
+ {
+    let env = env("rf-crash").await;
+    let tx = env.manager.begin();
+    let tx_id = tx.id().clone();
+    increments(&env, &tx).await;
+    // Record, 2 lock batches, 2 reads, the flip; then the coordinator dies.
+    env.faults.crash_at(7, FaultMode::BeforeSend);
+    let _ = tx.commit().await;
+    env.faults.disarm();
+    assert_eq!(
+        env.tx_state(&tx_id).await,
+        Some((TxState::Committed, false))
+    );
+    let raw = hits(&env, 3).await;
+    assert_eq!(raw["hits"], n(3), "not applied: {raw:?}");
+    assert!(
+        raw.contains_key("_TxU") && !raw.contains_key("_TxA"),
+        "{raw:?}"
+    );
+    // Committed readers see each write's result, uncommitted ones the stored item.
+    let get = |level| {
+        env.manager
+            .get_item()
+            .table_name(&env.table)
+            .key("Id", s(&id(3)))
+            .isolation(level)
+            .send()
+    };
+    assert_eq!(
+        get(IsolationLevel::Committed)
+            .await
+            .unwrap()
+            .item()
+            .unwrap()["hits"],
+        n(4)
+    );
+    assert_eq!(
+        get(IsolationLevel::Uncommitted)
+            .await
+            .unwrap()
+            .item()
+            .unwrap()["hits"],
+        n(3)
+    );
+    // A filter is judged on the version the level sees, and a projection applied to it.
+    let got = env
+        .manager
+        .scan()
+        .table_name(&env.table)
+        .isolation(IsolationLevel::Committed)
+        .filter_expression("hits = :h")
+        .expression_attribute_values(":h", n(4))
+        .projection_expression("hits")
+        .send_all()
+        .await
+        .unwrap();
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(got[0], item(&[("hits", n(4))]));
+    // Another coordinator finishes: every write applied once, every item unlocked.
+    let (m2, _) = env.second_coordinator();
+    assert_eq!(
+        m2.complete_transaction(&tx_id).await.unwrap(),
+        TxState::Committed
+    );
+    for i in 0..N {
+        let it = hits(&env, i).await;
+        assert_eq!(it["hits"], n(i + 1), "{} incremented once", id(i));
+        assert!(!has_tx_attrs(&it), "{it:?}");
+    }
+    assert_eq!(env.tx_state(&tx_id).await, Some((TxState::Committed, true)));
+    // Finishing again changes nothing.
+    m2.complete_transaction(&tx_id).await.unwrap();
+    assert_eq!(hits(&env, 0).await["hits"], n(1));
+}
+
+#[tokio::test]
+async fn a_transaction_rolled_back_before_its_commit_leaves_its_items_unchanged() {
+    let env = env("rf-rb").await;
+    let tx = env.manager.begin();
+    let tx_id = tx.id().clone();
+    increments(&env, &tx).await;
+    // Dies before the flip (after the record, the locks and the reads).
+    env.faults.crash_at(6, FaultMode::BeforeSend);
+    let _ = tx.commit().await;
+    env.faults.disarm();
+    assert!(hits(&env, 0).await.contains_key("_TxU"));
+    let (m2, _) = env.second_coordinator();
+    m2.rollback_transaction(&tx_id).await.unwrap();
+    for i in 0..N {
+        let it = hits(&env, i).await;
+        assert_eq!(it["hits"], n(i));
+        assert!(!has_tx_attrs(&it), "{it:?}");
+    }
+    assert_eq!(
+        env.tx_state(&tx_id).await,
+        Some((TxState::RolledBack, true))
+    );
+}
