@@ -18,6 +18,9 @@ pub enum Driver {
     PerItem,
     /// `lock_reads_before_recording = true`: a read sends only its lock once the record exists.
     LockedReads,
+    /// `roll_forward = true`: a phased commit (N > 98) applies its writes after the commit, in the
+    /// writes that unlock.
+    RollForward,
     /// The Java library's shape: `concurrency = 1`, `one_shot_max_items = 0`, no fast path, locks
     /// item by item.
     Sequential,
@@ -32,6 +35,7 @@ impl Driver {
             Driver::Locking => "locking",
             Driver::PerItem => "per-item locks",
             Driver::LockedReads => "locked reads",
+            Driver::RollForward => "roll-forward",
             Driver::Sequential => "sequential",
             Driver::Native => "native",
         }
@@ -48,6 +52,9 @@ impl Driver {
         } else {
             d.push(Driver::LockedReads);
         }
+        if kind.writes_only() && n > Settings::default().one_shot_max_items {
+            d.push(Driver::RollForward);
+        }
         d.push(Driver::Sequential);
         if kind.writes_only() && n <= 100 {
             d.push(Driver::Native);
@@ -59,7 +66,11 @@ impl Driver {
     /// in-flight limit from the command line, if any).
     pub fn configure(self, st: &mut Settings, concurrency: Option<usize>) {
         match self {
-            Driver::Library | Driver::Locking | Driver::PerItem | Driver::LockedReads => {
+            Driver::Library
+            | Driver::Locking
+            | Driver::PerItem
+            | Driver::LockedReads
+            | Driver::RollForward => {
                 if let Some(c) = concurrency {
                     st.concurrency = c;
                 }
@@ -71,6 +82,9 @@ impl Driver {
                 }
                 if self == Driver::LockedReads {
                     st.lock_reads_before_recording = true;
+                }
+                if self == Driver::RollForward {
+                    st.roll_forward = true;
                 }
             }
             Driver::Sequential => {
