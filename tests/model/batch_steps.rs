@@ -92,6 +92,8 @@ impl ProtocolModel {
             it.owner = Some(tx);
             it.stamp = Some(stamp);
             it.late = false;
+            // `_TxU`, in the request conditional on the record's creation.
+            it.roll = plan.roll_forward && entry.op.is_write();
         }
         s.batch_tokens[t] = Some(stamp);
         if !self.cfg.second_handles.is_empty() {
@@ -107,12 +109,14 @@ impl ProtocolModel {
         let tx = self.tx_of(k);
         let n = self.plan(tx).entries.len();
         let pre_read = s.coordinators[k as usize].pre_read.clone();
+        let plan = self.plan(tx).clone();
         let c = &mut s.coordinators[k as usize];
         let absent = c.batch_absent.clone().unwrap_or_else(|| vec![false; n]);
         c.batch_done = true;
         c.version = 1;
         c.recorded = n as u8;
         for e in 0..n {
+            let roll = plan.roll_forward && plan.entries[e].op.is_write();
             c.items[e] = match &pre_read {
                 // A placeholder's lock is known whole: the item did not exist.
                 _ if absent[e] => Knows::Locked {
@@ -121,6 +125,7 @@ impl ProtocolModel {
                     before: None,
                     image_ref: false,
                     stamp,
+                    roll,
                 },
                 // The naive variant takes the image it read before locking.
                 Some(data) => Knows::Locked {
@@ -129,8 +134,9 @@ impl ProtocolModel {
                     before: data[e],
                     image_ref: false,
                     stamp,
+                    roll,
                 },
-                None => Knows::Batched { stamp },
+                None => Knows::Batched { stamp, roll },
             };
         }
     }
@@ -155,7 +161,7 @@ impl ProtocolModel {
     pub(crate) fn read_image(&self, s: &mut State, k: Slot, e: u8) -> bool {
         let tx = self.tx_of(k);
         let i = self.entry(tx, e).item;
-        let Knows::Batched { stamp } = s.coordinators[k as usize].items[e as usize] else {
+        let Knows::Batched { stamp, .. } = s.coordinators[k as usize].items[e as usize] else {
             return false;
         };
         let it = s.items[i];

@@ -77,6 +77,10 @@ pub(crate) struct Plan {
     /// Write the record and lock every item in one TransactWriteItems (`Settings::batch_locks`),
     /// falling back to the per-item path when it is cancelled. Buffered entries only.
     pub(crate) batch_lock: bool,
+    /// `Settings::roll_forward` (phased, batched plans only): the batch marks each write's lock
+    /// (`_TxU`), and a marked write is not applied before the flip but by the write that settles
+    /// its item after the commit (the model's writes are all known to succeed).
+    pub(crate) roll_forward: bool,
 }
 
 /// Deliberately broken variants of the protocol, to show the invariants catch real bugs.
@@ -110,6 +114,14 @@ pub(crate) enum Bug {
     /// `LockThenRecord` where a contender that meets a lock its pending record does not name
     /// releases it as a stray.
     ReleaseUnrecordedLock,
+    /// Roll-forward without the lock's mark: whoever settles a committed transaction applies the
+    /// write of every unapplied lock it finds, a late lock (taken after the write was rolled
+    /// forward and the item unlocked) included.
+    RollForwardIgnoresMark,
+    /// Roll-forward marks set by per-item lock writes too, which are not conditional on the
+    /// record: one that lands late (after the write was rolled forward and the item unlocked)
+    /// marks the item for a second application.
+    RollMarkOnPerItemLock,
 }
 
 #[derive(Clone, Debug)]
@@ -154,6 +166,7 @@ pub(crate) fn plan(commit: CommitPath, entries: Vec<Entry>) -> Plan {
         commit,
         fast: false,
         batch_lock: false,
+        roll_forward: false,
     }
 }
 
@@ -166,6 +179,14 @@ pub(crate) fn batched(commit: CommitPath, entries: Vec<Entry>) -> Plan {
     Plan {
         batch_lock: true,
         ..plan(commit, entries)
+    }
+}
+
+/// A batched phased plan whose writes roll forward past the commit (`Settings::roll_forward`).
+pub(crate) fn rolled(entries: Vec<Entry>) -> Plan {
+    Plan {
+        roll_forward: true,
+        ..batched(CommitPath::Phased, entries)
     }
 }
 

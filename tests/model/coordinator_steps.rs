@@ -145,6 +145,7 @@ impl ProtocolModel {
                         before: it.data,
                         image_ref: false,
                         stamp,
+                        roll: false,
                     }
                 } else if mine {
                     if lost {
@@ -175,6 +176,7 @@ impl ProtocolModel {
                         before: None,
                         image_ref: false,
                         stamp,
+                        roll: false,
                     }
                 } else if mine {
                     if lost {
@@ -191,6 +193,32 @@ impl ProtocolModel {
                 }
             }
             Knows::Locked { .. } | Knows::Batched { .. } => return false,
+        };
+        let new_knows = match new_knows {
+            Knows::Locked {
+                roll: false,
+                applied: false,
+                transient,
+                before,
+                image_ref,
+                stamp,
+            } if !mine
+                && s.items[i].owner == Some(tx)
+                && self.cfg.bug == Some(Bug::RollMarkOnPerItemLock)
+                && self.plan(tx).roll_forward
+                && self.entry(tx, e).op.is_write() =>
+            {
+                s.items[i].roll = true;
+                Knows::Locked {
+                    roll: true,
+                    applied: false,
+                    transient,
+                    before,
+                    image_ref,
+                    stamp,
+                }
+            }
+            k => k,
         };
         if s.items[i].owner == Some(tx) && !mine {
             if counted {
@@ -242,6 +270,7 @@ impl ProtocolModel {
             transient,
             before,
             stamp,
+            roll,
             ..
         } = s.coordinators[k as usize].items[e as usize]
         else {
@@ -297,6 +326,7 @@ impl ProtocolModel {
                 before,
                 image_ref: saved && !transient && entry.op != Op::Delete,
                 stamp,
+                roll,
             };
             s.coordinators[k as usize].header_ok = false;
         }

@@ -10,7 +10,9 @@
 //!   one-request commit records itself when every item is held), inserts of absent
 //!   items, deletes, large items whose before-image lives in the images table), and the batched
 //!   locking commit (record and locks in one TransactWriteItems, images read after the locks,
-//!   cancellation and ambiguous failure falling back to the per-item path);
+//!   cancellation and ambiguous failure falling back to the per-item path), and roll-forward
+//!   (`Settings::roll_forward`: the batch marks each write's lock, a marked write is applied by the
+//!   write that settles its item after the flip, and a `Committed` reader computes it meanwhile);
 //! - crashes of a coordinator between any two of its requests, and resumption of its transaction
 //!   by a new coordinator (`TransactionManager::resume`) that commits or rolls it back;
 //! - lost responses (the write landed, the coordinator did not hear back and retries the step);
@@ -37,7 +39,8 @@
 //!   unapplied lock may come before its request is recorded);
 //! - **locked reads hold until commit**: when a transaction commits, every item a handle of it
 //!   read under lock (interactively) still holds what the read returned;
-//! - **finalized means settled**: a finalized record has no applied lock left;
+//! - **finalized means settled**: a finalized record has no applied lock left, and no write left
+//!   to roll forward;
 //! - **committed state is immutable**: a transaction that committed stays committed (its record
 //!   is committed or gone) and commits at most once;
 //! - **quiescent states are clean**: when nothing can move any more, no item is locked, no image
@@ -48,8 +51,8 @@
 //! checker on deliberately broken variants (Java's transient-lock bug, a decision not conditional
 //! on the version, finalizing or deleting images too early, releasing an applied lock, reading a
 //! batch's before-images before its locks, a lock whose record is absent released without a
-//! tombstone, releasing a pending transaction's unrecorded lock) and expects a counterexample for
-//! each.
+//! tombstone, releasing a pending transaction's unrecorded lock, rolling forward the write of an
+//! unmarked lock, marking locks taken item by item) and expects a counterexample for each.
 //!
 //! Not modelled: the wait/wound choices of the ordered contention policy (they only decide *when*
 //! a pending holder is rolled back, and the world may roll back at any time), user

@@ -235,8 +235,13 @@ impl ProtocolModel {
         // after the lock. The one-request commit needs none (the lock's padding made DynamoDB
         // judge each update's room; sizes are not modelled, and an update that copies an
         // attribute, whose item the code reads, is an update like any other here).
+        // A put or delete rolled forward needs nothing of its item; an update rolled forward is
+        // read for its result (known here: the model's writes all succeed).
         let unread: Vec<u8> = (0..n)
-            .filter(|&e| matches!(c.items[e as usize], Knows::Batched { .. }))
+            .filter(|&e| match c.items[e as usize] {
+                Knows::Batched { roll, .. } => !roll || self.entry(tx, e).op == Op::Update,
+                _ => false,
+            })
             .filter(|&e| plan.commit == CommitPath::Phased && self.entry(tx, e).op.is_write())
             .collect();
         if !unread.is_empty() {
@@ -245,8 +250,19 @@ impl ProtocolModel {
         match plan.commit {
             CommitPath::OneRequest => Next::CommitOneRequest,
             CommitPath::Phased => {
+                // `rolls_forward`: a marked, unapplied write waits for the settle after the flip.
+                let rolls = |e: u8| {
+                    matches!(
+                        c.items[e as usize],
+                        Knows::Locked {
+                            roll: true,
+                            applied: false,
+                            ..
+                        } | Knows::Batched { roll: true, .. }
+                    )
+                };
                 let todo: Vec<u8> = (0..n)
-                    .filter(|&e| self.entry(tx, e).op.is_write() && !applied(e))
+                    .filter(|&e| self.entry(tx, e).op.is_write() && !applied(e) && !rolls(e))
                     .collect();
                 if todo.is_empty() {
                     return Next::Flip;
@@ -434,7 +450,13 @@ impl ProtocolModel {
             },
             image_ref: it.image_ref,
             stamp: it.stamp.expect("a lock has a stamp"),
+            roll: it.roll,
         }
+    }
+
+    /// An applied lock of `tx`, or one whose write is still to roll forward, is on the item.
+    pub(crate) fn unsettled_lock(s: &State, tx: Tx, i: usize) -> bool {
+        s.items[i].owner == Some(tx) && (s.items[i].applied != Applied::No || s.items[i].roll)
     }
 
     pub(crate) fn clear_lock(it: &mut Item) {
@@ -445,6 +467,7 @@ impl ProtocolModel {
         it.image_ref = false;
         it.stamp = None;
         it.late = false;
+        it.roll = false;
     }
 
     /// `release_write`: delete a placeholder, or remove the lock attributes.
@@ -467,6 +490,19 @@ impl ProtocolModel {
         let Some(owner) = it.owner else {
             return Ok(it.present.then_some(it.data));
         };
+        if it.applied == Applied::No && it.roll {
+            // `rolled_forward`: the write's result once its transaction committed.
+            return match s.records[owner as usize] {
+                None => Err("a lock to roll forward whose record is gone"),
+                Some(r) if r.state == TxState::Committed => {
+                    match self.recorded_op(owner, i, r.requests) {
+                        Some(op) if op.is_write() => Ok(op.apply(it.data).map(Some)),
+                        _ => Err("a lock to roll forward whose record names no write"),
+                    }
+                }
+                Some(_) => Ok(it.visible()),
+            };
+        }
         if it.applied == Applied::No {
             return Ok(it.visible());
         }

@@ -214,6 +214,54 @@ fn batched_concurrent_handles() -> Config {
     }
 }
 
+/// Roll-forward: a batched phased transaction updates an existing item and inserts an absent
+/// one, its writes applied by the settle after the flip, against a batched one-request
+/// transaction deleting the first item and updating the second; one crash, one lost response.
+fn rolled_forward() -> Config {
+    config(
+        "roll-forward: writes applied after the commit",
+        vec![Some(1), None],
+        vec![false, false],
+        vec![
+            rolled(vec![entry(0, Op::Update), entry(1, Op::Put(5))]),
+            batched(
+                CommitPath::OneRequest,
+                vec![entry(0, Op::Delete), entry(1, Op::Update)],
+            ),
+        ],
+    )
+}
+
+/// Roll-forward while a second handle may resume the transaction at any moment (its per-item
+/// locks may land late, after the write was rolled forward and the item unlocked).
+fn rolled_forward_concurrent_handles() -> Config {
+    Config {
+        crashes: 0,
+        lost_responses: 0,
+        second_handles: vec![0],
+        delete_records: false,
+        ..config(
+            "roll-forward, a second handle resuming a live transaction",
+            vec![Some(1), Some(2)],
+            vec![false, false],
+            vec![
+                rolled(vec![entry(0, Op::Update), entry(1, Op::Delete)]),
+                plan(CommitPath::OneRequest, vec![entry(1, Op::Update)]),
+            ],
+        )
+    }
+}
+
+#[test]
+fn roll_forward() {
+    assert_model_holds(rolled_forward());
+}
+
+#[test]
+fn roll_forward_second_handles() {
+    assert_model_holds(rolled_forward_concurrent_handles());
+}
+
 #[test]
 fn batched_locks_two_transactions_two_items() {
     assert_model_holds(batched_two_by_two());
@@ -459,6 +507,14 @@ fn buggy_protocols_are_caught() {
         (Bug::ReleaseIgnoresApplied, two_by_two()),
         (Bug::ApplyIgnoresLockStamp, concurrent_handles()),
         (Bug::BatchImagesReadBeforeLock, batched_two_by_two()),
+        (
+            Bug::RollForwardIgnoresMark,
+            rolled_forward_concurrent_handles(),
+        ),
+        (
+            Bug::RollMarkOnPerItemLock,
+            rolled_forward_concurrent_handles(),
+        ),
         (
             Bug::OrphanReleaseWithoutTombstone,
             locked_reads(ReadShape::LockThenRecord),

@@ -35,6 +35,8 @@ pub(crate) struct Item {
     /// Ghost: the lock landed after its transaction was decided (a late lock). A completer reads
     /// every item after the decision, so it sees (and settles) every lock taken before it.
     pub(crate) late: bool,
+    /// `_TxU`: a batched lock marked the owner's write of this item to roll forward.
+    pub(crate) roll: bool,
 }
 
 impl Item {
@@ -49,6 +51,7 @@ impl Item {
             image_ref: false,
             stamp: None,
             late: false,
+            roll: false,
         }
     }
 
@@ -92,11 +95,14 @@ pub(crate) enum Knows {
         before: Option<u8>,
         image_ref: bool,
         stamp: (Slot, u8),
+        /// The lock carries `_TxU`.
+        roll: bool,
     },
     /// Locked by the batched TransactWriteItems, which returns nothing on success: the lock's
     /// stamp is known, the before-image is not (read after the lock when an apply needs it).
     Batched {
         stamp: (Slot, u8),
+        roll: bool,
     },
 }
 
@@ -177,6 +183,8 @@ pub(crate) struct State {
     pub(crate) batch_fell_back: bool,
     /// A batched lock inserted a placeholder for an absent item.
     pub(crate) batch_placeholder: bool,
+    /// A write rolled forward was applied by the write that settled its item.
+    pub(crate) rolled_forward: bool,
     /// A one-request commit recorded requests itself (`fold_into_decision`).
     pub(crate) folded_commit: bool,
     /// A record's creation failed on a tombstone.

@@ -33,6 +33,7 @@ impl Model for ProtocolModel {
             batch_placeholder: false,
             creation_refused: false,
             folded_commit: false,
+            rolled_forward: false,
             stale_read: false,
         }]
     }
@@ -273,7 +274,7 @@ impl Model for ProtocolModel {
                 "locks are covered by records",
                 |m: &ProtocolModel, s: &State| {
                     s.items.iter().enumerate().all(|(i, it)| match it.owner {
-                        None => !it.transient && it.applied == Applied::No,
+                        None => !it.transient && it.applied == Applied::No && !it.roll,
                         // `LockThenRecord`: a read's lock may come before its request is
                         // recorded (never an applied one).
                         Some(t) => match s.records[t as usize] {
@@ -290,7 +291,7 @@ impl Model for ProtocolModel {
             Property::always("finalized means settled", |_: &ProtocolModel, s: &State| {
                 s.records.iter().enumerate().all(|(t, r)| {
                     !r.is_some_and(|r| r.finalized)
-                        || (0..s.items.len()).all(|i| !Self::applied_lock(s, t as Tx, i))
+                        || (0..s.items.len()).all(|i| !Self::unsettled_lock(s, t as Tx, i))
                 })
             }),
             Property::always(
@@ -385,6 +386,12 @@ impl Model for ProtocolModel {
                             .iter()
                             .zip(&s.commits)
                             .any(|(p, &n)| p.batch_lock && n == 1)
+                },
+            ),
+            Property::sometimes(
+                "a write rolled forward is applied by the settle after the commit",
+                |m: &ProtocolModel, s: &State| {
+                    !m.cfg.txs.iter().any(|p| p.roll_forward) || s.rolled_forward
                 },
             ),
             Property::sometimes("a lost response", |m: &ProtocolModel, s: &State| {

@@ -26,7 +26,16 @@ impl ProtocolModel {
         let image = s.images[t][i];
         let it = &mut s.items[i];
         let is_delete = op == Op::Delete || it.applied == Applied::DeleteMark;
-        if it.applied == Applied::No {
+        let forward = it.roll
+            || (self.cfg.bug == Some(Bug::RollForwardIgnoresMark)
+                && self.plan(tx).roll_forward
+                && op.is_write());
+        if committed && it.applied == Applied::No && forward {
+            // `roll_forward_write`: the write applied by the write that unlocks, conditional on
+            // `_TxId = me AND attribute_not_exists(_TxA) AND _TxU = <its index>`.
+            *it = Item::unlocked(op.apply(it.data));
+            s.rolled_forward = true;
+        } else if it.applied == Applied::No {
             // A read lock, a write never applied, or a late lock: release.
             Self::release(it);
         } else if committed {
@@ -66,11 +75,6 @@ impl ProtocolModel {
         }
     }
 
-    /// An applied lock of `tx` is still on the item.
-    pub(crate) fn applied_lock(s: &State, tx: Tx, i: usize) -> bool {
-        s.items[i].owner == Some(tx) && s.items[i].applied != Applied::No
-    }
-
     pub(crate) fn delete_image(&self, s: &mut State, tx: Tx, i: usize) -> bool {
         let t = tx as usize;
         if s.images[t][i].is_none() {
@@ -102,7 +106,7 @@ impl ProtocolModel {
         // `complete` read every item after the decision and settled what it found locked; only
         // locks taken later (late locks, never applied) can remain.
         let settled = (0..s.items.len()).all(|i| {
-            !Self::applied_lock(s, tx, i) && (s.items[i].owner != Some(tx) || s.items[i].late)
+            !Self::unsettled_lock(s, tx, i) && (s.items[i].owner != Some(tx) || s.items[i].late)
         });
         if r.state == TxState::Pending
             || r.finalized
