@@ -32,6 +32,10 @@ enum Workload {
     /// is held when the commit starts, so the one-request commit records the writes itself (their
     /// requests folded into its decisive write).
     ReadsThenWrites,
+    /// The buffered workload with `Settings::roll_forward`, committed in phases: the batch marks
+    /// the writes' locks, and each write is applied by the write that unlocks its item after the
+    /// flip (by whoever completes the transaction).
+    RolledForward,
     /// `ReadsThenWrites` with `Settings::lock_reads_before_recording`: the first read's lock goes
     /// out together with the record's creation, the other reads send only their locks, and the
     /// commit records the writes (and the unrecorded reads need nothing).
@@ -45,6 +49,7 @@ impl Workload {
             Workload::BatchedWrites
                 | Workload::Batched
                 | Workload::BatchedInserts
+                | Workload::RolledForward
                 | Workload::ReadsThenWrites
                 | Workload::LockedReadsThenWrites
         )
@@ -123,6 +128,7 @@ async fn work(tx: &Transaction, table: &str, ids: &Ids, w: Workload) -> Result<(
                 | Workload::BatchedWrites
                 | Workload::Batched
                 | Workload::BatchedInserts
+                | Workload::RolledForward
                 | Workload::ReadsThenWrites
                 | Workload::LockedReadsThenWrites
         ) {
@@ -293,6 +299,7 @@ fn manager_with(
             s.rollback_on_drop = false;
             s.batch_locks = w.batch_locks();
             s.lock_reads_before_recording = w == Workload::LockedReadsThenWrites;
+            s.roll_forward = w == Workload::RolledForward;
             // The batched locks are the locking protocol's: keep writes off the fast path.
             s.write_only_fast_path &= !w.batch_locks();
             if !one_shot {
@@ -373,6 +380,38 @@ async fn one_run(
 
     let recorded = recorded_letters(&env, &ids, &id).await;
     let committed = partial_view(&ids, w, &recorded);
+    if outcome.is_err() {
+        // Before anybody recovers: a reader at `Committed` sees the committed writes once the
+        // record says committed (applied, or still to roll forward), and nothing of them before.
+        let state = env.manager.transaction_state(&id).await.unwrap();
+        let mut seen = Vec::new();
+        for l in LETTERS {
+            let got = env
+                .manager
+                .get_item()
+                .table_name(&env.table)
+                .key("Id", s(&ids.id(l)))
+                .isolation(dynamodb_transactions::IsolationLevel::Committed)
+                .send()
+                .await
+                .unwrap_or_else(|e| panic!("{label}: committed read of {l}: {e}"));
+            seen.push(got.item().cloned());
+        }
+        let now = env.manager.transaction_state(&id).await.unwrap();
+        let committed_then = |s: &Option<dynamodb_transactions::TransactionStatus>| {
+            s.as_ref().is_some_and(|s| s.state == TxState::Committed)
+        };
+        // (No recovery runs yet and the coordinator is dead: the state cannot move, except that
+        // a lost-response run's live coordinator may still be finishing.)
+        if fault != Fault::LoseOne && committed_then(&state) == committed_then(&now) {
+            let expect = if committed_then(&state) {
+                &committed
+            } else {
+                &rolled_back_view(&ids)
+            };
+            assert_eq!(&seen, expect, "{label}: committed reads after the crash");
+        }
+    }
     // A coordinator that reported success must be right about it.
     if outcome.is_ok() {
         let expect = if w == Workload::RolledBack {
@@ -638,6 +677,11 @@ async fn crash_batched_inserts_one_shot() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crash_batched_inserts_phased() {
     sweep_matrix(Workload::BatchedInserts, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_rolled_forward_phased() {
+    sweep_matrix(Workload::RolledForward, false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
