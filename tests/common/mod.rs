@@ -441,9 +441,10 @@ pub struct ChaosWorker {
 
 impl ChaosWorker {
     /// Worker `w` on `env`'s tables. Odd workers commit in phases, so both commit paths meet the
-    /// faults; workers 2 and 3 of every four lock their reads before recording them (the first
-    /// lock with the record's creation, tombstones); crashed coordinators hold their locks until
-    /// contenders find them dead (2 s).
+    /// faults, and worker 1 of every four rolls its writes forward past the commit
+    /// (`roll_forward`); workers 2 and 3 of every four lock their reads before recording them (the
+    /// first lock with the record's creation, tombstones); crashed coordinators hold their locks
+    /// until contenders find them dead (2 s).
     pub fn new(env: &TestEnv, seed: u64, w: usize) -> ChaosWorker {
         let faults = FaultInjector::new();
         let throttle = Throttler::new(0.03, seed ^ (w as u64 + 1));
@@ -464,6 +465,7 @@ impl ChaosWorker {
                 s.one_shot_max_items = 0;
             }
             s.lock_reads_before_recording = w % 4 >= 2;
+            s.roll_forward = w % 4 == 1;
             s.lock_wait = std::time::Duration::from_secs(3);
             s.contention = dynamodb_transactions::ContentionPolicy::Ordered {
                 dead_after: std::time::Duration::from_secs(2),
