@@ -89,7 +89,8 @@ pub struct Settings {
     /// deletes and puts without a condition, and updates without a condition whose result it
     /// computes from the item read under the lock (every other write is applied before the commit,
     /// as without this setting). Readers at `Committed` see such an item's new version as soon as
-    /// the transaction commits. See docs/PROTOCOL.md "Roll-forward".
+    /// the transaction commits. Default on; off, every write is applied before the commit (one
+    /// more write per item). See docs/PROTOCOL.md "Roll-forward".
     pub roll_forward: bool,
 }
 
@@ -119,7 +120,7 @@ impl Default for Settings {
             wound_grace: Duration::from_millis(100),
             record_ttl: None,
             batch_locks: true,
-            roll_forward: false,
+            roll_forward: true,
         }
     }
 }

@@ -81,7 +81,12 @@ async fn pending_delete_still_shows_the_item() {
 /// its key.
 #[tokio::test]
 async fn pending_delete_of_an_absent_item_reads_as_absent() {
-    let env = TestEnv::with_settings("iso-del-absent", |s| s.one_shot_max_items = 0).await;
+    let env = TestEnv::with_settings("iso-del-absent", |s| {
+        s.one_shot_max_items = 0;
+        // Writes applied before the commit (rolled forward, they would be applied after it).
+        s.roll_forward = false;
+    })
+    .await;
     for k in 1..10 {
         let tx = env.manager.begin();
         let tx_id = tx.id().clone();
@@ -158,7 +163,12 @@ async fn committed_not_unlocked(env: &TestEnv, id: &str) -> TxId {
 
 #[tokio::test]
 async fn committed_but_locked_item_is_read_as_stored() {
-    let env = TestEnv::with_settings("iso-cnu", |s| s.one_shot_max_items = 0).await;
+    let env = TestEnv::with_settings("iso-cnu", |s| {
+        s.one_shot_max_items = 0;
+        // Writes applied before the commit (rolled forward, they would be applied after it).
+        s.roll_forward = false;
+    })
+    .await;
     let id = committed_not_unlocked(&env, "a").await;
     assert_reads(&env, UNCOMMITTED, "a", Some(&v2("a"))).await;
     assert_reads(&env, COMMITTED, "a", Some(&v2("a"))).await;

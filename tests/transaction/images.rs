@@ -76,7 +76,12 @@ async fn assert_big_item(env: &TestEnv, id: &str, v: i64) {
 /// do it).
 #[tokio::test]
 async fn an_image_saved_before_a_crash_is_removed_by_whoever_finishes() {
-    let env = TestEnv::with_settings("imgcrash", |s| s.one_shot_max_items = 0).await;
+    let env = TestEnv::with_settings("imgcrash", |s| {
+        s.one_shot_max_items = 0;
+        // Writes applied before the commit (rolled forward, they would be applied after it).
+        s.roll_forward = false;
+    })
+    .await;
 
     let id = crash_after_image_save(&env, "commit1").await;
     other_coordinator(&env, false)
@@ -126,7 +131,12 @@ async fn an_image_saved_before_a_crash_is_removed_by_whoever_finishes() {
 /// commit, whose save must not leave a second image behind.
 #[tokio::test]
 async fn a_lost_answer_to_the_image_save_leaves_no_second_image() {
-    let env = TestEnv::with_settings("imglost", |s| s.one_shot_max_items = 0).await;
+    let env = TestEnv::with_settings("imglost", |s| {
+        s.one_shot_max_items = 0;
+        // Writes applied before the commit (rolled forward, they would be applied after it).
+        s.roll_forward = false;
+    })
+    .await;
     let tx = begin_big_item_update(&env, "a").await;
     let id = tx.id().clone();
     // Record (1), lock (2), image PutItem (3): it lands, its answer is lost.
