@@ -213,15 +213,16 @@ impl Transaction {
         for (k, &existence) in keys.iter().zip(forms) {
             let e = &st.items[k];
             let schema = self.schema(&e.table).await?;
-            let pad = lock_pad(st, k).unwrap_or(0);
+            // A write rolled forward has its room judged on the item read under the lock: no
+            // padding (which only the one-request commit needs).
+            let roll = self.roll_index(st, k);
+            let pad = if roll.is_some() {
+                0
+            } else {
+                lock_pad(st, k).unwrap_or(0)
+            };
             out.push(item_lock::lock_item_write(
-                &e.table,
-                &e.key,
-                &schema,
-                &self.id,
-                existence,
-                pad,
-                self.roll_index(st, k),
+                &e.table, &e.key, &schema, &self.id, existence, pad, roll,
             ));
         }
         Ok(out)
