@@ -118,6 +118,8 @@ async fn batched_locks_leave_no_padding_on_any_path() {
     let env = TestEnv::with_settings("batchpad", |s| {
         s.batch_locks = true;
         s.one_shot_max_items = 0;
+        // Applied before the commit (a write rolled forward carries no padding).
+        s.roll_forward = false;
     })
     .await;
     seed(&env, 3).await;

@@ -160,6 +160,10 @@ async fn readers_see_the_rolled_forward_versions_once_committed_and_another_coor
         raw.contains_key("_TxU") && !raw.contains_key("_TxA"),
         "{raw:?}"
     );
+    assert!(
+        !raw.contains_key("_TxP"),
+        "no padding on a lock rolled forward: {raw:?}"
+    );
     // Committed readers see each write's result, uncommitted ones the stored item.
     let get = |level| {
         env.manager
