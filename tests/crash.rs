@@ -32,9 +32,9 @@ enum Workload {
     /// is held when the commit starts, so the one-request commit records the writes itself (their
     /// requests folded into its decisive write).
     ReadsThenWrites,
-    /// The buffered workload with `Settings::roll_forward`, committed in phases: the batch marks
-    /// the writes' locks, and each write is applied by the write that unlocks its item after the
-    /// flip (by whoever completes the transaction).
+    /// The buffered workload with `Settings::roll_forward`, committed in phases (the insert of c
+    /// conditional on its absence): the batch marks the writes' locks, and each write is applied
+    /// by the write that unlocks its item after the flip (by whoever completes the transaction).
     RolledForward,
     /// `ReadsThenWrites` with `Settings::lock_reads_before_recording`: the first read's lock goes
     /// out together with the record's creation, the other reads send only their locks, and the
@@ -162,13 +162,17 @@ async fn work(tx: &Transaction, table: &str, ids: &Ids, w: Workload) -> Result<(
         .send()
         .await?;
     if !w.existing_only() {
-        tx.put_item()
+        // Rolled forward, an insert that must not overwrite is judged on its placeholder.
+        let mut put = tx
+            .put_item()
             .table_name(table)
             .item("Id", s(&ids.id("c")))
             .item("v", s("inserted"))
-            .return_values(rv(ReturnValue::AllOld))
-            .send()
-            .await?;
+            .return_values(rv(ReturnValue::AllOld));
+        if w == Workload::RolledForward {
+            put = put.condition_expression("attribute_not_exists(Id)");
+        }
+        put.send().await?;
     }
     tx.delete_item()
         .table_name(table)

@@ -202,7 +202,8 @@ pub(crate) fn request_writes(
 
 /// The write that applies `req`, the write of a committed transaction `me`, to an item whose lock
 /// still carries `_TxU` (the write was rolled forward past the commit) and releases the item, in
-/// one write conditional on that lock.
+/// one write conditional on that lock. Without the request's condition: it was judged before the
+/// commit, on the item the lock has held unchanged since.
 pub(crate) fn roll_forward_write(
     req: &Request,
     obs: &super::Observed,
@@ -210,7 +211,11 @@ pub(crate) fn roll_forward_write(
     me: &TxId,
 ) -> crate::error::Result<Write> {
     let lock = LockInfo::from_observed(obs);
-    let mut ws = request_writes(req, &lock, schema, me, Stage::Final, &ImagePlace::Embedded);
+    let req = Request {
+        condition: None,
+        ..req.clone()
+    };
+    let mut ws = request_writes(&req, &lock, schema, me, Stage::Final, &ImagePlace::Embedded);
     match (ws.pop(), ws.is_empty()) {
         (Some(w), true) => Ok(w),
         _ => Err(crate::error::Error::invariant(format!(

@@ -229,9 +229,10 @@ impl Transaction {
     }
 
     /// The record index of the write a batched lock of `k` marks for rolling forward (`_TxU`):
-    /// with [`Settings::roll_forward`](crate::Settings::roll_forward), in a transaction that commits
-    /// in phases, a put, update or delete without a condition. Whether it is rolled forward is
-    /// decided before the commit ([`Transaction::rolls_forward`]).
+    /// with [`Settings::roll_forward`](crate::Settings::roll_forward), every write of a transaction
+    /// that commits in phases. Whether it is rolled forward is decided before the commit
+    /// (`phased::rolls_forward`); a marked write applied before the commit is settled as any
+    /// applied write.
     pub(super) fn roll_index(&self, st: &State, k: &ItemRef) -> Option<usize> {
         let settings = &self.inner.settings;
         if !settings.roll_forward || st.items.len() <= settings.one_shot_max_items {
@@ -239,7 +240,7 @@ impl Transaction {
         }
         let w = st.items.get(k)?.write?;
         let req = &st.requests[w];
-        (req.op.is_write() && req.condition.is_none()).then_some(w)
+        req.op.is_write().then_some(w)
     }
 
     /// Locks the unlocked items (but those in `skip`) in `TransactWriteItems` of up to 99 locks and

@@ -18,10 +18,11 @@ use super::commit::is_rejection;
 use super::{CommitStep, State, Transaction};
 
 /// Whether the write of `e` is rolled forward past the commit point (`Settings::roll_forward`):
-/// its lock carries `_TxU` naming it, and DynamoDB is known to take it — a put or a delete without
-/// a condition, or an update without one whose result is computed here from the item read under
-/// the lock. Any other write is applied before the commit, where DynamoDB may still refuse it.
-pub(super) fn rolls_forward(e: &Entry, requests: &[Request]) -> bool {
+/// its lock carries `_TxU` naming it, and DynamoDB is known to take it — a put or a delete, or an
+/// update whose result is computed here from the item read under the lock; without a condition,
+/// or with one that only asks the item (`hash_key`) to be absent, on the placeholder our lock
+/// inserted. Any other write is applied before the commit, where DynamoDB may still refuse it.
+pub(super) fn rolls_forward(e: &Entry, requests: &[Request], hash_key: &str) -> bool {
     let Some(lock) = &e.lock else {
         return false;
     };
@@ -29,8 +30,16 @@ pub(super) fn rolls_forward(e: &Entry, requests: &[Request]) -> bool {
         return false;
     };
     let req = &requests[w];
-    if req.condition.is_some() {
-        return false;
+    if let Some(c) = &req.condition {
+        // Judged on the absent item the placeholder stands for: it holds, and nothing can change
+        // that while the lock stands.
+        let holds = lock.transient
+            && matches!(req.op, Op::Put | Op::Update)
+            && expr::parse_condition(c, req.names.as_ref(), req.values.as_ref())
+                .is_ok_and(|c| c.requires_absent(hash_key) && c.eval(&Default::default()));
+        if !holds {
+            return false;
+        }
     }
     match req.op {
         Op::Put | Op::Delete => true,
@@ -76,12 +85,12 @@ impl Transaction {
                 .lock
                 .clone()
                 .ok_or_else(|| Error::invariant("applying to an unlocked item"))?;
-            // Applied already, or applied after the commit in the write that unlocks.
-            if lock.applied || rolls_forward(&e, &st.requests) {
-                continue;
-            }
             let req = e.request(&st.requests).clone();
             let schema = self.schema(&req.table).await?;
+            // Applied already, or applied after the commit in the write that unlocks.
+            if lock.applied || rolls_forward(&e, &st.requests, &schema.hash.0) {
+                continue;
+            }
             let place = self.image_place(&lock, &req).await?;
             if let ImagePlace::Table(id) = &place {
                 st.items

@@ -243,3 +243,61 @@ async fn a_transaction_rolled_back_before_its_commit_leaves_its_items_unchanged(
         Some((TxState::RolledBack, true))
     );
 }
+
+/// Inserts that must not overwrite roll forward too: their condition asks only that the item be
+/// absent, which the placeholder their lock inserted shows. One of them meets an existing item:
+/// its batch falls back item by item, the insert is applied before the commit, and DynamoDB's
+/// refusal rolls everything back.
+#[tokio::test]
+async fn inserts_that_must_not_overwrite_roll_forward() {
+    let env = TestEnv::with_settings("rf-ins", |s| s.roll_forward = true).await;
+    async fn insert(env: &TestEnv, tx: &dynamodb_transactions::Transaction, i: usize) {
+        tx.put_item()
+            .table_name(&env.table)
+            .item("Id", s(&id(i)))
+            .item("v", n(i))
+            .condition_expression("attribute_not_exists(Id)")
+            .send()
+            .await
+            .unwrap();
+    }
+    let tx = env.manager.begin();
+    for i in 0..N {
+        insert(&env, &tx, i).await;
+    }
+    env.counter.reset();
+    tx.commit().await.unwrap();
+    // The record, 2 batches of placeholder locks, the flip, 2 batches of writes that apply and
+    // unlock, the finalize: nothing read, nothing applied before the flip.
+    let c = env.counter.snapshot();
+    assert_eq!(c.get("BatchGetItem"), None, "{c:?}");
+    assert_eq!(c.get("TransactWriteItems"), Some(&4), "{c:?}");
+    let items = env.scan_all(&env.table).await;
+    assert_eq!(items.len(), N);
+    for it in &items {
+        assert!(!has_tx_attrs(it), "{it:?}");
+    }
+
+    env.raw_put(
+        &env.table,
+        item(&[("Id", s(&id(N + 5))), ("v", s("there"))]),
+    )
+    .await;
+    let tx = env.manager.begin();
+    for i in N..2 * N {
+        insert(&env, &tx, i).await;
+    }
+    let err = tx.commit().await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::ConditionFailed { .. } | Error::RequestRejected { .. }
+        ),
+        "{err:?}"
+    );
+    let items = env.scan_all(&env.table).await;
+    assert_eq!(items.len(), N + 1, "nothing of the second transaction");
+    for it in &items {
+        assert!(!has_tx_attrs(it), "{it:?}");
+    }
+}
