@@ -18,9 +18,9 @@ pub enum Driver {
     PerItem,
     /// `lock_reads_before_recording = true`: a read sends only its lock once the record exists.
     LockedReads,
-    /// `roll_forward = true`: a phased commit (N > 98) applies its writes after the commit, in the
-    /// writes that unlock.
-    RollForward,
+    /// `roll_forward = false`: a phased commit (N > 98) applies every write before the commit,
+    /// then unlocks (one more write per item than the default, which rolls writes forward).
+    ApplyFirst,
     /// The Java library's shape: `concurrency = 1`, `one_shot_max_items = 0`, no fast path, locks
     /// item by item.
     Sequential,
@@ -35,7 +35,7 @@ impl Driver {
             Driver::Locking => "locking",
             Driver::PerItem => "per-item locks",
             Driver::LockedReads => "locked reads",
-            Driver::RollForward => "roll-forward",
+            Driver::ApplyFirst => "apply before commit",
             Driver::Sequential => "sequential",
             Driver::Native => "native",
         }
@@ -53,7 +53,7 @@ impl Driver {
             d.push(Driver::LockedReads);
         }
         if kind.writes_only() && n > Settings::default().one_shot_max_items {
-            d.push(Driver::RollForward);
+            d.push(Driver::ApplyFirst);
         }
         d.push(Driver::Sequential);
         if kind.writes_only() && n <= 100 {
@@ -70,7 +70,7 @@ impl Driver {
             | Driver::Locking
             | Driver::PerItem
             | Driver::LockedReads
-            | Driver::RollForward => {
+            | Driver::ApplyFirst => {
                 if let Some(c) = concurrency {
                     st.concurrency = c;
                 }
@@ -83,8 +83,8 @@ impl Driver {
                 if self == Driver::LockedReads {
                     st.lock_reads_before_recording = true;
                 }
-                if self == Driver::RollForward {
-                    st.roll_forward = true;
+                if self == Driver::ApplyFirst {
+                    st.roll_forward = false;
                 }
             }
             Driver::Sequential => {

@@ -125,7 +125,7 @@ pub fn breakdown_table(rows: &[Row]) -> String {
             Driver::LockedReads
         };
         drivers.extend(r.alt.iter().map(|s| (alt, s)));
-        drivers.extend(r.roll.iter().map(|s| (Driver::RollForward, s)));
+        drivers.extend(r.apply_first.iter().map(|s| (Driver::ApplyFirst, s)));
         drivers.push((Driver::Sequential, &r.seq));
         drivers.extend(r.native.iter().map(|s| (Driver::Native, s)));
         for (driver, st) in drivers {
@@ -287,7 +287,9 @@ pub fn json(rows: &[Row], locks: &LockResults, contention: &[ContentionFigures])
     driver_fields(&mut fields, "per_item_locking_", &updates, |r| {
         r.alt.as_ref()
     });
-    driver_fields(&mut fields, "roll_forward_", &updates, |r| r.roll.as_ref());
+    driver_fields(&mut fields, "apply_first_", &updates, |r| {
+        r.apply_first.as_ref()
+    });
     driver_fields(&mut fields, "sequential_", &updates, |r| Some(&r.seq));
     for kind in [Kind::Insert, Kind::Delete, Kind::Read] {
         let of: Vec<&Row> = rows.iter().filter(|r| r.kind == kind).collect();
@@ -299,7 +301,7 @@ pub fn json(rows: &[Row], locks: &LockResults, contention: &[ContentionFigures])
         if kind.writes_only() {
             driver_fields(&mut inner, "locking_", &of, |r| r.locking.as_ref());
             driver_fields(&mut inner, "per_item_locking_", &of, |r| r.alt.as_ref());
-            driver_fields(&mut inner, "roll_forward_", &of, |r| r.roll.as_ref());
+            driver_fields(&mut inner, "apply_first_", &of, |r| r.apply_first.as_ref());
         } else {
             driver_fields(&mut inner, "locked_reads_", &of, |r| r.alt.as_ref());
         }

@@ -61,8 +61,9 @@ pub struct Row {
     /// before recording (reads and transfers).
     pub alt: Option<Stats>,
     pub seq: Stats,
-    /// Writes rolled forward past the commit; only for write-only kinds committed in phases.
-    pub roll: Option<Stats>,
+    /// Every write applied before the commit (`roll_forward = false`); only for write-only kinds
+    /// committed in phases.
+    pub apply_first: Option<Stats>,
     /// Native `TransactWriteItems`; only for write-only kinds with N ≤ 100.
     pub native: Option<Stats>,
 }
@@ -74,7 +75,7 @@ impl Row {
             Driver::Locking => self.locking.as_mut().expect("locking row"),
             Driver::PerItem | Driver::LockedReads => self.alt.as_mut().expect("alt row"),
             Driver::Sequential => &mut self.seq,
-            Driver::RollForward => self.roll.as_mut().expect("roll-forward row"),
+            Driver::ApplyFirst => self.apply_first.as_mut().expect("apply-first row"),
             Driver::Native => self.native.as_mut().expect("native row"),
         }
     }
@@ -106,7 +107,7 @@ struct TxBench {
     locking: TransactionManager,
     per_item: TransactionManager,
     locked_reads: TransactionManager,
-    roll: TransactionManager,
+    apply_first: TransactionManager,
     seq: TransactionManager,
     next_tag: AtomicU64,
     next_batch: AtomicU64,
@@ -265,7 +266,7 @@ impl TxBench {
             Driver::Locking => self.run_library(&self.locking, kind, &keys).await,
             Driver::PerItem => self.run_library(&self.per_item, kind, &keys).await,
             Driver::LockedReads => self.run_library(&self.locked_reads, kind, &keys).await,
-            Driver::RollForward => self.run_library(&self.roll, kind, &keys).await,
+            Driver::ApplyFirst => self.run_library(&self.apply_first, kind, &keys).await,
             Driver::Sequential => self.run_library(&self.seq, kind, &keys).await,
             Driver::Native => run_native(&self.admin, &self.table, kind, &keys).await,
         }
@@ -286,7 +287,7 @@ impl TxBench {
                 .any(|d| matches!(d, Driver::PerItem | Driver::LockedReads))
                 .then(Stats::default),
             seq: Stats::default(),
-            roll: drivers.contains(&Driver::RollForward).then(Stats::default),
+            apply_first: drivers.contains(&Driver::ApplyFirst).then(Stats::default),
             native: drivers.contains(&Driver::Native).then(Stats::default),
         };
         let (warm, count) = (args.warmup(n), args.count(n));
@@ -332,7 +333,7 @@ pub async fn bench_transactions(args: &Args, prefix: &str) -> Vec<Row> {
         locking: mgr(Driver::Locking),
         per_item: mgr(Driver::PerItem),
         locked_reads: mgr(Driver::LockedReads),
-        roll: mgr(Driver::RollForward),
+        apply_first: mgr(Driver::ApplyFirst),
         seq: mgr(Driver::Sequential),
         next_tag: AtomicU64::new(1),
         next_batch: AtomicU64::new(0),
@@ -355,7 +356,7 @@ pub async fn bench_transactions(args: &Args, prefix: &str) -> Vec<Row> {
         &bench.locking,
         &bench.per_item,
         &bench.locked_reads,
-        &bench.roll,
+        &bench.apply_first,
         &bench.seq,
     ] {
         bench.run_library(m, Kind::Update, &keys[..1]).await;
