@@ -167,7 +167,7 @@ async fn rolled_forward(
     let req = rec
         .requests
         .get(w)
-        .filter(|r| r.table == table && r.op.is_write())
+        .filter(|r| r.table == table && r.op.is_write() && r.item_ref() == ItemRef::new(table, &key))
         .ok_or_else(|| {
             Error::invariant(format!(
                 "an item of {table} locked by {owner} rolls forward request {w}, which is not its write"

@@ -263,6 +263,15 @@ fn roll_forward_second_handles() {
 }
 
 #[test]
+#[ignore = "larger run: cargo test --release --test model -- --ignored"]
+fn roll_forward_second_handles_and_a_lost_response() {
+    let mut cfg = rolled_forward_concurrent_handles();
+    cfg.name = "roll-forward, a second handle and a lost response";
+    cfg.lost_responses = 1;
+    assert_model_holds(cfg);
+}
+
+#[test]
 fn batched_locks_two_transactions_two_items() {
     assert_model_holds(batched_two_by_two());
 }

@@ -4,7 +4,7 @@
 //! finishes the transaction applies what a dead coordinator left.
 
 use dynamodb_transactions::fault::FaultMode;
-use dynamodb_transactions::{Error, IsolationLevel, Item, TxState};
+use dynamodb_transactions::{Error, IsolationLevel, Item, TxId, TxState};
 
 use crate::common::*;
 
@@ -39,6 +39,17 @@ async fn increments(env: &TestEnv, tx: &dynamodb_transactions::Transaction) {
             .await
             .unwrap();
     }
+}
+
+/// Commits the increments of every item with a coordinator that dies before its `k`-th request.
+async fn increments_until_death_at(env: &TestEnv, k: u64) -> TxId {
+    let tx = env.manager.begin();
+    let tx_id = tx.id().clone();
+    increments(env, &tx).await;
+    env.faults.crash_at(k, FaultMode::BeforeSend);
+    let _ = tx.commit().await;
+    env.faults.disarm();
+    tx_id
 }
 
 async fn hits(env: &TestEnv, i: usize) -> Item {
@@ -143,13 +154,8 @@ async fn an_update_dynamodb_refuses_is_applied_before_the_commit_and_rolls_back(
 async fn readers_see_the_rolled_forward_versions_once_committed_and_another_coordinator_applies_them()
  {
     let env = env("rf-crash").await;
-    let tx = env.manager.begin();
-    let tx_id = tx.id().clone();
-    increments(&env, &tx).await;
     // Record, 2 lock batches, 2 reads, the flip; then the coordinator dies.
-    env.faults.crash_at(7, FaultMode::BeforeSend);
-    let _ = tx.commit().await;
-    env.faults.disarm();
+    let tx_id = increments_until_death_at(&env, 7).await;
     assert_eq!(
         env.tx_state(&tx_id).await,
         Some((TxState::Committed, false))
@@ -223,13 +229,8 @@ async fn readers_see_the_rolled_forward_versions_once_committed_and_another_coor
 #[tokio::test]
 async fn a_transaction_rolled_back_before_its_commit_leaves_its_items_unchanged() {
     let env = env("rf-rb").await;
-    let tx = env.manager.begin();
-    let tx_id = tx.id().clone();
-    increments(&env, &tx).await;
     // Dies before the flip (after the record, the locks and the reads).
-    env.faults.crash_at(6, FaultMode::BeforeSend);
-    let _ = tx.commit().await;
-    env.faults.disarm();
+    let tx_id = increments_until_death_at(&env, 6).await;
     assert!(hits(&env, 0).await.contains_key("_TxU"));
     let (m2, _) = env.second_coordinator();
     m2.rollback_transaction(&tx_id).await.unwrap();
