@@ -90,7 +90,11 @@ pub struct Settings {
     /// computes from the item read under the lock (every other write is applied before the commit,
     /// as without this setting). Readers at `Committed` see such an item's new version as soon as
     /// the transaction commits. Default on; off, every write is applied before the commit (one
-    /// more write per item). See docs/PROTOCOL.md "Roll-forward".
+    /// more write per item). Only versions that know roll-forward complete such transactions
+    /// correctly (an older one would release a marked lock without applying its write): upgrade
+    /// every coordinator and sweeper before large transactions roll forward. Whoever completes a
+    /// transaction applies the writes it rolled forward whatever this setting says. See
+    /// docs/PROTOCOL.md "Roll-forward".
     pub roll_forward: bool,
 }
 

@@ -88,7 +88,9 @@ impl Transaction {
             let req = e.request(&st.requests).clone();
             let schema = self.schema(&req.table).await?;
             // Applied already, or applied after the commit in the write that unlocks.
-            if lock.applied || rolls_forward(&e, &st.requests, &schema.hash.0) {
+            let forward =
+                self.inner.settings.roll_forward && rolls_forward(&e, &st.requests, &schema.hash.0);
+            if lock.applied || forward {
                 continue;
             }
             let place = self.image_place(&lock, &req).await?;
