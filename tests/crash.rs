@@ -33,8 +33,10 @@ enum Workload {
     /// requests folded into its decisive write).
     ReadsThenWrites,
     /// The buffered workload with `Settings::roll_forward`, committed in phases (the insert of c
-    /// conditional on its absence): the batch marks the writes' locks, and each write is applied
-    /// by the write that unlocks its item after the flip (by whoever completes the transaction).
+    /// conditional on its absence, the put of b on `attribute_exists(v)`): the batch marks the
+    /// writes' locks, the put of b is applied before the flip (its condition is DynamoDB's to
+    /// judge), and every other write is applied by the write that unlocks its item after the flip
+    /// (by whoever completes the transaction).
     RolledForward,
     /// `ReadsThenWrites` with `Settings::lock_reads_before_recording`: the first read's lock goes
     /// out together with the record's creation, the other reads send only their locks, and the
@@ -154,13 +156,18 @@ async fn work(tx: &Transaction, table: &str, ids: &Ids, w: Workload) -> Result<(
         .return_values(rv(ReturnValue::AllNew))
         .send()
         .await?;
-    tx.put_item()
+    let mut put = tx
+        .put_item()
         .table_name(table)
         .item("Id", s(&ids.id("b")))
         .item("v", s("new"))
-        .return_values(rv(ReturnValue::AllOld))
-        .send()
-        .await?;
+        .return_values(rv(ReturnValue::AllOld));
+    if w == Workload::RolledForward {
+        // A condition the library does not judge: applied before the commit, beside the writes
+        // rolled forward.
+        put = put.condition_expression("attribute_exists(v)");
+    }
+    put.send().await?;
     if !w.existing_only() {
         // Rolled forward, an insert that must not overwrite is judged on its placeholder.
         let mut put = tx

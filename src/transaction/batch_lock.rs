@@ -90,19 +90,22 @@ impl Transaction {
     /// their before-images (the phased apply). Returns false when a lock is gone (the transaction
     /// was decided by someone else): the entry is then unlocked, for the lock phase to resolve.
     pub(super) async fn ensure_images(&self, st: &mut State) -> bool {
-        let unread: Unread = st
-            .items
-            .iter()
-            .filter_map(|(k, e)| {
-                let l = e.lock.as_ref().filter(|l| l.image_unread)?;
-                // A put or delete rolled forward needs nothing of the item.
-                let op = e.op(&st.requests);
-                if l.roll.is_some() && matches!(op, Op::Put | Op::Delete) {
-                    return None;
-                }
-                Some((k.clone(), l.stamp.clone()?))
-            })
-            .collect();
+        let mut unread = Unread::new();
+        for (k, e) in &st.items {
+            let Some(l) = e.lock.as_ref().filter(|l| l.image_unread) else {
+                continue;
+            };
+            let Some(stamp) = l.stamp.clone() else {
+                continue;
+            };
+            // A put or delete rolled forward needs nothing of the item; applied before the commit,
+            // a put needs its before-image.
+            let op = e.op(&st.requests);
+            if matches!(op, Op::Put | Op::Delete) && self.rolls_forward(e, &st.requests).await {
+                continue;
+            }
+            unread.push((k.clone(), stamp));
+        }
         if unread.is_empty() {
             return true;
         }

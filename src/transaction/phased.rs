@@ -22,7 +22,7 @@ use super::{CommitStep, State, Transaction};
 /// update whose result is computed here from the item read under the lock; without a condition,
 /// or with one that only asks the item (`hash_key`) to be absent, on the placeholder our lock
 /// inserted. Any other write is applied before the commit, where DynamoDB may still refuse it.
-pub(super) fn rolls_forward(e: &Entry, requests: &[Request], hash_key: &str) -> bool {
+fn rolls_forward(e: &Entry, requests: &[Request], hash_key: &str) -> bool {
     let Some(lock) = &e.lock else {
         return false;
     };
@@ -65,6 +65,20 @@ pub(super) fn rolls_forward(e: &Entry, requests: &[Request], hash_key: &str) -> 
 pub(super) type AppliedGroup = (Vec<Write>, Vec<Option<ItemRef>>, Result<Transacted>);
 
 impl Transaction {
+    /// Whether this handle rolls the write of `e` forward: [`Settings::roll_forward`] and
+    /// [`rolls_forward`]. (Unknown key schema: no.)
+    ///
+    /// [`Settings::roll_forward`]: crate::Settings::roll_forward
+    pub(super) async fn rolls_forward(&self, e: &Entry, requests: &[Request]) -> bool {
+        if !self.inner.settings.roll_forward || e.lock.as_ref().is_none_or(|l| l.roll.is_none()) {
+            return false;
+        }
+        match self.schema(&e.table).await {
+            Ok(schema) => rolls_forward(e, requests, &schema.hash.0),
+            Err(_) => false,
+        }
+    }
+
     /// Commits in phases: apply every write (batches conditional on the record being pending), flip
     /// the record, unlock every item, finalize.
     #[instrument(level = "debug", name = "commit_phased", skip_all, fields(tx = %self.id, items = st.items.len()))]
@@ -85,14 +99,12 @@ impl Transaction {
                 .lock
                 .clone()
                 .ok_or_else(|| Error::invariant("applying to an unlocked item"))?;
-            let req = e.request(&st.requests).clone();
-            let schema = self.schema(&req.table).await?;
             // Applied already, or applied after the commit in the write that unlocks.
-            let forward =
-                self.inner.settings.roll_forward && rolls_forward(&e, &st.requests, &schema.hash.0);
-            if lock.applied || forward {
+            if lock.applied || self.rolls_forward(&e, &st.requests).await {
                 continue;
             }
+            let req = e.request(&st.requests).clone();
+            let schema = self.schema(&req.table).await?;
             let place = self.image_place(&lock, &req).await?;
             if let ImagePlace::Table(id) = &place {
                 st.items
