@@ -81,6 +81,9 @@ pub(crate) struct Plan {
     /// (`_TxU`), and a marked write is not applied before the flip but by the write that settles
     /// its item after the commit (the model's writes are all known to succeed).
     pub(crate) roll_forward: bool,
+    /// With `roll_forward`: the puts carry a condition only DynamoDB judges, so they are applied
+    /// before the flip (with their before-images) although their locks are marked.
+    pub(crate) roll_applies_puts: bool,
 }
 
 /// Deliberately broken variants of the protocol, to show the invariants catch real bugs.
@@ -167,6 +170,7 @@ pub(crate) fn plan(commit: CommitPath, entries: Vec<Entry>) -> Plan {
         fast: false,
         batch_lock: false,
         roll_forward: false,
+        roll_applies_puts: false,
     }
 }
 

@@ -239,7 +239,7 @@ impl ProtocolModel {
         // read for its result (known here: the model's writes all succeed).
         let unread: Vec<u8> = (0..n)
             .filter(|&e| match c.items[e as usize] {
-                Knows::Batched { roll, .. } => !roll || self.entry(tx, e).op == Op::Update,
+                Knows::Batched { roll, .. } => !roll || !self.rolls_without_image(tx, e),
                 _ => false,
             })
             .filter(|&e| plan.commit == CommitPath::Phased && self.entry(tx, e).op.is_write())
@@ -252,14 +252,15 @@ impl ProtocolModel {
             CommitPath::Phased => {
                 // `rolls_forward`: a marked, unapplied write waits for the settle after the flip.
                 let rolls = |e: u8| {
-                    matches!(
-                        c.items[e as usize],
-                        Knows::Locked {
-                            roll: true,
-                            applied: false,
-                            ..
-                        } | Knows::Batched { roll: true, .. }
-                    )
+                    self.rolled(tx, e)
+                        && matches!(
+                            c.items[e as usize],
+                            Knows::Locked {
+                                roll: true,
+                                applied: false,
+                                ..
+                            } | Knows::Batched { roll: true, .. }
+                        )
                 };
                 let todo: Vec<u8> = (0..n)
                     .filter(|&e| self.entry(tx, e).op.is_write() && !applied(e) && !rolls(e))
@@ -283,6 +284,19 @@ impl ProtocolModel {
                 }
             }
         }
+    }
+
+    /// `rolls_forward`: whether the commit rolls entry `e`'s marked write forward (every write of
+    /// the model is known to succeed, but a put of a plan with `roll_applies_puts`, whose condition
+    /// only DynamoDB judges).
+    pub(crate) fn rolled(&self, tx: Tx, e: u8) -> bool {
+        let plan = self.plan(tx);
+        !(plan.roll_applies_puts && matches!(self.entry(tx, e).op, Op::Put(_)))
+    }
+
+    /// A marked write the commit rolls forward without reading its item: a put or a delete.
+    pub(crate) fn rolls_without_image(&self, tx: Tx, e: u8) -> bool {
+        self.rolled(tx, e) && matches!(self.entry(tx, e).op, Op::Put(_) | Op::Delete)
     }
 
     /// The first interactive request of the plan this (original) handle has not finished: a read

@@ -257,6 +257,30 @@ fn roll_forward() {
     assert_model_holds(rolled_forward());
 }
 
+/// Roll-forward where the put is applied before the flip (a condition DynamoDB judges) beside an
+/// update and a delete rolled forward, against a one-request writer; one crash, one lost response.
+#[test]
+fn roll_forward_beside_a_write_applied_before_the_flip() {
+    let mut cfg = config(
+        "roll-forward beside a write applied before the flip",
+        vec![Some(1), Some(2), Some(3)],
+        vec![false, false, false],
+        vec![
+            Plan {
+                roll_applies_puts: true,
+                ..rolled(vec![
+                    entry(0, Op::Put(5)),
+                    entry(1, Op::Update),
+                    entry(2, Op::Delete),
+                ])
+            },
+            plan(CommitPath::OneRequest, vec![entry(0, Op::Update)]),
+        ],
+    );
+    cfg.lost_responses = 1;
+    assert_model_holds(cfg);
+}
+
 #[test]
 fn roll_forward_second_handles() {
     assert_model_holds(rolled_forward_concurrent_handles());
