@@ -106,6 +106,10 @@ pub struct ItemStatus {
     pub transient: bool,
     /// The before-image is in the images table.
     pub image_in_table: bool,
+    /// The lock holder's write is rolled forward: applied after the commit, by the write that
+    /// unlocks (docs/PROTOCOL.md "Roll-forward"); while the lock stands and it is not applied,
+    /// the item still holds what it held before the transaction.
+    pub rolls_forward: bool,
 }
 
 impl ItemStatus {
@@ -251,6 +255,7 @@ impl TransactionManager {
                     applied: obs.applied,
                     transient: obs.transient,
                     image_in_table: obs.image_ref.is_some(),
+                    rolls_forward: obs.roll.is_some() && !obs.applied,
                 }
             })
             .collect();

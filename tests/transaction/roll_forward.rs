@@ -170,6 +170,18 @@ async fn readers_see_the_rolled_forward_versions_once_committed_and_another_coor
         !raw.contains_key("_TxP"),
         "no padding on a lock rolled forward: {raw:?}"
     );
+    let d = env
+        .manager
+        .describe_transaction(&tx_id)
+        .await
+        .unwrap()
+        .expect("described");
+    assert_eq!(d.items.len(), N);
+    assert!(
+        d.items.iter().all(|i| i.rolls_forward && !i.applied),
+        "{:?}",
+        d.items[0]
+    );
     // Committed readers see each write's result, uncommitted ones the stored item.
     let get = |level| {
         env.manager

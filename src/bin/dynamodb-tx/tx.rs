@@ -202,6 +202,7 @@ fn details_json(d: &TxDetails, limit: usize) -> Value {
                     "applied": i.applied,
                     "transient": i.transient,
                     "image_in_table": i.image_in_table,
+                    "rolls_forward": i.rolls_forward,
                 })
             })
             .collect(),
@@ -273,6 +274,9 @@ async fn tx_show(ctx: &Ctx, id: &TxId, limit: usize) -> CliResult<u8> {
                 let mut st = "LOCKED by this transaction".to_string();
                 if i.applied {
                     st.push_str(", write applied");
+                }
+                if i.rolls_forward {
+                    st.push_str(", write applied when unlocked");
                 }
                 if i.transient {
                     st.push_str(", placeholder");
