@@ -221,6 +221,27 @@ async fn readers_see_the_rolled_forward_versions_once_committed_and_another_coor
         .unwrap();
     assert_eq!(got.len(), 1, "{got:?}");
     assert_eq!(got[0], item(&[("hits", n(4))]));
+    // A batch read at `Committed` sees every write's result (one record state read, then the
+    // whole item and the record per item).
+    let mut ka = aws_sdk_dynamodb::types::KeysAndAttributes::builder();
+    for i in 0..10 {
+        ka = ka.keys(key(&id(i)));
+    }
+    let out = env
+        .manager
+        .batch_get_item()
+        .request_items(&env.table, ka.build().unwrap())
+        .isolation(IsolationLevel::Committed)
+        .send()
+        .await
+        .unwrap();
+    let got = &out.responses()[&env.table];
+    assert_eq!(got.len(), 10);
+    for it in got {
+        let i: usize = it["Id"].as_s().unwrap()[1..].parse().unwrap();
+        assert_eq!(it["hits"], n(i + 1), "{it:?}");
+        assert!(!has_tx_attrs(it));
+    }
     // Another coordinator finishes: every write applied once, every item unlocked.
     let (m2, _) = env.second_coordinator();
     assert_eq!(
