@@ -2,7 +2,7 @@
 //! item, its before-image, nothing, or a re-read; and the settling of every item a read returned.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use futures::{StreamExt, TryStreamExt};
 
@@ -15,7 +15,7 @@ use crate::item_lock::{self, APPLIED, OWNER, Observed, ROLL};
 use crate::keys::ItemRef;
 use crate::manager::TransactionManager;
 use crate::record::{self, TxState};
-use crate::request::Op;
+use crate::request::{Op, Request};
 
 /// What a read sees of one stored item.
 #[derive(Debug)]
@@ -29,16 +29,21 @@ pub(crate) enum Seen {
     Again,
 }
 
-/// States of transactions already looked up during one page (valid for items read before the lookup).
-type StateCache = Mutex<HashMap<String, Option<TxState>>>;
+/// What one page of reads has looked up already: the states of transactions (valid for items read
+/// before the lookup), and the requests of committed ones (fixed once committed).
+#[derive(Default)]
+pub(crate) struct PageCache {
+    states: Mutex<HashMap<String, Option<TxState>>>,
+    requests: Mutex<HashMap<String, Arc<Vec<Request>>>>,
+}
 
 /// The state of a transaction (one consistent GetItem of the header's state only).
 async fn tx_state(
     mgr: &TransactionManager,
     owner: &str,
-    cache: Option<&StateCache>,
+    cache: Option<&PageCache>,
 ) -> Result<Option<TxState>> {
-    if let Some(s) = cache.and_then(|c| c.lock().expect("state cache").get(owner).copied()) {
+    if let Some(s) = cache.and_then(|c| c.states.lock().expect("state cache").get(owner).copied()) {
         return Ok(s);
     }
     let key = record::header_key(&TxId(owner.to_string()));
@@ -68,7 +73,8 @@ async fn tx_state(
         }),
     };
     if let Some(c) = cache {
-        c.lock()
+        c.states
+            .lock()
             .expect("state cache")
             .insert(owner.to_string(), state);
     }
@@ -81,7 +87,7 @@ pub(crate) async fn resolve(
     level: IsolationLevel,
     table: &str,
     raw: Option<&Item>,
-    cache: Option<&StateCache>,
+    cache: Option<&PageCache>,
 ) -> Result<Seen> {
     let obs = Observed::of(raw);
     let seen = |v: Option<Item>| v.map(|v| Seen::Version(v, true)).unwrap_or(Seen::Absent);
@@ -97,7 +103,7 @@ pub(crate) async fn resolve(
         // the write leaves, until the write that applies it unlocks the item.
         return match tx_state(mgr, owner, cache).await? {
             Some(TxState::Committed) => {
-                rolled_forward(mgr, table, &obs, raw.expect("locked")).await
+                rolled_forward(mgr, table, &obs, raw.expect("locked"), cache).await
             }
             Some(_) => Ok(seen(obs.visible())),
             None => Ok(Seen::Again),
@@ -141,6 +147,7 @@ async fn rolled_forward(
     table: &str,
     obs: &Observed,
     raw: &Item,
+    cache: Option<&PageCache>,
 ) -> Result<Seen> {
     let c = &mgr.inner.client;
     let schema = mgr.inner.schema(table).await?;
@@ -161,11 +168,26 @@ async fn rolled_forward(
     let (Some(owner), Some(w)) = (&obs.owner, obs.roll) else {
         return Ok(Seen::Again);
     };
-    let Some(rec) = record::load(c, &mgr.inner.tx_table, &TxId(owner.clone())).await? else {
-        return Ok(Seen::Again); // finalized and gone: the item is settled by now
+    let cached = cache.and_then(|c| c.requests.lock().expect("cache").get(owner).cloned());
+    let requests = match cached {
+        Some(r) => r,
+        None => {
+            let Some(rec) = record::load(c, &mgr.inner.tx_table, &TxId(owner.clone())).await?
+            else {
+                return Ok(Seen::Again); // finalized and gone: the item is settled by now
+            };
+            let r = Arc::new(rec.requests);
+            if let Some(cache) = cache {
+                cache
+                    .requests
+                    .lock()
+                    .expect("cache")
+                    .insert(owner.clone(), r.clone());
+            }
+            r
+        }
     };
-    let req = rec
-        .requests
+    let req = requests
         .get(w)
         .filter(|r| r.table == table && r.op.is_write() && r.item_ref() == ItemRef::new(table, &key))
         .ok_or_else(|| {
@@ -228,7 +250,7 @@ impl Ctx {
     }
 
     /// What a reader sees of one stored item DynamoDB returned (filtered, if a filter was sent).
-    async fn settle(&self, raw: Item, cache: &StateCache) -> Result<Option<Item>> {
+    async fn settle(&self, raw: Item, cache: &PageCache) -> Result<Option<Item>> {
         let applied = raw.contains_key(APPLIED);
         match resolve(&self.mgr, self.level, &self.table, Some(&raw), Some(cache)).await? {
             Seen::Absent => Ok(None),
@@ -246,23 +268,50 @@ impl Ctx {
     }
 
     /// Looks up, once each and concurrently, the states of the transactions that applied changes to
-    /// these stored items (only `Committed` reads need them).
+    /// these stored items, or roll writes forward on them (only `Committed` reads need them), and
+    /// the requests of those that committed with writes still to roll forward.
     async fn prefetch_states<'i>(
         &self,
-        raws: impl Iterator<Item = &'i Item>,
-        cache: &StateCache,
+        raws: impl Iterator<Item = &'i Item> + Clone,
+        cache: &PageCache,
     ) -> Result<()> {
         if self.level != IsolationLevel::Committed {
             return Ok(());
         }
+        let owner = |r: &'i Item| r.get(OWNER).and_then(|v| v.as_s().ok()).cloned();
         let owners: HashSet<String> = raws
+            .clone()
             .filter(|r| r.contains_key(APPLIED) || r.contains_key(ROLL))
-            .filter_map(|r| r.get(OWNER).and_then(|v| v.as_s().ok()))
-            .cloned()
+            .filter_map(owner)
             .collect();
         let mgr = &self.mgr;
         futures::stream::iter(owners)
             .map(|o| async move { tx_state(mgr, &o, Some(cache)).await })
+            .buffer_unordered(self.mgr.inner.settings.concurrency.max(1))
+            .try_collect::<Vec<_>>()
+            .await?;
+        let committed = |o: &String| {
+            cache.states.lock().expect("state cache").get(o).copied()
+                == Some(Some(TxState::Committed))
+        };
+        let rolling: HashSet<String> = raws
+            .filter(|r| r.contains_key(ROLL) && !r.contains_key(APPLIED))
+            .filter_map(owner)
+            .filter(committed)
+            .collect();
+        futures::stream::iter(rolling)
+            .map(|o| async move {
+                if let Some(rec) =
+                    record::load(&mgr.inner.client, &mgr.inner.tx_table, &TxId(o.clone())).await?
+                {
+                    cache
+                        .requests
+                        .lock()
+                        .expect("cache")
+                        .insert(o, Arc::new(rec.requests));
+                }
+                Ok::<(), Error>(())
+            })
             .buffer_unordered(self.mgr.inner.settings.concurrency.max(1))
             .try_collect::<Vec<_>>()
             .await?;
@@ -274,7 +323,7 @@ impl Ctx {
         if self.indirect {
             return self.settle_indirect(raws).await;
         }
-        let cache = StateCache::default();
+        let cache = PageCache::default();
         let cache = &cache;
         self.prefetch_states(raws.iter(), cache).await?;
         let out: Vec<Option<Item>> = futures::stream::iter(raws)
@@ -296,7 +345,7 @@ impl Ctx {
             .into_iter()
             .map(|(t, i)| (ItemRef::new(&t, &item_lock::key_of(&self.schema, &i)), i))
             .collect();
-        let cache = StateCache::default();
+        let cache = PageCache::default();
         let cache = &cache;
         self.prefetch_states(found.values(), cache).await?;
         let found = &found;

@@ -221,8 +221,9 @@ async fn readers_see_the_rolled_forward_versions_once_committed_and_another_coor
         .unwrap();
     assert_eq!(got.len(), 1, "{got:?}");
     assert_eq!(got[0], item(&[("hits", n(4))]));
-    // A batch read at `Committed` sees every write's result (one record state read, then the
-    // whole item and the record per item).
+    // A batch read at `Committed` sees every write's result: one read of the record's state, then
+    // per item the whole item, and the record's requests once for the page.
+    env.counter.reset();
     let mut ka = aws_sdk_dynamodb::types::KeysAndAttributes::builder();
     for i in 0..10 {
         ka = ka.keys(key(&id(i)));
@@ -237,6 +238,9 @@ async fn readers_see_the_rolled_forward_versions_once_committed_and_another_coor
         .unwrap();
     let got = &out.responses()[&env.table];
     assert_eq!(got.len(), 10);
+    let c = env.counter.snapshot();
+    assert_eq!(c.get("Query"), Some(&1), "{c:?}");
+    assert_eq!(c.get("GetItem"), Some(&11), "{c:?}");
     for it in got {
         let i: usize = it["Id"].as_s().unwrap()[1..].parse().unwrap();
         assert_eq!(it["hits"], n(i + 1), "{it:?}");
