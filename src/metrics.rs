@@ -13,6 +13,8 @@ use crate::error::Error;
 
 /// Transactions committed, by `path`.
 pub(crate) const COMMITS: &str = "dynamodb_tx_commits_total";
+/// Writes of phased commits by this process applied after the commit point (roll-forward).
+pub(crate) const ROLLED_FORWARD: &str = "dynamodb_tx_rolled_forward_writes_total";
 /// Transactions this process rolled back (its conditional flip to rolled back landed), by `cause`.
 pub(crate) const ROLLBACKS: &str = "dynamodb_tx_rollbacks_total";
 /// `commit` calls that returned an error, by `kind`.
@@ -95,6 +97,11 @@ pub(crate) const LEASE_LOCK: &str = "lease";
 /// Counts a commit by its path.
 pub(crate) fn committed(path: &'static str) {
     counter!(COMMITS, "path" => path).increment(1);
+}
+
+/// Counts the writes a phased commit of this process rolled forward.
+pub(crate) fn rolled_forward(writes: usize) {
+    counter!(ROLLED_FORWARD).increment(writes as u64);
 }
 
 /// Counts a rollback this process decided.

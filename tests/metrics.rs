@@ -167,6 +167,62 @@ async fn a_commit_counts_its_path_and_times_its_phases() {
 }
 
 #[tokio::test]
+async fn a_phased_commit_counts_the_writes_it_rolls_forward() {
+    let recorder = DebuggingRecorder::new();
+    let snap = recorder.snapshotter();
+    let _local = metrics::set_default_local_recorder(&recorder);
+    let env = TestEnv::with_settings("mt-roll", |s| s.one_shot_max_items = 1).await;
+    for k in ["a", "b"] {
+        env.raw_put(&env.table, item(&[("Id", s(k)), ("v", n(1))]))
+            .await;
+    }
+    Seen::take(&snap);
+    let tx = env.manager.begin();
+    tx.update_item()
+        .table_name(&env.table)
+        .key("Id", s("a"))
+        .update_expression("SET v = v + :one")
+        .expression_attribute_values(":one", n(1))
+        .send()
+        .await
+        .unwrap();
+    // A condition only DynamoDB judges: applied before the commit.
+    tx.put_item()
+        .table_name(&env.table)
+        .set_item(Some(item(&[("Id", s("b")), ("v", n(5))])))
+        .condition_expression("v = :one")
+        .expression_attribute_values(":one", n(1))
+        .send()
+        .await
+        .unwrap();
+    tx.delete_item()
+        .table_name(&env.table)
+        .key("Id", s("c"))
+        .send()
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    let seen = Seen::take(&snap);
+    seen.assert_well_named();
+    assert_eq!(
+        seen.counter("dynamodb_tx_commits_total", &[("path", "phased")]),
+        1
+    );
+    assert_eq!(
+        seen.counter("dynamodb_tx_rolled_forward_writes_total", &[]),
+        2
+    );
+    assert_eq!(
+        env.raw_get(&env.table, &key("a")).await,
+        Some(item(&[("Id", s("a")), ("v", n(2))]))
+    );
+    assert_eq!(
+        env.raw_get(&env.table, &key("b")).await,
+        Some(item(&[("Id", s("b")), ("v", n(5))]))
+    );
+}
+
+#[tokio::test]
 async fn a_false_condition_counts_a_rollback_and_a_commit_error() {
     let recorder = DebuggingRecorder::new();
     let snap = recorder.snapshotter();

@@ -222,7 +222,14 @@ impl Transaction {
             }
         }
         st.outcome = Some(TxState::Committed);
-        debug!(tx = %self.id, items = st.items.len(), "committed; unlocking");
+        let rolled = st
+            .items
+            .values()
+            .filter_map(|e| e.lock.as_ref())
+            .filter(|l| l.roll.is_some() && !l.applied)
+            .count();
+        crate::metrics::rolled_forward(rolled);
+        debug!(tx = %self.id, items = st.items.len(), rolled, "committed; unlocking");
         // 3-4. Unlock and finalize. The transaction is committed whatever happens here; a failure
         // is retried (bounded), and only when that keeps failing does commit say "committed, not
         // finished" (locks left are seen through by readers and released by others).
