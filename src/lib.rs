@@ -49,7 +49,7 @@ mod isolation;
 #[cfg(feature = "fault-injection")]
 #[doc(hidden)]
 pub mod testing {
-    pub use crate::expr::{Applied, apply_update, value_eq};
+    pub use crate::expr::{Applied, apply_update, condition_holds, value_eq};
 }
 mod item_lock;
 mod keys;

@@ -126,6 +126,19 @@ impl Cond {
     }
 }
 
+/// Whether the condition `expr` holds for `item` as evaluated here (`None`: it does not parse).
+/// For the project's differential tests against DynamoDB Local (`testing`).
+#[cfg_attr(not(feature = "fault-injection"), allow(dead_code))]
+pub fn condition_holds(
+    item: &Item,
+    expr: &str,
+    names: Option<&std::collections::HashMap<String, String>>,
+    values: Option<&std::collections::HashMap<String, AttributeValue>>,
+) -> Option<bool> {
+    let c = super::parser::parse_condition(expr, names, values).ok()?;
+    Some(c.eval(item))
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::HashMap;

@@ -17,6 +17,8 @@ mod value;
 
 pub use apply::{Applied, apply_update};
 pub(crate) use ast::{Clause, Cond, Path, PathElem};
+#[cfg_attr(not(feature = "fault-injection"), allow(unused_imports))]
+pub use eval::condition_holds;
 pub(crate) use lexer::placeholders;
 pub(crate) use parser::{parse_condition, parse_projection};
 pub(crate) use projection::project;

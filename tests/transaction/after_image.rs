@@ -7,7 +7,7 @@ use std::collections::HashMap;
 
 use aws_sdk_dynamodb::types::{AttributeValue as V, ReturnValue, ScalarAttributeType};
 use dynamodb_transactions::Item;
-use dynamodb_transactions::testing::{Applied, apply_update, value_eq};
+use dynamodb_transactions::testing::{Applied, apply_update, condition_holds, value_eq};
 use futures::StreamExt;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -441,5 +441,180 @@ async fn random_updates_agree_with_dynamodb() {
     assert!(
         t.unsure * 8 <= total && t.items * 4 >= total && t.rejected * 4 >= total,
         "{t:?} of {total} random updates (seed {seed})"
+    );
+}
+
+/// A random condition over the paths the random items hold, with its values.
+fn random_condition(rng: &mut StdRng, values: &mut HashMap<String, V>, depth: u32) -> String {
+    const PATHS: [&str; 8] = ["a", "b", "c", "m.x", "m.y", "l[0]", "ss", "#n"];
+    let mut value = |v: V| {
+        let k = format!(":c{}", values.len());
+        values.insert(k.clone(), v);
+        k
+    };
+    let path = |rng: &mut StdRng| PATHS[rng.random_range(0..PATHS.len())];
+    if depth < 2 && rng.random_range(0..3) == 0 {
+        let left = random_condition(rng, values, depth + 1);
+        return match rng.random_range(0..3) {
+            0 => format!(
+                "({left}) AND ({})",
+                random_condition(rng, values, depth + 1)
+            ),
+            1 => format!("({left}) OR ({})", random_condition(rng, values, depth + 1)),
+            _ => format!("NOT ({left})"),
+        };
+    }
+    let cmp = ["=", "<>", "<", "<=", ">", ">="][rng.random_range(0..6)];
+    let p = path(rng);
+    match rng.random_range(0..10) {
+        0 | 1 => {
+            let hint = if rng.random() { Hint::Num } else { Hint::Any };
+            let v = random_value(rng, hint, 0);
+            format!("{p} {cmp} {}", value(v))
+        }
+        2 => {
+            let (lo, hi) = (
+                random_value(rng, Hint::Num, 0),
+                random_value(rng, Hint::Num, 0),
+            );
+            format!("{p} BETWEEN {} AND {}", value(lo), value(hi))
+        }
+        3 => {
+            let (x, y) = (
+                random_value(rng, Hint::Num, 0),
+                random_value(rng, Hint::Any, 0),
+            );
+            format!("{p} IN ({}, {})", value(x), value(y))
+        }
+        4 => format!("attribute_exists({p})"),
+        5 => format!("attribute_not_exists({p})"),
+        6 => {
+            let t = ["S", "N", "B", "BOOL", "NULL", "M", "L", "SS", "NS", "BS"]
+                [rng.random_range(0..10)];
+            format!("attribute_type({p}, {})", value(V::S(t.into())))
+        }
+        7 => {
+            let pre = ["a", "x"][rng.random_range(0..2)];
+            format!("begins_with({p}, {})", value(V::S(pre.into())))
+        }
+        8 => {
+            let v = random_value(rng, Hint::Any, 1);
+            format!("contains({p}, {})", value(v))
+        }
+        _ => {
+            let q = path(rng);
+            if rng.random() {
+                format!(
+                    "size({p}) {cmp} {}",
+                    value(V::N(rng.random_range(0..4).to_string()))
+                )
+            } else {
+                format!("{p} {cmp} {q}")
+            }
+        }
+    }
+}
+
+/// `Cond::eval`, the client-side judge of filters at `Committed` (on before-images and rolled-forward
+/// versions), against DynamoDB Local's own judgement of the same condition on the same item.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn random_conditions_agree_with_dynamodb() {
+    let (seed, scale) = seed_and_scale("CONDITION_SEED", 5, "CONDITION_SCALE");
+    let mut rng = StdRng::seed_from_u64(seed);
+    let cases: Vec<Case> = (0..400 * scale)
+        .map(|_| {
+            let mut values = HashMap::new();
+            let before = random_case(&mut rng).before;
+            let expr = random_condition(&mut rng, &mut values, 0);
+            let names = if expr.contains("#n") {
+                HashMap::from([("#n".to_string(), "c".to_string())])
+            } else {
+                HashMap::new()
+            };
+            Case {
+                before,
+                expr,
+                names,
+                values,
+            }
+        })
+        .collect();
+    let client = client();
+    let guard = TableGuard::default();
+    let table = unique_name("ai-cond");
+    create_table(&client, &table, ("Id", ScalarAttributeType::S), None).await;
+    guard.add(&table);
+    let outcomes: Vec<(usize, Option<bool>)> = futures::stream::iter(cases.iter().enumerate())
+        .map(|(i, c)| {
+            let (client, table) = (&client, &table);
+            async move {
+                let id = format!("c{i}");
+                let mut before = c.before.clone();
+                before.insert("Id".into(), s(&id));
+                client
+                    .put_item()
+                    .table_name(table)
+                    .set_item(Some(before))
+                    .send()
+                    .await
+                    .expect("PutItem");
+                let out = client
+                    .update_item()
+                    .table_name(table)
+                    .key("Id", s(&id))
+                    .update_expression("REMOVE zz")
+                    .condition_expression(&c.expr)
+                    .set_expression_attribute_names((!c.names.is_empty()).then(|| c.names.clone()))
+                    .set_expression_attribute_values(
+                        (!c.values.is_empty()).then(|| c.values.clone()),
+                    )
+                    .send()
+                    .await;
+                let held = match out {
+                    Ok(_) => Some(true),
+                    Err(e) => {
+                        let e = e.into_service_error();
+                        if e.is_conditional_check_failed_exception() {
+                            Some(false)
+                        } else {
+                            assert_eq!(
+                                e.meta().code(),
+                                Some("ValidationException"),
+                                "{c:?}: {e:?}"
+                            );
+                            None // not a condition DynamoDB takes: nothing to compare
+                        }
+                    }
+                };
+                (i, held)
+            }
+        })
+        .buffer_unordered(16)
+        .collect()
+        .await;
+    let (mut judged, mut held, mut wrong) = (0, 0, Vec::new());
+    for (i, dynamodb) in outcomes {
+        let Some(dynamodb) = dynamodb else { continue };
+        let c = &cases[i];
+        let mut item = c.before.clone();
+        item.insert("Id".into(), s(&format!("c{i}")));
+        let ours = condition_holds(&item, &c.expr, Some(&c.names), Some(&c.values));
+        judged += 1;
+        held += usize::from(dynamodb);
+        if ours != Some(dynamodb) {
+            wrong.push(format!("{c:?}\n  here {ours:?}, DynamoDB {dynamodb}"));
+        }
+    }
+    eprintln!("seed {seed}: {judged} conditions judged by DynamoDB, {held} held");
+    assert!(
+        wrong.is_empty(),
+        "{} disagreements (seed {seed}):\n{}",
+        wrong.len(),
+        wrong.join("\n")
+    );
+    let total = cases.len();
+    assert!(
+        judged * 2 >= total && held * 5 >= judged && held * 5 <= judged * 4,
+        "{judged} of {total}, {held} held"
     );
 }
