@@ -86,6 +86,25 @@ impl Request {
         ItemRef::new(&self.table, &self.key)
     }
 
+    /// What this write leaves of `before` (the whole item, or its key alone if absent), known
+    /// without DynamoDB: `Ok(None)` for a delete; `Err` with the reason when only DynamoDB can tell
+    /// (an update the evaluator is unsure of, or one DynamoDB would refuse). Conditions are not
+    /// judged here.
+    pub fn result_on(&self, before: Item) -> std::result::Result<Option<Item>, &'static str> {
+        match (self.op, &self.update) {
+            (Op::Put, _) => Ok(Some(self.item.clone().unwrap_or_default())),
+            (Op::Delete, _) => Ok(None),
+            (Op::Update, None) => Ok(Some(before)), // nothing but the item's existence
+            (Op::Update, Some(u)) => {
+                match expr::apply_update(&before, u, self.names.as_ref(), self.values.as_ref()) {
+                    expr::Applied::Item(after) => Ok(Some(after)),
+                    expr::Applied::Rejected(why) | expr::Applied::Unsure(why) => Err(why),
+                }
+            }
+            (Op::Get, _) => Err("a read writes nothing"),
+        }
+    }
+
     /// Encodes the request as a map attribute of the TX record.
     pub fn encode(&self) -> AttributeValue {
         let mut m = HashMap::new();

@@ -10,12 +10,11 @@ use super::IsolationLevel;
 use super::context::Ctx;
 use crate::TxId;
 use crate::error::{Error, Item, Result};
-use crate::expr;
 use crate::item_lock::{self, APPLIED, OWNER, Observed, ROLL};
 use crate::keys::ItemRef;
 use crate::manager::TransactionManager;
 use crate::record::{self, TxState};
-use crate::request::{Op, Request};
+use crate::request::Request;
 
 /// What a read sees of one stored item.
 #[derive(Debug)]
@@ -149,18 +148,9 @@ async fn rolled_forward(
     raw: &Item,
     cache: Option<&PageCache>,
 ) -> Result<Seen> {
-    let c = &mgr.inner.client;
     let schema = mgr.inner.schema(table).await?;
     let key = item_lock::key_of(&schema, raw);
-    let whole = c
-        .get_item()
-        .table_name(table)
-        .set_key(Some(key.clone()))
-        .consistent_read(true)
-        .send()
-        .await
-        .map_err(|e| Error::sdk("GetItem", e).on_item(table, &key))?
-        .item;
+    let whole = read_whole(mgr, table, &key).await?;
     let now = Observed::of(whole.as_ref());
     if now.owner != obs.owner || now.applied || now.roll != obs.roll {
         return Ok(Seen::Again);
@@ -168,24 +158,8 @@ async fn rolled_forward(
     let (Some(owner), Some(w)) = (&obs.owner, obs.roll) else {
         return Ok(Seen::Again);
     };
-    let cached = cache.and_then(|c| c.requests.lock().expect("cache").get(owner).cloned());
-    let requests = match cached {
-        Some(r) => r,
-        None => {
-            let Some(rec) = record::load(c, &mgr.inner.tx_table, &TxId(owner.clone())).await?
-            else {
-                return Ok(Seen::Again); // finalized and gone: the item is settled by now
-            };
-            let r = Arc::new(rec.requests);
-            if let Some(cache) = cache {
-                cache
-                    .requests
-                    .lock()
-                    .expect("cache")
-                    .insert(owner.clone(), r.clone());
-            }
-            r
-        }
+    let Some(requests) = committed_requests(mgr, owner, cache).await? else {
+        return Ok(Seen::Again); // finalized and gone: the item is settled by now
     };
     let req = requests
         .get(w)
@@ -197,20 +171,51 @@ async fn rolled_forward(
         })?;
     let mut base = now.visible().unwrap_or_default();
     base.extend(key);
-    Ok(match req.op {
-        Op::Put => Seen::Version(req.item.clone().unwrap_or_default(), false),
-        Op::Delete => Seen::Absent,
-        _ => match &req.update {
-            None => Seen::Version(base, false),
-            Some(u) => {
-                match expr::apply_update(&base, u, req.names.as_ref(), req.values.as_ref()) {
-                    expr::Applied::Item(after) => Seen::Version(after, false),
-                    // Not known here: wait for the write itself (the committer knew it).
-                    _ => Seen::Again,
-                }
-            }
-        },
+    Ok(match req.result_on(base) {
+        Ok(Some(after)) => Seen::Version(after, false),
+        Ok(None) => Seen::Absent,
+        // Not known here: wait for the write itself (the committer knew it).
+        Err(_) => Seen::Again,
     })
+}
+
+/// The requests of transaction `owner`'s record (`None`: the record is gone), from the page's
+/// cache when it has them, else loaded and kept there (a committed record's requests are fixed).
+async fn committed_requests(
+    mgr: &TransactionManager,
+    owner: &str,
+    cache: Option<&PageCache>,
+) -> Result<Option<Arc<Vec<Request>>>> {
+    if let Some(r) = cache.and_then(|c| c.requests.lock().expect("cache").get(owner).cloned()) {
+        return Ok(Some(r));
+    }
+    let id = TxId(owner.to_string());
+    let Some(rec) = record::load(&mgr.inner.client, &mgr.inner.tx_table, &id).await? else {
+        return Ok(None);
+    };
+    let r = Arc::new(rec.requests);
+    if let Some(c) = cache {
+        c.requests
+            .lock()
+            .expect("cache")
+            .insert(owner.to_string(), r.clone());
+    }
+    Ok(Some(r))
+}
+
+/// The whole item, read consistently.
+async fn read_whole(mgr: &TransactionManager, table: &str, key: &Item) -> Result<Option<Item>> {
+    Ok(mgr
+        .inner
+        .client
+        .get_item()
+        .table_name(table)
+        .set_key(Some(key.clone()))
+        .consistent_read(true)
+        .send()
+        .await
+        .map_err(|e| Error::sdk("GetItem", e).on_item(table, key))?
+        .item)
 }
 
 impl Ctx {
@@ -228,18 +233,7 @@ impl Ctx {
     /// Reads an item again (consistently, whole) until it can be decided; `used` attempts spent.
     pub(super) async fn reread(&self, key: &Item, used: u32) -> Result<Option<Item>> {
         for _ in used..self.attempts() {
-            let raw = self
-                .mgr
-                .inner
-                .client
-                .get_item()
-                .table_name(&self.table)
-                .set_key(Some(key.clone()))
-                .consistent_read(true)
-                .send()
-                .await
-                .map_err(|e| Error::sdk("GetItem", e).on_item(&self.table, key))?
-                .item;
+            let raw = read_whole(&self.mgr, &self.table, key).await?;
             match resolve(&self.mgr, self.level, &self.table, raw.as_ref(), None).await? {
                 Seen::Absent => return Ok(None),
                 Seen::Version(v, _) => return Ok(self.finish(v, true, false)),
@@ -300,18 +294,7 @@ impl Ctx {
             .filter(committed)
             .collect();
         futures::stream::iter(rolling)
-            .map(|o| async move {
-                if let Some(rec) =
-                    record::load(&mgr.inner.client, &mgr.inner.tx_table, &TxId(o.clone())).await?
-                {
-                    cache
-                        .requests
-                        .lock()
-                        .expect("cache")
-                        .insert(o, Arc::new(rec.requests));
-                }
-                Ok::<(), Error>(())
-            })
+            .map(|o| async move { committed_requests(mgr, &o, Some(cache)).await })
             .buffer_unordered(self.mgr.inner.settings.concurrency.max(1))
             .try_collect::<Vec<_>>()
             .await?;

@@ -41,24 +41,18 @@ fn rolls_forward(e: &Entry, requests: &[Request], hash_key: &str) -> bool {
             return false;
         }
     }
-    match req.op {
-        Op::Put | Op::Delete => true,
-        Op::Update if lock.image_unread => false,
-        Op::Update => {
-            let Some(update) = &req.update else {
-                return true; // nothing but the item's existence
-            };
-            let mut item = lock.before.clone().unwrap_or_default();
-            item.extend(req.key.clone());
-            match expr::apply_update(&item, update, req.names.as_ref(), req.values.as_ref()) {
-                expr::Applied::Item(_) => true,
-                expr::Applied::Rejected(why) | expr::Applied::Unsure(why) => {
-                    debug!(table = %req.table, why, "update applied before the commit");
-                    false
-                }
-            }
+    // An update's result depends on the item read under the lock; a put's or delete's does not.
+    if req.op == Op::Update && lock.image_unread {
+        return false;
+    }
+    let mut before = lock.before.clone().unwrap_or_default();
+    before.extend(req.key.clone());
+    match req.result_on(before) {
+        Ok(_) => true,
+        Err(why) => {
+            debug!(table = %req.table, why, "write applied before the commit");
+            false
         }
-        Op::Get => false,
     }
 }
 
