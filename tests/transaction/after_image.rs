@@ -26,12 +26,24 @@ struct Case {
 /// What DynamoDB did with a case: the item it left, or its `ValidationException`'s message.
 type Outcome = Result<Item, String>;
 
-async fn run_on_dynamodb(
+/// A client and a fresh table (hash key `Id`) for a run's cases, deleted with the guard.
+async fn case_table(prefix: &str) -> (aws_sdk_dynamodb::Client, TableGuard, String) {
+    let client = client();
+    let guard = TableGuard::default();
+    let table = unique_name(prefix);
+    create_table(&client, &table, ("Id", ScalarAttributeType::S), None).await;
+    guard.add(&table);
+    (client, guard, table)
+}
+
+/// Writes the case's item under `id`, and returns an `UpdateItem` of it carrying the case's
+/// placeholders (its expressions are the caller's to set).
+async fn put_then_update(
     client: &aws_sdk_dynamodb::Client,
     table: &str,
     id: &str,
     c: &Case,
-) -> Outcome {
+) -> aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder {
     let mut before = c.before.clone();
     before.insert("Id".into(), s(id));
     client
@@ -41,13 +53,23 @@ async fn run_on_dynamodb(
         .send()
         .await
         .expect("PutItem");
-    let out = client
+    client
         .update_item()
         .table_name(table)
         .key("Id", s(id))
-        .update_expression(&c.expr)
         .set_expression_attribute_names((!c.names.is_empty()).then(|| c.names.clone()))
         .set_expression_attribute_values((!c.values.is_empty()).then(|| c.values.clone()))
+}
+
+async fn run_on_dynamodb(
+    client: &aws_sdk_dynamodb::Client,
+    table: &str,
+    id: &str,
+    c: &Case,
+) -> Outcome {
+    let out = put_then_update(client, table, id, c)
+        .await
+        .update_expression(&c.expr)
         .return_values(ReturnValue::AllNew)
         .send()
         .await;
@@ -82,11 +104,7 @@ struct Tally {
 
 /// Runs every case on DynamoDB and through the evaluator; panics on any disagreement.
 async fn differential(prefix: &str, cases: Vec<Case>) -> Tally {
-    let client = client();
-    let guard = TableGuard::default();
-    let table = unique_name(prefix);
-    create_table(&client, &table, ("Id", ScalarAttributeType::S), None).await;
-    guard.add(&table);
+    let (client, _guard, table) = case_table(prefix).await;
     let outcomes: Vec<(usize, Outcome)> = futures::stream::iter(cases.iter().enumerate())
         .map(|(i, c)| {
             let (client, table) = (&client, &table);
@@ -539,35 +557,15 @@ async fn random_conditions_agree_with_dynamodb() {
             }
         })
         .collect();
-    let client = client();
-    let guard = TableGuard::default();
-    let table = unique_name("ai-cond");
-    create_table(&client, &table, ("Id", ScalarAttributeType::S), None).await;
-    guard.add(&table);
+    let (client, _guard, table) = case_table("ai-cond").await;
     let outcomes: Vec<(usize, Option<bool>)> = futures::stream::iter(cases.iter().enumerate())
         .map(|(i, c)| {
             let (client, table) = (&client, &table);
             async move {
-                let id = format!("c{i}");
-                let mut before = c.before.clone();
-                before.insert("Id".into(), s(&id));
-                client
-                    .put_item()
-                    .table_name(table)
-                    .set_item(Some(before))
-                    .send()
+                let out = put_then_update(client, table, &format!("c{i}"), c)
                     .await
-                    .expect("PutItem");
-                let out = client
-                    .update_item()
-                    .table_name(table)
-                    .key("Id", s(&id))
                     .update_expression("REMOVE zz")
                     .condition_expression(&c.expr)
-                    .set_expression_attribute_names((!c.names.is_empty()).then(|| c.names.clone()))
-                    .set_expression_attribute_values(
-                        (!c.values.is_empty()).then(|| c.values.clone()),
-                    )
                     .send()
                     .await;
                 let held = match out {
