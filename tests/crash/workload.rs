@@ -1,0 +1,281 @@
+//! The workloads the sweeps run: the six items, the writes and reads of each workload, and the
+//! views a reader must see of them (committed, rolled back, or committed for the requests the
+//! record lists).
+
+use aws_sdk_dynamodb::types::ReturnValue;
+use dynamodb_transactions::{Error, Item, Transaction, TxId};
+
+use crate::common::*;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Workload {
+    /// Every write buffered until commit (no return values), plus two read locks.
+    Buffered,
+    /// Writes that lock or apply at once (ALL_OLD / ALL_NEW), then commit.
+    Interactive,
+    /// Interactive writes, then rollback.
+    RolledBack,
+    /// Buffered writes of existing items only, with `Settings::batch_locks`: the record and every
+    /// lock go in one TransactWriteItems.
+    BatchedWrites,
+    /// The same writes and a read lock of an existing item, with `Settings::batch_locks`: the read
+    /// records and locks its item at once, and the commit takes the other locks in one batch
+    /// after the record.
+    Batched,
+    /// The buffered workload with `Settings::batch_locks`: the batch meets the absent item c, is
+    /// cancelled, and is sent again with a placeholder lock for it.
+    BatchedInserts,
+    /// Reads of a, b and d under lock first, then the writes of existing items on them: every item
+    /// is held when the commit starts, so the one-request commit records the writes itself (their
+    /// requests folded into its decisive write).
+    ReadsThenWrites,
+    /// The buffered workload with `Settings::roll_forward`, committed in phases (the insert of c
+    /// conditional on its absence, the put of b on `attribute_exists(v)`): the batch marks the
+    /// writes' locks, the put of b is applied before the flip (its condition is DynamoDB's to
+    /// judge), and every other write is applied by the write that unlocks its item after the flip
+    /// (by whoever completes the transaction).
+    RolledForward,
+    /// `ReadsThenWrites` with `Settings::lock_reads_before_recording`: the first read's lock goes
+    /// out together with the record's creation, the other reads send only their locks, and the
+    /// commit records the writes (and the unrecorded reads need nothing).
+    LockedReadsThenWrites,
+}
+
+impl Workload {
+    pub(crate) fn batch_locks(self) -> bool {
+        matches!(
+            self,
+            Workload::BatchedWrites
+                | Workload::Batched
+                | Workload::BatchedInserts
+                | Workload::RolledForward
+                | Workload::ReadsThenWrites
+                | Workload::LockedReadsThenWrites
+        )
+    }
+
+    pub(crate) fn reads_first(self) -> bool {
+        matches!(
+            self,
+            Workload::ReadsThenWrites | Workload::LockedReadsThenWrites
+        )
+    }
+
+    /// No insert and no read of an absent item (items c and f stay absent).
+    pub(crate) fn existing_only(self) -> bool {
+        matches!(self, Workload::BatchedWrites | Workload::Batched) || self.reads_first()
+    }
+}
+
+/// Item ids of one run: a updated, b overwritten by a put, c inserted, d deleted, e read-locked,
+/// f read-locked while absent.
+pub(crate) struct Ids {
+    pub(crate) p: String,
+}
+
+impl Ids {
+    pub(crate) fn id(&self, x: &str) -> String {
+        format!("{}-{x}", self.p)
+    }
+}
+
+pub(crate) async fn setup(env: &TestEnv, ids: &Ids) {
+    env.raw_put(
+        &env.table,
+        item(&[("Id", s(&ids.id("a"))), ("bal", n(100))]),
+    )
+    .await;
+    env.raw_put(
+        &env.table,
+        item(&[("Id", s(&ids.id("b"))), ("v", s("old"))]),
+    )
+    .await;
+    env.raw_put(
+        &env.table,
+        item(&[("Id", s(&ids.id("d"))), ("v", s("doomed"))]),
+    )
+    .await;
+    env.raw_put(
+        &env.table,
+        item(&[("Id", s(&ids.id("e"))), ("v", s("read"))]),
+    )
+    .await;
+}
+
+pub(crate) async fn work(
+    tx: &Transaction,
+    table: &str,
+    ids: &Ids,
+    w: Workload,
+) -> Result<(), Error> {
+    let rv = |all: ReturnValue| {
+        if matches!(
+            w,
+            Workload::Buffered
+                | Workload::BatchedWrites
+                | Workload::Batched
+                | Workload::BatchedInserts
+                | Workload::RolledForward
+                | Workload::ReadsThenWrites
+                | Workload::LockedReadsThenWrites
+        ) {
+            ReturnValue::None
+        } else {
+            all
+        }
+    };
+    if w.reads_first() {
+        for l in ["a", "b", "d"] {
+            tx.get_item()
+                .table_name(table)
+                .key("Id", s(&ids.id(l)))
+                .send()
+                .await?;
+        }
+    }
+    tx.update_item()
+        .table_name(table)
+        .key("Id", s(&ids.id("a")))
+        .update_expression("SET bal = bal - :x")
+        .expression_attribute_values(":x", n(10))
+        .return_values(rv(ReturnValue::AllNew))
+        .send()
+        .await?;
+    let mut put = tx
+        .put_item()
+        .table_name(table)
+        .item("Id", s(&ids.id("b")))
+        .item("v", s("new"))
+        .return_values(rv(ReturnValue::AllOld));
+    if w == Workload::RolledForward {
+        // A condition the library does not judge: applied before the commit, beside the writes
+        // rolled forward.
+        put = put.condition_expression("attribute_exists(v)");
+    }
+    put.send().await?;
+    if !w.existing_only() {
+        // Rolled forward, an insert that must not overwrite is judged on its placeholder.
+        let mut put = tx
+            .put_item()
+            .table_name(table)
+            .item("Id", s(&ids.id("c")))
+            .item("v", s("inserted"))
+            .return_values(rv(ReturnValue::AllOld));
+        if w == Workload::RolledForward {
+            put = put.condition_expression("attribute_not_exists(Id)");
+        }
+        put.send().await?;
+    }
+    tx.delete_item()
+        .table_name(table)
+        .key("Id", s(&ids.id("d")))
+        .return_values(rv(ReturnValue::AllOld))
+        .send()
+        .await?;
+    if w != Workload::BatchedWrites && !w.reads_first() {
+        tx.get_item()
+            .table_name(table)
+            .key("Id", s(&ids.id("e")))
+            .send()
+            .await?;
+    }
+    if !w.existing_only() {
+        tx.get_item()
+            .table_name(table)
+            .key("Id", s(&ids.id("f")))
+            .send()
+            .await?;
+    }
+    Ok(())
+}
+
+/// The six items as a reader sees them (None = absent).
+pub(crate) type View = Vec<Option<Item>>;
+
+pub(crate) fn committed_view(ids: &Ids, w: Workload) -> View {
+    vec![
+        Some(item(&[("Id", s(&ids.id("a"))), ("bal", n(90))])),
+        Some(item(&[("Id", s(&ids.id("b"))), ("v", s("new"))])),
+        (!w.existing_only()).then(|| item(&[("Id", s(&ids.id("c"))), ("v", s("inserted"))])),
+        None,
+        Some(item(&[("Id", s(&ids.id("e"))), ("v", s("read"))])),
+        None,
+    ]
+}
+
+/// The committed view when only the requests on `included` items made it into the record.
+pub(crate) fn partial_view(ids: &Ids, w: Workload, included: &[&str]) -> View {
+    let c = committed_view(ids, w);
+    let r = rolled_back_view(ids);
+    LETTERS
+        .iter()
+        .enumerate()
+        .map(|(i, l)| {
+            if included.contains(l) {
+                c[i].clone()
+            } else {
+                r[i].clone()
+            }
+        })
+        .collect()
+}
+
+/// Which of the six items the transaction's record lists a write for (read raw from the
+/// transactions table).
+pub(crate) async fn recorded_letters(env: &TestEnv, ids: &Ids, id: &TxId) -> Vec<&'static str> {
+    let rows = env
+        .client
+        .query()
+        .table_name(env.manager.transactions_table())
+        .key_condition_expression("#i = :i")
+        .expression_attribute_names("#i", "_TxId")
+        .expression_attribute_values(":i", s(id.as_str()))
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap()
+        .items
+        .unwrap_or_default();
+    let mut keys = Vec::new();
+    for row in rows {
+        if let Some(aws_sdk_dynamodb::types::AttributeValue::L(reqs)) = row.get("_TxR") {
+            for r in reqs {
+                // A read changes nothing: only a recorded write makes its item part of the view.
+                if r.as_m().unwrap()["o"] == s("G") {
+                    continue;
+                }
+                let k = r.as_m().unwrap()["k"].as_m().unwrap()["Id"]
+                    .as_s()
+                    .unwrap()
+                    .clone();
+                keys.push(k);
+            }
+        }
+    }
+    LETTERS
+        .iter()
+        .copied()
+        .filter(|l| keys.contains(&ids.id(l)))
+        .collect()
+}
+
+pub(crate) fn rolled_back_view(ids: &Ids) -> View {
+    vec![
+        Some(item(&[("Id", s(&ids.id("a"))), ("bal", n(100))])),
+        Some(item(&[("Id", s(&ids.id("b"))), ("v", s("old"))])),
+        None,
+        Some(item(&[("Id", s(&ids.id("d"))), ("v", s("doomed"))])),
+        Some(item(&[("Id", s(&ids.id("e"))), ("v", s("read"))])),
+        None,
+    ]
+}
+
+pub(crate) const LETTERS: [&str; 6] = ["a", "b", "c", "d", "e", "f"];
+
+pub(crate) async fn raw_view(env: &TestEnv, ids: &Ids) -> View {
+    let mut out = Vec::new();
+    for l in LETTERS {
+        out.push(env.raw_get(&env.table, &key(&ids.id(l))).await);
+    }
+    out
+}
