@@ -13,6 +13,9 @@
 //! cargo run --release --example bench -- --quick # smoke run
 //! ```
 //!
+//! `BENCH_TIMELINE=1` prints each measured transaction of N >= 25 request by request (start and
+//! end in ms from its begin, actions, operation) on stderr: where its time goes.
+//!
 //! Requests are seen by an SDK interceptor (`recorder`); percentiles come from HdrHistogram
 //! (`stats`). Write units assume small items (< 1 KB): PutItem / UpdateItem / DeleteItem = 1, each
 //! TransactWriteItems action = 2 (condition checks included), each BatchWriteItem item = 1.

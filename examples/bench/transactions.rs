@@ -272,7 +272,28 @@ impl TxBench {
         }
         let elapsed = t0.elapsed();
         self.recorder.set_tag(0);
-        (self.recorder.take(tag), elapsed)
+        let recs = self.recorder.take(tag);
+        if std::env::var_os("BENCH_TIMELINE").is_some() && n >= 25 {
+            let mut v: Vec<&Rec> = recs.iter().collect();
+            v.sort_by_key(|r| r.start);
+            eprintln!(
+                "timeline {} {} N={n}: {:.1} ms",
+                driver.label(),
+                kind.label(),
+                elapsed.as_secs_f64() * 1e3
+            );
+            for r in v {
+                eprintln!(
+                    "  {:7.1} {:7.1} {:4} {} {}",
+                    (r.start - t0).as_secs_f64() * 1e3,
+                    (r.end - t0).as_secs_f64() * 1e3,
+                    r.actions,
+                    r.op,
+                    if r.ok { "" } else { "FAIL" }
+                );
+            }
+        }
+        (recs, elapsed)
     }
 
     async fn row(&self, args: &Args, kind: Kind, n: usize) -> Row {
