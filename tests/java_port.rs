@@ -254,31 +254,15 @@ async fn assert_tx_deleted(env: &TestEnv, id: &TxId) {
     assert_eq!(env.tx_state(id).await, None);
     let e = env.manager.resume(id).await.unwrap_err();
     assert!(matches!(e, Error::TransactionNotFound { .. }), "{e:?}");
-    let rows = record_rows(env, id).await;
+    let rows = env.record_rows(id).await;
     assert!(rows.is_empty(), "record rows left: {rows:?}");
-}
-
-/// Every row of a TX record (raw).
-async fn record_rows(env: &TestEnv, id: &TxId) -> Vec<Item> {
-    env.client
-        .query()
-        .table_name(env.manager.transactions_table())
-        .key_condition_expression("#i = :i")
-        .expression_attribute_names("#i", "_TxId")
-        .expression_attribute_values(":i", s(id.as_str()))
-        .consistent_read(true)
-        .send()
-        .await
-        .expect("Query")
-        .items
-        .unwrap_or_default()
 }
 
 /// True if a request map in the record names `table` and has `key` as a value.
 async fn record_mentions(env: &TestEnv, id: &TxId, table: &str, k: &Item) -> bool {
     let want_key = AttributeValue::M(k.clone());
     let want_table = s(table);
-    record_rows(env, id)
+    env.record_rows(id)
         .await
         .iter()
         .filter_map(|r| r.get("_TxR").and_then(|v| v.as_l().ok()))
@@ -2050,7 +2034,7 @@ mod should_not_apply_after_rollback_and_deleted {
 
 /// Deletes every row of a TX record behind the library's back.
 async fn raw_delete_record(fx: &Fx, id: &TxId) {
-    for r in record_rows(fx, id).await {
+    for r in fx.record_rows(id).await {
         fx.client
             .delete_item()
             .table_name(fx.manager.transactions_table())
@@ -2339,7 +2323,7 @@ async fn too_much_data_in_transaction(phased: bool) {
         .unwrap();
     assert_locked(&fx, &fx.table, &k2, Some(&k2), &id, true, false).await;
     assert!(
-        record_rows(&fx, &id).await.len() >= 2,
+        fx.record_rows(&id).await.len() >= 2,
         "the record spans rows"
     );
     put(&t2, &fx.table, &item3).send().await.unwrap();

@@ -18,6 +18,12 @@ use super::{
 
 /// Most request bytes kept in the header row.
 const INLINE_LIMIT: usize = 300_000;
+/// Most request bytes a record is created with in its header. A record created with more keeps
+/// none there: its requests go to chunk rows written in the same request as the header. Every
+/// check of a pending record, its flip and its finalize read or rewrite the header, and DynamoDB
+/// charges by item size (DynamoDB Local takes its time by it too): a 1,000-item transaction's
+/// 100 KB of requests in its header were read 11 times by its lock batches, then rewritten twice.
+const LEAN_HEADER_LIMIT: usize = 16_000;
 /// Most request bytes per chunk row.
 const CHUNK_LIMIT: usize = 300_000;
 /// Most chunk rows written by one append (keeps a `TransactWriteItems` under its 4 MB limit).
@@ -49,19 +55,22 @@ pub(crate) enum Appended {
     Conflict(Option<Header>),
 }
 
-/// The `PutItem` that creates the record: pending, version 1, the requests that fit in the header
-/// (the first `split`), conditional on the record's absence.
+/// The writes that create the record: its header (pending, version 1, conditional on the record's
+/// absence) first, then the chunk rows it counts. The header holds every request when they are few
+/// ([`LEAN_HEADER_LIMIT`]), else none, and chunk rows hold the first `split`.
 pub(crate) struct Creation {
-    pub write: Write,
+    /// The header's put, then the chunk rows' puts; one request (all or nothing).
+    pub writes: Vec<Write>,
     /// Recognises our own creation after a lost answer.
     pub nonce: String,
-    /// How many of the requests the header holds.
+    /// How many of the requests the creation records (the rest are appended after it).
     pub split: usize,
     /// The record once the write landed.
     pub meta: RecordMeta,
 }
 
-/// The write that creates the record with as many of `requests` as fit in its header.
+/// The writes that create the record with as many of `requests` as one request can carry (all of
+/// them but past [`CHUNKS_PER_APPEND`] chunk rows).
 pub(crate) fn creation(
     table: &str,
     id: &TxId,
@@ -69,25 +78,25 @@ pub(crate) fn creation(
     ticket: Option<u64>,
 ) -> Creation {
     let now = ddb::now_millis();
-    let mut inline_bytes = 0;
-    let mut split = 0;
-    for r in requests {
-        let sz = r.encoded_size();
-        if inline_bytes + sz > INLINE_LIMIT {
-            break;
-        }
-        inline_bytes += sz;
-        split += 1;
-    }
+    let total: usize = requests.iter().map(Request::encoded_size).sum();
+    let (inline, inline_bytes, groups) = if total <= LEAN_HEADER_LIMIT {
+        (requests.len(), total, Vec::new())
+    } else {
+        let mut groups = pack(requests, CHUNK_LIMIT);
+        groups.truncate(CHUNKS_PER_APPEND);
+        (0, 0, groups)
+    };
+    let split = inline + groups.iter().map(Vec::len).sum::<usize>();
+    let chunks = groups.len() as u32;
     let nonce = uuid::Uuid::new_v4().to_string();
     let mut item = header_key(id);
     item.insert(STATE.into(), s("P"));
     item.insert(VERSION.into(), n(1));
     item.insert(
         REQUESTS.into(),
-        AttributeValue::L(requests[..split].iter().map(Request::encode).collect()),
+        AttributeValue::L(requests[..inline].iter().map(Request::encode).collect()),
     );
-    item.insert(CHUNKS.into(), n(0));
+    item.insert(CHUNKS.into(), n(u64::from(chunks)));
     item.insert(UPDATED.into(), n(now));
     item.insert(CREATED.into(), n(now));
     item.insert(NONCE.into(), s(nonce.clone()));
@@ -96,21 +105,42 @@ pub(crate) fn creation(
     }
     let mut ph = Placeholders::default();
     let cond = format!("attribute_not_exists({})", ph.name(TX_ID));
+    let mut writes = vec![Write {
+        table: table.into(),
+        kind: WriteKind::Put { item },
+        condition: Some(cond),
+        ph,
+    }];
+    writes.extend(chunk_puts(table, id, 0, groups));
     Creation {
-        write: Write {
-            table: table.into(),
-            kind: WriteKind::Put { item },
-            condition: Some(cond),
-            ph,
-        },
+        writes,
         nonce,
         split,
         meta: RecordMeta {
             version: 1,
-            chunks: 0,
+            chunks,
             inline_bytes,
         },
     }
+}
+
+/// The puts of chunk rows `after + 1..`, one per group. Unconditional: they are only ever written
+/// in the request that makes the header count them, conditional on the header.
+fn chunk_puts(table: &str, id: &TxId, after: u32, groups: Vec<Vec<AttributeValue>>) -> Vec<Write> {
+    groups
+        .into_iter()
+        .enumerate()
+        .map(|(i, g)| {
+            let mut item = row_key(id, after + 1 + i as u32);
+            item.insert(REQUESTS.into(), AttributeValue::L(g));
+            Write {
+                table: table.into(),
+                kind: WriteKind::Put { item },
+                condition: None,
+                ph: Placeholders::default(),
+            }
+        })
+        .collect()
 }
 
 /// Creates the record with `requests` (all of them, over several writes if needed).
@@ -121,16 +151,34 @@ pub(crate) async fn create(
     requests: &[Request],
     ticket: Option<u64>,
 ) -> Result<Appended> {
-    // The header holds what fits inline; the rest is appended.
+    // The creation records what one request carries; the rest is appended.
     let Creation {
-        write: w,
+        writes,
         nonce,
         split,
         meta,
     } = creation(table, id, requests, ticket);
-    let meta = match w.send(client, None).await? {
-        Written::Ok(_) => meta,
-        Written::ConditionFailed(found) => {
+    let found = if let [w] = writes.as_slice() {
+        match w.send(client, None).await? {
+            Written::Ok(_) => None,
+            Written::ConditionFailed(found) => Some(found),
+        }
+    } else {
+        // The SDK's retries reuse the token: a retry of a creation that landed writes nothing.
+        let token = Some(uuid::Uuid::new_v4().to_string());
+        match ddb::transact_with_token(client, &writes, token).await? {
+            Transacted::Ok => None,
+            Transacted::Cancelled(reasons) if reasons[0].is_condition_failed() => {
+                Some(reasons.into_iter().next().and_then(|r| r.item))
+            }
+            Transacted::Cancelled(reasons) => {
+                return Err(cancelled("creating the record", &reasons));
+            }
+        }
+    };
+    let meta = match found {
+        None => meta,
+        Some(found) => {
             let header = found.as_ref().map(Header::parse).transpose()?;
             match header {
                 // Our own create whose response was lost (the SDK retried it).
@@ -302,16 +350,7 @@ async fn append_chunks(
         one = ph.value("One", n(1)),
     );
     let mut writes = vec![header_update(table, id, update, cond, ph)];
-    for (i, g) in groups.into_iter().enumerate() {
-        let mut item = row_key(id, meta.chunks + 1 + i as u32);
-        item.insert(REQUESTS.into(), AttributeValue::L(g));
-        writes.push(Write {
-            table: table.into(),
-            kind: WriteKind::Put { item },
-            condition: None,
-            ph: Placeholders::default(),
-        });
-    }
+    writes.extend(chunk_puts(table, id, meta.chunks, groups));
     let next = RecordMeta {
         version: meta.version + 1,
         chunks: meta.chunks + count,
@@ -336,20 +375,25 @@ async fn append_chunks(
                     other => Ok(Appended::Conflict(other)),
                 };
             }
-            let why: Vec<String> = reasons
-                .iter()
-                .filter(|r| !r.is_ok())
-                .map(|r| r.code.clone())
-                .collect();
-            Err(Error::DynamoDb {
-                operation: "TransactWriteItems",
-                table: None,
-                key: None,
-                code: why.first().cloned(),
-                message: Some(format!("appending request rows was cancelled: {why:?}")),
-                ambiguous: false,
-                source: "append cancelled".into(),
-            })
+            Err(cancelled("appending request rows", &reasons))
         }
+    }
+}
+
+/// The error of a record write cancelled for another reason than the header's condition.
+fn cancelled(what: &str, reasons: &[ddb::Reason]) -> Error {
+    let why: Vec<String> = reasons
+        .iter()
+        .filter(|r| !r.is_ok())
+        .map(|r| r.code.clone())
+        .collect();
+    Error::DynamoDb {
+        operation: "TransactWriteItems",
+        table: None,
+        key: None,
+        code: why.first().cloned(),
+        message: Some(format!("{what} was cancelled: {why:?}")),
+        ambiguous: false,
+        source: format!("{what} cancelled").into(),
     }
 }

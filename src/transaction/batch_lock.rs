@@ -136,10 +136,15 @@ impl Transaction {
         }
         let mut forms = self.first_forms(st, &keys).await?;
         for attempt in 0..2 {
-            let mut writes = vec![creation.write.clone()];
+            // The header, the locks, then the chunk rows the header counts (if any): a lock's
+            // reason follows the record's.
+            let mut writes = vec![creation.writes[0].clone()];
             let locks = self.lock_writes(st, &keys, &forms).await?;
             writes.extend(locks.iter().map(|(w, _)| w.clone()));
-            if writes.iter().map(Write::size).sum::<usize>() >= ddb::MAX_TRANSACT_BYTES {
+            writes.extend(creation.writes[1..].iter().cloned());
+            if writes.len() > ddb::MAX_TRANSACT_ACTIONS
+                || writes.iter().map(Write::size).sum::<usize>() >= ddb::MAX_TRANSACT_BYTES
+            {
                 return Ok(None);
             }
             let refs = landed(&keys, &forms, locks);
@@ -164,9 +169,11 @@ impl Transaction {
                     // an earlier attempt landed (or another handle wrote it): the record stays in
                     // doubt, and the per-item path merges it.
                     st.record_in_doubt = !reasons[0].is_ok();
+                    let lock_reasons = &reasons[1..1 + keys.len()];
                     if attempt == 0
                         && reasons[0].is_ok()
-                        && let Some(f) = corrected_forms(&forms, &reasons[1..])
+                        && reasons[1 + keys.len()..].iter().all(|r| r.is_ok())
+                        && let Some(f) = corrected_forms(&forms, lock_reasons)
                     {
                         crate::metrics::retry(crate::metrics::LOCK_BATCH_ABSENT);
                         forms = f;
@@ -174,7 +181,7 @@ impl Transaction {
                     }
                     let failed = keys
                         .iter()
-                        .zip(&reasons[1..])
+                        .zip(lock_reasons)
                         .filter(|(_, r)| !r.is_ok())
                         .map(|(k, _)| k.clone())
                         .collect();

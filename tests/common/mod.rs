@@ -292,6 +292,22 @@ impl TestEnv {
             .map(|s| (s.state, s.finalized))
     }
 
+    /// Every row of a transaction's record (header and chunk rows), raw.
+    pub async fn record_rows(&self, id: &dynamodb_transactions::TxId) -> Vec<Item> {
+        self.client
+            .query()
+            .table_name(self.manager.transactions_table())
+            .key_condition_expression("#i = :i")
+            .expression_attribute_names("#i", "_TxId")
+            .expression_attribute_values(":i", s(id.as_str()))
+            .consistent_read(true)
+            .send()
+            .await
+            .expect("Query")
+            .items
+            .unwrap_or_default()
+    }
+
     /// Raw consistent read of an item, lock attributes included.
     pub async fn raw_get(&self, table: &str, key: &Item) -> Option<Item> {
         self.client

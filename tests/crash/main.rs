@@ -7,6 +7,7 @@ mod workload;
 
 use std::sync::Arc;
 
+use aws_sdk_dynamodb::types::AttributeValue;
 use common::*;
 use dynamodb_transactions::fault::{FaultInjector, FaultMode, RequestCounter};
 use dynamodb_transactions::{Error, TransactionManager, TxId, TxState};
@@ -71,8 +72,17 @@ async fn count_requests(env: &TestEnv, w: Workload, one_shot: bool) -> u64 {
         tx.rollback().await.unwrap();
         assert_eq!(raw_view(env, &ids).await, rolled_back_view(&ids));
     } else {
+        let id = tx.id().clone();
         tx.commit().await.unwrap();
         assert_eq!(raw_view(env, &ids).await, committed_view(&ids, w));
+        if w.chunked() {
+            // The header holds no request; chunk rows hold them all (later appends add rows).
+            let rows = env.record_rows(&id).await;
+            assert!(rows.len() >= 2, "{} rows", rows.len());
+            let header = rows.iter().find(|r| r["_TxN"] == n(0)).unwrap();
+            assert_eq!(header["_TxR"], AttributeValue::L(vec![]));
+            assert_eq!(header["_TxC"], n(rows.len() - 1));
+        }
     }
     println!("{w:?} one_shot={one_shot}: {:?}", counter.snapshot());
     counter.total()
@@ -310,8 +320,8 @@ async fn sweep_matrix(w: Workload, one_shot: bool) {
     let env =
         Arc::new(TestEnv::new(&format!("crash-{}", if one_shot { "os" } else { "ph" })).await);
     let total = count_requests(&env, w, one_shot).await;
-    if w == Workload::BatchedWrites && one_shot {
-        // The record and every lock, the commit.
+    if matches!(w, Workload::BatchedWrites | Workload::BatchedChunked) && one_shot {
+        // The record (with its chunk row) and every lock, the commit.
         assert_eq!(total, 2, "requests of the batched one-request commit");
     } else if w == Workload::ReadsThenWrites && one_shot {
         // Three reads, each recorded then locked; the commit records the writes itself.
@@ -442,4 +452,19 @@ async fn crash_reads_then_writes_phased() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crash_locked_reads_then_writes_one_shot() {
     sweep_matrix(Workload::LockedReadsThenWrites, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_buffered_chunked_one_shot() {
+    sweep_matrix(Workload::BufferedChunked, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_buffered_chunked_phased() {
+    sweep_matrix(Workload::BufferedChunked, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_batched_chunked_one_shot() {
+    sweep_matrix(Workload::BatchedChunked, true).await;
 }

@@ -39,6 +39,12 @@ pub(crate) enum Workload {
     /// out together with the record's creation, the other reads send only their locks, and the
     /// commit records the writes (and the unrecorded reads need nothing).
     LockedReadsThenWrites,
+    /// `Buffered` with a 20 KB attribute in the put of b: the requests are too many bytes for the
+    /// record's header, so the record is created with its requests in a chunk row, in one
+    /// `TransactWriteItems`.
+    BufferedChunked,
+    /// `BatchedWrites` with the same put: the header, every lock and the chunk row in one request.
+    BatchedChunked,
 }
 
 impl Workload {
@@ -51,7 +57,13 @@ impl Workload {
                 | Workload::RolledForward
                 | Workload::ReadsThenWrites
                 | Workload::LockedReadsThenWrites
+                | Workload::BatchedChunked
         )
+    }
+
+    /// The put of b carries [`PAD_BYTES`] more: the record needs a chunk row.
+    pub(crate) fn chunked(self) -> bool {
+        matches!(self, Workload::BufferedChunked | Workload::BatchedChunked)
     }
 
     pub(crate) fn reads_first(self) -> bool {
@@ -63,7 +75,10 @@ impl Workload {
 
     /// No insert and no read of an absent item (items c and f stay absent).
     pub(crate) fn existing_only(self) -> bool {
-        matches!(self, Workload::BatchedWrites | Workload::Batched) || self.reads_first()
+        matches!(
+            self,
+            Workload::BatchedWrites | Workload::Batched | Workload::BatchedChunked
+        ) || self.reads_first()
     }
 }
 
@@ -118,6 +133,8 @@ pub(crate) async fn work(
                 | Workload::RolledForward
                 | Workload::ReadsThenWrites
                 | Workload::LockedReadsThenWrites
+                | Workload::BufferedChunked
+                | Workload::BatchedChunked
         ) {
             ReturnValue::None
         } else {
@@ -147,6 +164,9 @@ pub(crate) async fn work(
         .item("Id", s(&ids.id("b")))
         .item("v", s("new"))
         .return_values(rv(ReturnValue::AllOld));
+    if w.chunked() {
+        put = put.item("pad", s(&pad()));
+    }
     if w == Workload::RolledForward {
         // A condition the library does not judge: applied before the commit, beside the writes
         // rolled forward.
@@ -172,7 +192,7 @@ pub(crate) async fn work(
         .return_values(rv(ReturnValue::AllOld))
         .send()
         .await?;
-    if w != Workload::BatchedWrites && !w.reads_first() {
+    if !matches!(w, Workload::BatchedWrites | Workload::BatchedChunked) && !w.reads_first() {
         tx.get_item()
             .table_name(table)
             .key("Id", s(&ids.id("e")))
@@ -192,10 +212,22 @@ pub(crate) async fn work(
 /// The six items as a reader sees them (None = absent).
 pub(crate) type View = Vec<Option<Item>>;
 
+/// Bytes of the attribute the put of b carries in the chunked workloads: more than the 16 KB a
+/// record's header is created with.
+pub(crate) const PAD_BYTES: usize = 20_000;
+
+fn pad() -> String {
+    "p".repeat(PAD_BYTES)
+}
+
 pub(crate) fn committed_view(ids: &Ids, w: Workload) -> View {
+    let mut b = item(&[("Id", s(&ids.id("b"))), ("v", s("new"))]);
+    if w.chunked() {
+        b.insert("pad".into(), s(&pad()));
+    }
     vec![
         Some(item(&[("Id", s(&ids.id("a"))), ("bal", n(90))])),
-        Some(item(&[("Id", s(&ids.id("b"))), ("v", s("new"))])),
+        Some(b),
         (!w.existing_only()).then(|| item(&[("Id", s(&ids.id("c"))), ("v", s("inserted"))])),
         None,
         Some(item(&[("Id", s(&ids.id("e"))), ("v", s("read"))])),

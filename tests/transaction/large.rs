@@ -53,11 +53,16 @@ async fn thousand_item_transaction_commits_with_chunked_record() {
             );
         }
     }
-    // The record spilled into chunk rows and is finalized.
+    // The record spilled into chunk rows and is finalized; its header, which every lock batch
+    // checks, holds no request.
     let rows = env.scan_all(env.manager.transactions_table()).await;
     let header = rows.iter().find(|r| r["_TxN"] == n(0)).unwrap();
     let chunks: i64 = header["_TxC"].as_n().unwrap().parse().unwrap();
     assert!(chunks >= 1, "requests spread over chunk rows");
+    assert_eq!(
+        header["_TxR"],
+        aws_sdk_dynamodb::types::AttributeValue::L(vec![])
+    );
     assert_eq!(rows.len() as i64, 1 + chunks);
     assert_eq!(env.tx_state(&id).await, Some((TxState::Committed, true)));
     assert!(env.manager.delete_transaction(&id).await.unwrap());

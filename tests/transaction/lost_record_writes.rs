@@ -112,6 +112,13 @@ async fn a_chunked_record_cut_short_then_appended_by_a_second_handle_commits_onc
         let (mine, theirs) = (format!("mine-{mode:?}"), format!("theirs-{mode:?}"));
         let tx = env.manager.begin();
         let tx_id = tx.id().clone();
+        // A small first request: the record is created with it in its header.
+        tx.get_item()
+            .table_name(&env.table)
+            .key("Id", s(&format!("first-{mode:?}")))
+            .send()
+            .await
+            .unwrap();
         for id in &big {
             tx.put_item()
                 .table_name(&env.table)
@@ -121,7 +128,8 @@ async fn a_chunked_record_cut_short_then_appended_by_a_second_handle_commits_onc
                 .await
                 .unwrap();
         }
-        // Recording 3 × 120 KB: the header takes two, a TransactWriteItems adds a chunk row.
+        // Recording 3 × 120 KB more: too much for the header, a TransactWriteItems adds chunk
+        // rows.
         env.faults.fail_operation_at("TransactWriteItems", 1, mode);
         let r = tx
             .get_item()
