@@ -26,8 +26,11 @@ const INLINE_LIMIT: usize = 300_000;
 const LEAN_HEADER_LIMIT: usize = 16_000;
 /// Most request bytes per chunk row.
 const CHUNK_LIMIT: usize = 300_000;
-/// Most chunk rows written by one append (keeps a `TransactWriteItems` under its 4 MB limit).
+/// Most chunk rows written by one append.
 const CHUNKS_PER_APPEND: usize = 10;
+/// Most request bytes in the chunk rows of one append: a `TransactWriteItems` carries at most 4 MB,
+/// and a chunk row holding one large request can pass `CHUNK_LIMIT` (up to an item's 400 KB).
+const CHUNK_BYTES_PER_APPEND: usize = 3_000_000;
 
 /// Packs requests into groups of at most `limit` encoded bytes.
 fn pack(requests: &[Request], limit: usize) -> Vec<Vec<AttributeValue>> {
@@ -44,6 +47,21 @@ fn pack(requests: &[Request], limit: usize) -> Vec<Vec<AttributeValue>> {
         out.last_mut().expect("pushed").push(v);
     }
     out
+}
+
+/// How many of `groups` (in order) one append writes: at most [`CHUNKS_PER_APPEND`] rows of at
+/// most [`CHUNK_BYTES_PER_APPEND`] bytes in all, and at least one.
+fn groups_per_append(groups: &[Vec<AttributeValue>]) -> usize {
+    let mut bytes = 0;
+    let mut take = 0;
+    for g in groups.iter().take(CHUNKS_PER_APPEND) {
+        bytes += g.iter().map(crate::request::value_size).sum::<usize>();
+        if take > 0 && bytes > CHUNK_BYTES_PER_APPEND {
+            break;
+        }
+        take += 1;
+    }
+    take
 }
 
 /// Outcome of writing requests to the record.
@@ -70,7 +88,7 @@ pub(crate) struct Creation {
 }
 
 /// The writes that create the record with as many of `requests` as one request can carry (all of
-/// them but past [`CHUNKS_PER_APPEND`] chunk rows).
+/// them but past what one append of chunk rows carries, see [`groups_per_append`]).
 pub(crate) fn creation(
     table: &str,
     id: &TxId,
@@ -83,7 +101,7 @@ pub(crate) fn creation(
         (requests.len(), total, Vec::new())
     } else {
         let mut groups = pack(requests, CHUNK_LIMIT);
-        groups.truncate(CHUNKS_PER_APPEND);
+        groups.truncate(groups_per_append(&groups));
         (0, 0, groups)
     };
     let split = inline + groups.iter().map(Vec::len).sum::<usize>();
@@ -248,9 +266,9 @@ pub(crate) async fn append(
                 conflict => return Ok(conflict),
             }
         }
-        // Chunk rows: take as many requests as fit in CHUNKS_PER_APPEND rows.
+        // Chunk rows: take as many requests as one append carries.
         let groups = pack(rest, CHUNK_LIMIT);
-        let take_groups = groups.len().min(CHUNKS_PER_APPEND);
+        let take_groups = groups_per_append(&groups);
         let taken: usize = groups[..take_groups].iter().map(Vec::len).sum();
         match append_chunks(
             client,
@@ -395,5 +413,89 @@ fn cancelled(what: &str, reasons: &[ddb::Reason]) -> Error {
         message: Some(format!("{what} was cancelled: {why:?}")),
         ambiguous: false,
         source: format!("{what} cancelled").into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::Item;
+    use crate::request::Op;
+
+    /// A put of an item carrying `pad` bytes.
+    fn put(i: usize, pad: usize) -> Request {
+        let key = Item::from([("Id".to_string(), s(format!("k{i}")))]);
+        let mut item = key.clone();
+        item.insert("p".into(), s("x".repeat(pad)));
+        Request {
+            op: Op::Put,
+            table: "t".into(),
+            key,
+            item: Some(item),
+            update: None,
+            condition: None,
+            names: None,
+            values: None,
+        }
+    }
+
+    fn id() -> TxId {
+        TxId("00000000-0000-4000-8000-000000000000".into())
+    }
+
+    fn inline_count(c: &Creation) -> usize {
+        match &c.writes[0].kind {
+            WriteKind::Put { item } => item[REQUESTS].as_l().expect("a list").len(),
+            _ => unreachable!("the header is put"),
+        }
+    }
+
+    #[test]
+    fn few_request_bytes_stay_in_the_header() {
+        let reqs: Vec<Request> = (0..50).map(|i| put(i, 100)).collect();
+        assert!(reqs.iter().map(Request::encoded_size).sum::<usize>() <= LEAN_HEADER_LIMIT);
+        let c = creation("tx", &id(), &reqs, None);
+        assert_eq!(c.writes.len(), 1, "the header alone");
+        assert_eq!((c.split, inline_count(&c), c.meta.chunks), (50, 50, 0));
+    }
+
+    #[test]
+    fn more_request_bytes_go_to_chunk_rows_written_with_the_header() {
+        let reqs: Vec<Request> = (0..200).map(|i| put(i, 100)).collect();
+        let c = creation("tx", &id(), &reqs, None);
+        assert_eq!(inline_count(&c), 0, "a lean header");
+        assert_eq!((c.split, c.meta.chunks, c.meta.inline_bytes), (200, 1, 0));
+        assert_eq!(c.writes.len(), 2);
+        match &c.writes[1].kind {
+            WriteKind::Put { item } => {
+                assert_eq!(item[crate::tables::TX_ROW], n(1));
+                assert_eq!(item[REQUESTS].as_l().expect("a list").len(), 200);
+            }
+            _ => panic!("a chunk row is put"),
+        }
+        assert!(c.writes[1].condition.is_none());
+    }
+
+    #[test]
+    fn a_creation_carries_at_most_its_chunk_rows_and_leaves_the_rest_to_appends() {
+        // 12 requests of ~200 KB: one per chunk row, ten rows in the creation.
+        let reqs: Vec<Request> = (0..12).map(|i| put(i, 200_000)).collect();
+        let c = creation("tx", &id(), &reqs, None);
+        assert_eq!(c.meta.chunks as usize, CHUNKS_PER_APPEND);
+        assert_eq!(c.split, CHUNKS_PER_APPEND);
+        assert_eq!(c.writes.len(), 1 + CHUNKS_PER_APPEND);
+    }
+
+    #[test]
+    fn an_append_of_chunk_rows_stays_under_the_request_size_limit() {
+        // Requests of ~390 KB each fill a chunk row alone: ten of them would be 3.9 MB.
+        let reqs: Vec<Request> = (0..10).map(|i| put(i, 390_000)).collect();
+        let c = creation("tx", &id(), &reqs, None);
+        let bytes: usize = c.writes.iter().map(Write::size).sum();
+        assert!(bytes < ddb::MAX_TRANSACT_BYTES, "{bytes}");
+        assert_eq!(c.split, 7, "the rest is appended");
+        assert_eq!(groups_per_append(&pack(&reqs, CHUNK_LIMIT)), 7);
+        // A single request larger than the budget still goes (alone).
+        assert_eq!(groups_per_append(&pack(&reqs[..1], 1)), 1);
     }
 }
