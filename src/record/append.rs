@@ -95,9 +95,30 @@ pub(crate) fn creation(
     requests: &[Request],
     ticket: Option<u64>,
 ) -> Creation {
+    creation_within(table, id, requests, ticket, LEAN_HEADER_LIMIT)
+}
+
+/// [`creation`] with every request in the header when they fit in a full one (300 KB): one write,
+/// for a request that has no room for a chunk row beside it (99 locks and the record).
+pub(crate) fn creation_inline(
+    table: &str,
+    id: &TxId,
+    requests: &[Request],
+    ticket: Option<u64>,
+) -> Creation {
+    creation_within(table, id, requests, ticket, INLINE_LIMIT)
+}
+
+fn creation_within(
+    table: &str,
+    id: &TxId,
+    requests: &[Request],
+    ticket: Option<u64>,
+    header_limit: usize,
+) -> Creation {
     let now = ddb::now_millis();
     let total: usize = requests.iter().map(Request::encoded_size).sum();
-    let (inline, inline_bytes, groups) = if total <= LEAN_HEADER_LIMIT {
+    let (inline, inline_bytes, groups) = if total <= header_limit {
         (requests.len(), total, Vec::new())
     } else {
         let mut groups = pack(requests, CHUNK_LIMIT);
@@ -474,6 +495,18 @@ mod tests {
             _ => panic!("a chunk row is put"),
         }
         assert!(c.writes[1].condition.is_none());
+    }
+
+    #[test]
+    fn an_inline_creation_keeps_up_to_a_full_header() {
+        let reqs: Vec<Request> = (0..200).map(|i| put(i, 100)).collect();
+        let c = creation_inline("tx", &id(), &reqs, None);
+        assert_eq!(c.writes.len(), 1);
+        assert_eq!((c.split, inline_count(&c), c.meta.chunks), (200, 200, 0));
+        // Past a full header it is the lean creation.
+        let big: Vec<Request> = (0..2).map(|i| put(i, 200_000)).collect();
+        let c = creation_inline("tx", &id(), &big, None);
+        assert_eq!((inline_count(&c), c.meta.chunks), (0, 2));
     }
 
     #[test]

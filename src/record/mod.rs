@@ -30,7 +30,9 @@ use crate::error::{Error, Item, Result};
 use crate::request::Request;
 use crate::tables::{TX_ID, TX_ROW};
 
-pub(crate) use append::{Appended, append, create, creation, fold_into_decision, folds_inline};
+pub(crate) use append::{
+    Appended, append, create, creation, creation_inline, fold_into_decision, folds_inline,
+};
 pub(crate) use decide::{
     Flipped, committed_record_write, create_finished, decide, decide_final_write, finalize,
     pending_check,

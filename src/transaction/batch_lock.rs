@@ -130,7 +130,11 @@ impl Transaction {
         let ticket = self.ticket_for_record().await?;
         let tx_table = &self.inner.tx_table;
         let keys: Vec<ItemRef> = st.items.keys().cloned().collect();
-        let creation = record::creation(tx_table, &self.id, &st.requests, ticket);
+        let mut creation = record::creation(tx_table, &self.id, &st.requests, ticket);
+        if creation.writes.len() + keys.len() > ddb::MAX_TRANSACT_ACTIONS {
+            // No room for the chunk rows beside the locks: the requests in the header, if they fit.
+            creation = record::creation_inline(tx_table, &self.id, &st.requests, ticket);
+        }
         if creation.split < st.requests.len() {
             return Ok(None); // the record needs chunk rows: it is written on its own
         }

@@ -456,3 +456,48 @@ async fn per_item_locks_of_inserts_that_must_not_overwrite_take_one_write() {
     assert_v(&env, "k0", Some(0)).await;
     assert_clean(&env).await;
 }
+
+/// 99 items (phased) whose requests pass the 16 KB a record's header is created with: a chunk row
+/// would not fit beside the record and 99 locks in one request (100 actions), so the record keeps
+/// its requests in the header, and the record and every lock still go in one request.
+#[tokio::test]
+async fn ninety_nine_locks_and_a_record_too_large_for_a_lean_header_take_one_request() {
+    let env = TestEnv::with_settings("batch99", |s| {
+        s.batch_locks = true;
+        s.write_only_fast_path = false;
+    })
+    .await;
+    seed(&env, 99).await;
+    let wide = "w".repeat(300);
+    env.counter.reset();
+    let tx = env.manager.begin();
+    let id = tx.id().clone();
+    for i in 0..99 {
+        tx.update_item()
+            .table_name(&env.table)
+            .key("Id", s(&format!("k{i}")))
+            .update_expression("SET v = :v, w = :w")
+            .expression_attribute_values(":v", n(i))
+            .expression_attribute_values(":w", s(&wide))
+            .send()
+            .await
+            .unwrap();
+    }
+    tx.commit().await.unwrap();
+    let c = env.counter.snapshot();
+    // The record and the locks; the writes rolled forward.
+    assert_eq!(c.get("TransactWriteItems"), Some(&2), "{c:?}");
+    let rows = env.record_rows(&id).await;
+    assert_eq!(rows.len(), 1, "no chunk row");
+    assert_eq!(rows[0]["_TxR"].as_l().unwrap().len(), 99);
+    for i in 0..99 {
+        let it = env
+            .raw_get(&env.table, &key(&format!("k{i}")))
+            .await
+            .unwrap();
+        assert_eq!(
+            it,
+            item(&[("Id", s(&format!("k{i}"))), ("v", n(i)), ("w", s(&wide))])
+        );
+    }
+}
