@@ -70,7 +70,7 @@ impl QueueLockBuilder {
     /// Polling: the waiter at the head of the queue polls every `head` (once most of a departure's
     /// time has passed since the last departure); a waiter further back looks
     /// again when, at the pace the queue has been moving, its turn nears (at first, `k` places
-    /// back, after `k × head`), and never more than `max` apart. Defaults 5 ms and 2 s: a faster
+    /// back, after `k × head`), and never more than `max` apart. Defaults 4 ms and 2 s: a faster
     /// head poll hands the lock over sooner for more reads (each a read unit).
     pub fn poll_interval(mut self, head: Duration, max: Duration) -> Self {
         self.poll_head = head;

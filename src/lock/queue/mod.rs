@@ -122,7 +122,7 @@ impl QueueLock {
             heartbeat: None,
             expiry: Expiry::Observed,
             skew_margin: Duration::from_secs(2),
-            poll_head: Duration::from_millis(5),
+            poll_head: Duration::from_millis(4),
             poll_max: Duration::from_secs(2),
             page_size: 25,
             ttl_grace: Duration::from_secs(3600),
