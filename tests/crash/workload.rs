@@ -255,19 +255,7 @@ pub(crate) fn partial_view(ids: &Ids, w: Workload, included: &[&str]) -> View {
 /// Which of the six items the transaction's record lists a write for (read raw from the
 /// transactions table).
 pub(crate) async fn recorded_letters(env: &TestEnv, ids: &Ids, id: &TxId) -> Vec<&'static str> {
-    let rows = env
-        .client
-        .query()
-        .table_name(env.manager.transactions_table())
-        .key_condition_expression("#i = :i")
-        .expression_attribute_names("#i", "_TxId")
-        .expression_attribute_values(":i", s(id.as_str()))
-        .consistent_read(true)
-        .send()
-        .await
-        .unwrap()
-        .items
-        .unwrap_or_default();
+    let rows = env.record_rows(id).await;
     let mut keys = Vec::new();
     for row in rows {
         if let Some(aws_sdk_dynamodb::types::AttributeValue::L(reqs)) = row.get("_TxR") {

@@ -37,10 +37,9 @@ fn coordinator_with(env: &TestEnv, hook: &RunBefore) -> TransactionManager {
 
 /// Rows of a transaction in the transactions table (header and chunks).
 async fn record_rows(env: &TestEnv, id: &TxId) -> Vec<String> {
-    env.scan_all(env.manager.transactions_table())
+    env.record_rows(id)
         .await
         .iter()
-        .filter(|i| i["_TxId"].as_s().unwrap() == id.as_str())
         .map(|i| i["_TxN"].as_n().unwrap().clone())
         .collect()
 }
