@@ -279,11 +279,18 @@ async fn record_mentions(env: &TestEnv, id: &TxId, table: &str, k: &Item) -> boo
 /// `UpdateItem` appending).
 const RECORD: u64 = 1;
 
-/// Requests that lock one item: an existing item takes one `UpdateItem`; an absent one takes two
-/// (the lock conditional on the item existing fails, then a second `UpdateItem` inserts the
-/// placeholder conditional on it still being absent).
+/// Requests that lock one item an update or a delete writes: an existing item takes one
+/// `UpdateItem`; an absent one takes two (the lock conditional on the item existing fails, then a
+/// second `UpdateItem` inserts the placeholder conditional on it still being absent).
 fn lock_requests(absent: bool) -> u64 {
     if absent { 2 } else { 1 }
+}
+
+/// Requests that lock one item a put without a condition writes: the first write assumes a create
+/// (the placeholder, conditional on the item being absent), so an absent item takes one `UpdateItem`
+/// and an existing one two.
+fn put_lock_requests(absent: bool) -> u64 {
+    if absent { 1 } else { 2 }
 }
 
 /// The operation named by an injected fault in `e`'s source chain
@@ -597,9 +604,9 @@ async fn get_item_after_put_item_insert_in_resumed_tx(phased: bool) {
     let t1 = fx.manager.begin();
     let id = t1.id().clone();
     put(&t1, &fx.table, &item1).send().await.unwrap();
-    // Commit: record PutItem, lock of the absent item1 (two UpdateItems), then the
-    // TransactWriteItems that commits (one-shot) or applies (phased).
-    let at = RECORD + lock_requests(true) + 1;
+    // Commit: record PutItem, lock of the absent item1 (one UpdateItem: a put assumes a create),
+    // then the TransactWriteItems that commits (one-shot) or applies (phased).
+    let at = RECORD + put_lock_requests(true) + 1;
     let e = expect_err(crashing(&fx, at, BeforeSend, "TransactWriteItems", t1.commit()).await);
     assert!(!matches!(e, Error::Invariant(_)), "{e:?}");
     assert_locked(&fx, &fx.table, &k1, Some(&k1), &id, true, false).await;
@@ -736,7 +743,7 @@ async fn get_then_update_existing_item() {
 
 /// Commits `tx` on the phased path (the fixture must be phased) but crashes right before the record's
 /// flip to committed: every write is applied and the items stay locked, the record pending.
-/// `locks` is how many requests the commit's locks take (see `lock_requests`; the transaction must
+/// `locks` is how many requests the commit's locks take (see `lock_requests` and `put_lock_requests`; the transaction must
 /// not have a record yet, and its items must fit one apply batch).
 async fn commit_crashing_before_flip(fx: &Fx, tx: Transaction, locks: u64) -> TxId {
     assert!(fx.phased);
@@ -756,7 +763,7 @@ async fn get_item_uncommitted_insert() {
     let item1 = item1();
     let t1 = fx.manager.begin();
     put(&t1, &fx.table, &item1).send().await.unwrap();
-    let id = commit_crashing_before_flip(&fx, t1, lock_requests(true)).await;
+    let id = commit_crashing_before_flip(&fx, t1, put_lock_requests(true)).await;
     let raw = assert_locked(&fx, &fx.table, &k1, Some(&item1), &id, true, true).await;
     let got = read(&fx.manager, &fx.table, "item1", IsolationLevel::Uncommitted).await;
     assert_eq!(got.as_ref(), Some(&item1));
@@ -793,7 +800,7 @@ async fn get_item_committed_insert() {
     let item1 = item1();
     let t1 = fx.manager.begin();
     put(&t1, &fx.table, &item1).send().await.unwrap();
-    let id = commit_crashing_before_flip(&fx, t1, lock_requests(true)).await;
+    let id = commit_crashing_before_flip(&fx, t1, put_lock_requests(true)).await;
     assert_locked(&fx, &fx.table, &k1, Some(&item1), &id, true, true).await;
     assert_eq!(
         read(&fx.manager, &fx.table, "item1", IsolationLevel::Committed).await,
@@ -1477,9 +1484,17 @@ async fn drive_commit(phased: bool, placeholder: bool) {
     )
     .await;
     if phased {
-        // The read recorded both requests. Lock item1 (1), apply (2), flip (3), unlock both (4).
-        // Committed but not finished: commit says so.
-        let r = crashing(&fx, 4, BeforeSend, "TransactWriteItems", t2.commit()).await;
+        // The read recorded both requests. Lock item1 (1 and 2: a put assumes a create, and
+        // item1 exists), apply (3), flip (4), unlock both (5). Committed but not finished: commit
+        // says so.
+        let r = crashing(
+            &fx,
+            put_lock_requests(false) + 3,
+            BeforeSend,
+            "TransactWriteItems",
+            t2.commit(),
+        )
+        .await;
         assert!(matches!(r, Err(Error::AlreadyCommitted { .. })), "{r:?}");
         assert_state(&fx, &id, TxState::Committed, false).await;
         assert_locked(&fx, &fx.table, &k1, Some(&new), &id, false, true).await;
@@ -1495,8 +1510,18 @@ async fn drive_commit(phased: bool, placeholder: bool) {
         )
         .await;
     } else {
-        // The read recorded both requests. Lock item1 (1), the committing TransactWriteItems (2).
-        let e = expect_err(crashing(&fx, 2, AfterSend, "TransactWriteItems", t2.commit()).await);
+        // The read recorded both requests. Lock item1 (1 and 2: a put assumes a create, and item1
+        // exists), the committing TransactWriteItems (3).
+        let e = expect_err(
+            crashing(
+                &fx,
+                put_lock_requests(false) + 1,
+                AfterSend,
+                "TransactWriteItems",
+                t2.commit(),
+            )
+            .await,
+        );
         assert!(e.is_undetermined() || e.is_retryable(), "{e:?}");
         assert_state(&fx, &id, TxState::Committed, true).await;
     }
@@ -1729,8 +1754,8 @@ async fn resume_and_commit_after_transient_apply_failure(phased: bool) {
     let t1 = fx.manager.begin();
     let id = t1.id().clone();
     put(&t1, &fx.table, &item1).send().await.unwrap();
-    // Record, lock of the absent item1 (two requests), then the TransactWriteItems.
-    let at = RECORD + lock_requests(true) + 1;
+    // Record, lock of the absent item1 (one: a put assumes a create), then the TransactWriteItems.
+    let at = RECORD + put_lock_requests(true) + 1;
     expect_err(crashing(&fx, at, BeforeSend, "TransactWriteItems", t1.commit()).await);
     assert_locked(&fx, &fx.table, &k1, Some(&k1), &id, true, false).await;
     assert_no_image(&fx, &fx.table, &k1).await;
@@ -1844,8 +1869,8 @@ async fn resume_rollback_after_transient_apply_failure(phased: bool) {
     let t1 = fx.manager.begin();
     let id = t1.id().clone();
     put(&t1, &fx.table, &item1).send().await.unwrap();
-    // Record, lock of the absent item1 (two requests), then the TransactWriteItems.
-    let at = RECORD + lock_requests(true) + 1;
+    // Record, lock of the absent item1 (one: a put assumes a create), then the TransactWriteItems.
+    let at = RECORD + put_lock_requests(true) + 1;
     expect_err(crashing(&fx, at, BeforeSend, "TransactWriteItems", t1.commit()).await);
     assert_locked(&fx, &fx.table, &k1, Some(&k1), &id, true, false).await;
 
@@ -1886,8 +1911,8 @@ async fn unlock_in_rollback_if_no_item_image_saved(phased: bool) {
     let t1 = fx.manager.begin();
     let id = t1.id().clone();
     put(&t1, &fx.table, &item0a).send().await.unwrap();
-    // Record, lock of the existing item0 (one request), then the TransactWriteItems.
-    let at = RECORD + lock_requests(false) + 1;
+    // Record, lock of the existing item0 (two: a put assumes a create, the placeholder fails), then the TransactWriteItems.
+    let at = RECORD + put_lock_requests(false) + 1;
     expect_err(crashing(&fx, at, BeforeSend, "TransactWriteItems", t1.commit()).await);
     assert_locked(&fx, &fx.table, &k0, Some(&fx.item0), &id, false, false).await;
     assert_no_image(&fx, &fx.table, &k0).await;
@@ -1910,8 +1935,10 @@ async fn unlock_in_rollback_if_no_item_image_saved_images_table(no_orphan: bool)
         .send()
         .await
         .unwrap();
-    // Record (1), lock (2), image PutItem (3), apply (4).
-    expect_err(crashing(&fx, 4, BeforeSend, "TransactWriteItems", t1.commit()).await);
+    // Record (1), lock (2 and 3: a put assumes a create, and item0 exists), image PutItem (4),
+    // apply (5).
+    let at = RECORD + put_lock_requests(false) + 1 + 1;
+    expect_err(crashing(&fx, at, BeforeSend, "TransactWriteItems", t1.commit()).await);
     assert_locked(&fx, &fx.table, &k0, Some(&big0), &id, false, false).await;
     assert_eq!(fx.scan_all(fx.manager.images_table()).await.len(), 1);
     second(&fx).rollback_transaction(&id).await.unwrap();

@@ -75,16 +75,22 @@ impl Transaction {
     }
 
     /// What the first lock write of `r`'s item assumes: that it exists, unless the transaction's
-    /// write of it can only succeed on an absent item (a put or an update whose condition requires
-    /// `attribute_not_exists` of the hash key: an insert that must not overwrite). A wrong guess
-    /// costs one more write, never a wrong lock: both forms are conditional on what they assume.
+    /// write of it is a put without a condition (most often a create) or can only succeed on an
+    /// absent item (a put or an update whose condition requires `attribute_not_exists` of the hash
+    /// key: an insert that must not overwrite). A wrong guess costs one more write (in a batch,
+    /// one more `TransactWriteItems`), never a wrong lock: both forms are conditional on what they
+    /// assume.
     pub(super) async fn expected_existence(&self, st: &State, r: &ItemRef) -> Result<Existence> {
         let e = &st.items[r];
         let Some(req) = e.write.map(|w| &st.requests[w]) else {
             return Ok(Existence::Present);
         };
-        let (Op::Put | Op::Update, Some(c)) = (req.op, req.condition.as_deref()) else {
-            return Ok(Existence::Present);
+        let c = match (req.op, req.condition.as_deref()) {
+            // A put without a condition is most often a create (an item the transaction has read
+            // is held already and needs no lock): an overwrite costs the one more write.
+            (Op::Put, None) => return Ok(Existence::Absent),
+            (Op::Put | Op::Update, Some(c)) => c,
+            _ => return Ok(Existence::Present),
         };
         let schema = self.schema(&e.table).await?;
         let insert_only = expr::parse_condition(c, req.names.as_ref(), req.values.as_ref())

@@ -16,14 +16,16 @@ pub(crate) enum Workload {
     /// Interactive writes, then rollback.
     RolledBack,
     /// Buffered writes of existing items only, with `Settings::batch_locks`: the record and every
-    /// lock go in one TransactWriteItems.
+    /// lock go in one TransactWriteItems, sent twice: the put of b assumes a create (a placeholder
+    /// lock), which b's existence cancels.
     BatchedWrites,
     /// The same writes and a read lock of an existing item, with `Settings::batch_locks`: the read
     /// records and locks its item at once, and the commit takes the other locks in one batch
-    /// after the record.
+    /// after the record (sent twice, as in `BatchedWrites`).
     Batched,
-    /// The buffered workload with `Settings::batch_locks`: the batch meets the absent item c, is
-    /// cancelled, and is sent again with a placeholder lock for it.
+    /// The buffered workload with `Settings::batch_locks`: the batch meets the existing item b
+    /// under a placeholder lock (and the absent item c under one, as the put assumes), is
+    /// cancelled, and is sent again with b locked as existing.
     BatchedInserts,
     /// Reads of a, b and d under lock first, then the writes of existing items on them: every item
     /// is held when the commit starts, so the one-request commit records the writes itself (their

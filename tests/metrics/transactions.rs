@@ -9,10 +9,12 @@ async fn a_commit_counts_its_path_and_times_its_phases() {
     let snap = recorder.snapshotter();
     let _local = metrics::set_default_local_recorder(&recorder);
     let env = TestEnv::new("mt-commit").await;
+    env.raw_put(&env.table, item(&[("Id", s("c")), ("v", n(0))]))
+        .await;
     Seen::take(&snap); // forget table creation
 
     let tx = env.manager.begin();
-    for k in ["a", "b"] {
+    for k in ["a", "b", "c"] {
         tx.put_item()
             .table_name(&env.table)
             .set_item(Some(item(&[("Id", s(k)), ("v", n(1))])))
@@ -31,7 +33,7 @@ async fn a_commit_counts_its_path_and_times_its_phases() {
     assert_eq!(seen.counter("dynamodb_tx_commits_total", &[]), 1);
     assert_eq!(seen.counter("dynamodb_tx_rollbacks_total", &[]), 0);
     assert_eq!(seen.counter("dynamodb_tx_commit_errors_total", &[]), 0);
-    // The two inserts' batch met them absent and went again with their placeholders.
+    // The puts assume creates: the batch met c existing and went again with c locked as such.
     assert_eq!(
         seen.counter(
             "dynamodb_tx_retries_total",

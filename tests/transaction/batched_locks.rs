@@ -270,6 +270,77 @@ async fn inserts_and_upserts_are_locked_in_the_batch() {
     assert_clean(&env).await;
 }
 
+/// A put without a condition assumes a create: the batch's first request locks its item with a
+/// placeholder, so new items take the two requests of any batched transaction (three before: the
+/// batch assumed existing items and was cancelled by the absent ones). A put that overwrites an
+/// existing item pays the wrong guess: one more request, and the item is replaced as it must be.
+#[tokio::test]
+async fn plain_puts_of_new_items_take_two_requests() {
+    let env = batched_env("batchplain").await;
+    seed(&env, 2).await;
+    env.counter.reset();
+    let tx = env.manager.begin();
+    let id = tx.id().clone();
+    put(&tx, &env.table, "new1", 1, None).await;
+    put(&tx, &env.table, "new2", 2, None).await;
+    update(&tx, &env.table, "k0", "SET v = v + :v", 1).await;
+    tx.commit().await.unwrap();
+    let c = env.counter.snapshot();
+    assert_eq!(c.get("TransactWriteItems"), Some(&2), "{c:?}");
+    assert_eq!(c.values().sum::<u64>(), 2, "{c:?}");
+    assert_eq!(env.tx_state(&id).await, Some((TxState::Committed, true)));
+    for (k, v) in [("new1", 1), ("new2", 2), ("k0", 1)] {
+        assert_v(&env, k, Some(v)).await;
+    }
+
+    // An overwrite: the placeholder lock of k1 fails, the batch goes again with k1 locked as
+    // existing.
+    env.counter.reset();
+    let tx = env.manager.begin();
+    put(&tx, &env.table, "k1", 7, None).await;
+    put(&tx, &env.table, "new3", 3, None).await;
+    tx.commit().await.unwrap();
+    let c = env.counter.snapshot();
+    assert_eq!(c.get("TransactWriteItems"), Some(&3), "{c:?}");
+    assert_eq!(c.values().sum::<u64>(), 3, "{c:?}");
+    for (k, v) in [("k1", 7), ("new3", 3)] {
+        assert_v(&env, k, Some(v)).await;
+    }
+    assert_clean(&env).await;
+}
+
+/// The same guess on the per-item path: a put without a condition of a new item is locked in one
+/// write (two before), an overwrite in two.
+#[tokio::test]
+async fn per_item_locks_of_plain_puts_assume_a_create() {
+    let env = TestEnv::with_settings("peritemplain", |s| s.batch_locks = false).await;
+    seed(&env, 1).await;
+    env.counter.reset();
+    let tx = env.manager.begin();
+    for k in ["new1", "new2", "new3"] {
+        put(&tx, &env.table, k, 1, None).await;
+    }
+    tx.commit().await.unwrap();
+    let c = env.counter.snapshot();
+    assert_eq!(c.get("UpdateItem"), Some(&3), "one lock each: {c:?}");
+    assert_eq!(c.values().sum::<u64>(), 5, "record, 3 locks, commit: {c:?}");
+    for k in ["new1", "new2", "new3"] {
+        assert_v(&env, k, Some(1)).await;
+    }
+    env.counter.reset();
+    let tx = env.manager.begin();
+    put(&tx, &env.table, "k0", 9, None).await;
+    tx.commit().await.unwrap();
+    let c = env.counter.snapshot();
+    assert_eq!(
+        c.get("UpdateItem"),
+        Some(&2),
+        "placeholder, then the lock: {c:?}"
+    );
+    assert_v(&env, "k0", Some(9)).await;
+    assert_clean(&env).await;
+}
+
 /// A batch's lock on an absent item is a placeholder (`_TxT` true). A rollback (here by a second
 /// coordinator, after a crash before the apply) deletes it and leaves the existing item as it was.
 #[tokio::test]
@@ -284,10 +355,10 @@ async fn a_rolled_back_batch_deletes_its_placeholders() {
     let id = tx.id().clone();
     put(&tx, &env.table, "new1", 1, None).await;
     update(&tx, &env.table, "k0", "SET v = :v", 9).await;
-    // Request 1 is the record and both locks, cancelled (new1 is absent), 2 the same with a
-    // placeholder for new1; crash at the next (the read of k0's before-image).
+    // Request 1 is the record and both locks (a placeholder for new1: a put assumes a create);
+    // crash at the next (the read of k0's before-image).
     env.faults
-        .crash_at(3, dynamodb_transactions::fault::FaultMode::BeforeSend);
+        .crash_at(2, dynamodb_transactions::fault::FaultMode::BeforeSend);
     assert!(tx.commit().await.is_err());
     env.faults.disarm();
     let placeholder = env.raw_get(&env.table, &key("new1")).await.unwrap();
