@@ -128,6 +128,7 @@ pub fn breakdown_table(rows: &[Row]) -> String {
         drivers.extend(r.apply_first.iter().map(|s| (Driver::ApplyFirst, s)));
         drivers.push((Driver::Sequential, &r.seq));
         drivers.extend(r.native.iter().map(|s| (Driver::Native, s)));
+        drivers.extend(r.native_twice.iter().map(|s| (Driver::NativeTwice, s)));
         for (driver, st) in drivers {
             let lat: Vec<String> = st
                 .op_ms
@@ -282,6 +283,13 @@ pub fn json(rows: &[Row], locks: &LockResults, contention: &[ContentionFigures])
     fields.push(format!(
         "\"native_p50_ms\":{}",
         json_map(&updates, |r| r.native.as_ref().map(|s| jnum(s.pct(50.0))))
+    ));
+    fields.push(format!(
+        "\"native_twice_p50_ms\":{}",
+        json_map(&updates, |r| r
+            .native_twice
+            .as_ref()
+            .map(|s| jnum(s.pct(50.0))))
     ));
     driver_fields(&mut fields, "locking_", &updates, |r| r.locking.as_ref());
     driver_fields(&mut fields, "per_item_locking_", &updates, |r| {

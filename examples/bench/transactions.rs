@@ -66,6 +66,8 @@ pub struct Row {
     pub apply_first: Option<Stats>,
     /// Native `TransactWriteItems`; only for write-only kinds with N ≤ 100.
     pub native: Option<Stats>,
+    /// Two native `TransactWriteItems` in a row; only for updates with N ≤ 100.
+    pub native_twice: Option<Stats>,
 }
 
 impl Row {
@@ -77,6 +79,7 @@ impl Row {
             Driver::Sequential => &mut self.seq,
             Driver::ApplyFirst => self.apply_first.as_mut().expect("apply-first row"),
             Driver::Native => self.native.as_mut().expect("native row"),
+            Driver::NativeTwice => self.native_twice.as_mut().expect("native-twice row"),
         }
     }
 }
@@ -269,6 +272,10 @@ impl TxBench {
             Driver::ApplyFirst => self.run_library(&self.apply_first, kind, &keys).await,
             Driver::Sequential => self.run_library(&self.seq, kind, &keys).await,
             Driver::Native => run_native(&self.admin, &self.table, kind, &keys).await,
+            Driver::NativeTwice => {
+                run_native(&self.admin, &self.table, kind, &keys).await;
+                run_native(&self.admin, &self.table, kind, &keys).await;
+            }
         }
         let elapsed = t0.elapsed();
         self.recorder.set_tag(0);
@@ -310,6 +317,7 @@ impl TxBench {
             seq: Stats::default(),
             apply_first: drivers.contains(&Driver::ApplyFirst).then(Stats::default),
             native: drivers.contains(&Driver::Native).then(Stats::default),
+            native_twice: drivers.contains(&Driver::NativeTwice).then(Stats::default),
         };
         let (warm, count) = (args.warmup(n), args.count(n));
         let t0 = Instant::now();
