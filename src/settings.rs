@@ -86,9 +86,10 @@ pub struct Settings {
     /// phases) apply their writes after the commit point, each in the write that unlocks its item,
     /// instead of before it: one write per item fewer (lock, then apply-and-unlock). Only writes
     /// locked in a batch (`batch_locks`) whose outcome the library knows before the commit qualify:
-    /// deletes and puts without a condition, and updates without a condition whose result it
-    /// computes from the item read under the lock (every other write is applied before the commit,
-    /// as without this setting). Readers at `Committed` see such an item's new version as soon as
+    /// deletes and puts, and updates whose result it computes from the item read under the lock,
+    /// without a condition or with one it judges to hold (see
+    /// [`judge_conditions`](Self::judge_conditions)); every other write is applied before the
+    /// commit, as without this setting. Readers at `Committed` see such an item's new version as soon as
     /// the transaction commits. Default on; off, every write is applied before the commit (one
     /// more write per item). Only versions that know roll-forward complete such transactions
     /// correctly (an older one would release a marked lock without applying its write): upgrade
@@ -96,6 +97,16 @@ pub struct Settings {
     /// transaction applies the writes it rolled forward whatever this setting says. See
     /// docs/PROTOCOL.md "Roll-forward".
     pub roll_forward: bool,
+    /// With [`roll_forward`](Self::roll_forward): a write with a `ConditionExpression` rolls
+    /// forward when the library judges the condition to hold on the item read under the lock (the
+    /// item cannot change while locked); the write after the commit still carries the condition,
+    /// so should DynamoDB judge otherwise, it refuses the write and the item stays locked (reported
+    /// by whoever completes the transaction) rather than changed against its condition. A condition
+    /// judged not to hold is left to DynamoDB before the commit, which rolls the transaction back
+    /// with [`Error::ConditionFailed`](crate::Error::ConditionFailed) as before. Default on; off,
+    /// only a condition that asks an absent item to be absent rolls forward, and every other
+    /// conditional write is applied before the commit (one more write per item).
+    pub judge_conditions: bool,
 }
 
 impl Settings {
@@ -125,6 +136,7 @@ impl Default for Settings {
             record_ttl: None,
             batch_locks: true,
             roll_forward: true,
+            judge_conditions: true,
         }
     }
 }

@@ -202,8 +202,11 @@ pub(crate) fn request_writes(
 
 /// The write that applies `req`, the write of a committed transaction `me`, to an item whose lock
 /// still carries `_TxU` (the write was rolled forward past the commit) and releases the item, in
-/// one write conditional on that lock. Without the request's condition: it was judged before the
-/// commit, on the item the lock has held unchanged since.
+/// one write conditional on that lock. The request's condition was judged before the commit, on
+/// the item the lock has held unchanged since; it is checked again on an existing item (where it
+/// can only hold again, unless the library misjudged it: then DynamoDB refuses the write and the
+/// item stays locked, rather than changed against its condition), not on a placeholder (which
+/// stands for an absent item but exists).
 pub(crate) fn roll_forward_write(
     req: &Request,
     obs: &super::Observed,
@@ -212,7 +215,7 @@ pub(crate) fn roll_forward_write(
 ) -> crate::error::Result<Write> {
     let lock = LockInfo::from_observed(obs);
     let req = Request {
-        condition: None,
+        condition: req.condition.clone().filter(|_| !lock.transient),
         ..req.clone()
     };
     let mut ws = request_writes(&req, &lock, schema, me, Stage::Final, &ImagePlace::Embedded);

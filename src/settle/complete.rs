@@ -44,6 +44,9 @@ pub(crate) async fn complete(
             }
         }
     }
+    // Items whose write rolled forward DynamoDB refused on its condition (the library judged it to
+    // hold): left locked, not retried, so that the others settle.
+    let mut refused: Vec<ItemRef> = Vec::new();
     for _round in 0..PROTOCOL_ATTEMPTS {
         if keys.is_empty() {
             break;
@@ -68,6 +71,8 @@ pub(crate) async fn complete(
         let mut owners = Vec::new();
         // Items seen to change under us this round: settled next round, from what was read.
         let mut moved: Vec<ItemRef> = Vec::new();
+        // The marks of the writes rolled forward this round.
+        let mut forwarded: HashMap<ItemRef, usize> = HashMap::new();
         for k in &keys {
             let e = &items[k];
             let obs = &known[k];
@@ -108,6 +113,7 @@ pub(crate) async fn complete(
                     )));
                 };
                 let schema = inner.schema(&e.table).await?;
+                forwarded.insert(k.clone(), w);
                 Some(item_lock::roll_forward_write(
                     &requests[w],
                     obs,
@@ -164,8 +170,13 @@ pub(crate) async fn complete(
             match writes[0].send(c, None).await? {
                 Written::Ok(_) => {}
                 Written::ConditionFailed(found) => {
-                    known.insert(k.clone(), Observed::of(found.as_ref()));
-                    retry.push(k);
+                    let now = Observed::of(found.as_ref());
+                    if refused_condition(&forwarded, &k, &now, tx_id) {
+                        refused.push(k);
+                    } else {
+                        known.insert(k.clone(), now);
+                        retry.push(k);
+                    }
                 }
             }
         } else {
@@ -182,12 +193,19 @@ pub(crate) async fn complete(
                     for (k, reason) in os.into_iter().zip(reasons) {
                         let k = k.expect("owner");
                         if reason.is_condition_failed() {
-                            known.insert(k.clone(), Observed::of(reason.item.as_ref()));
+                            let now = Observed::of(reason.item.as_ref());
+                            if refused_condition(&forwarded, &k, &now, tx_id) {
+                                if !refused.contains(&k) {
+                                    refused.push(k);
+                                }
+                                continue;
+                            }
+                            known.insert(k.clone(), now);
                         } else if !reason.is_ok() && !reason.is_transient() {
                             return Err(cancelled_error(&reason));
                         }
                         // Actions that were fine are retried too: the batch did nothing.
-                        if !retry.contains(&k) {
+                        if !retry.contains(&k) && !refused.contains(&k) {
                             retry.push(k);
                         }
                     }
@@ -198,6 +216,15 @@ pub(crate) async fn complete(
         if !keys.is_empty() {
             crate::settings::backoff(&inner.settings, 0).await;
         }
+    }
+    if let Some(k) = refused.first() {
+        let e = &items[k];
+        return Err(Error::invariant(format!(
+            "DynamoDB refused the write of committed transaction {tx_id} to an item of table {} \
+             on its condition, which the library judged to hold before the commit: the item stays \
+             locked (see docs/PROTOCOL.md, Roll-forward)",
+            e.table
+        )));
     }
     // Never delete an image or finalize while an item may still need settling (the model
     // check's "finalized means settled"): give up for now; completing again finishes the job.
@@ -242,4 +269,18 @@ pub(crate) async fn release_unapplied_locks(
         }
     }
     Ok(())
+}
+
+/// Whether a write rolled forward this round (`forwarded`) failed on the user's condition: the
+/// item still carries the very mark the write was conditional on (our lock, unapplied, `_TxU` =
+/// the write), so the rest of its condition, the user's, is what failed.
+fn refused_condition(
+    forwarded: &HashMap<ItemRef, usize>,
+    k: &ItemRef,
+    now: &Observed,
+    tx_id: &TxId,
+) -> bool {
+    forwarded
+        .get(k)
+        .is_some_and(|&w| now.locked_by(tx_id) && !now.applied && now.roll == Some(w))
 }

@@ -20,9 +20,12 @@ use super::{CommitStep, State, Transaction};
 /// Whether the write of `e` is rolled forward past the commit point (`Settings::roll_forward`):
 /// its lock carries `_TxU` naming it, and DynamoDB is known to take it — a put or a delete, or an
 /// update whose result is computed here from the item read under the lock; without a condition,
-/// or with one that only asks the item (`hash_key`) to be absent, on the placeholder our lock
-/// inserted. Any other write is applied before the commit, where DynamoDB may still refuse it.
-fn rolls_forward(e: &Entry, requests: &[Request], hash_key: &str) -> bool {
+/// or with one that holds on the item as locked: one that only asks the item (`hash_key`) to be
+/// absent, on the placeholder our lock inserted, or (`judge`: `Settings::judge_conditions`) any
+/// condition judged here on the item read under the lock, or on the empty item a placeholder
+/// stands for. Nothing can change the item while the lock stands. Any other write is applied
+/// before the commit, where DynamoDB may still refuse it.
+fn rolls_forward(e: &Entry, requests: &[Request], hash_key: &str, judge: bool) -> bool {
     let Some(lock) = &e.lock else {
         return false;
     };
@@ -31,12 +34,25 @@ fn rolls_forward(e: &Entry, requests: &[Request], hash_key: &str) -> bool {
     };
     let req = &requests[w];
     if let Some(c) = &req.condition {
-        // Judged on the absent item the placeholder stands for: it holds, and nothing can change
-        // that while the lock stands.
-        let holds = lock.transient
-            && matches!(req.op, Op::Put | Op::Update)
-            && expr::parse_condition(c, req.names.as_ref(), req.values.as_ref())
-                .is_ok_and(|c| c.requires_absent(hash_key) && c.eval(&Default::default()));
+        let Ok(cond) = expr::parse_condition(c, req.names.as_ref(), req.values.as_ref()) else {
+            return false;
+        };
+        let holds = if lock.transient {
+            // The absent item the placeholder stands for: DynamoDB judges a condition on an item
+            // that does not exist against no attributes at all.
+            matches!(req.op, Op::Put | Op::Update)
+                && (judge || cond.requires_absent(hash_key))
+                && cond.eval(&Default::default())
+        } else {
+            // The item as read under the lock (a lock not read yet is read before the apply).
+            judge
+                && !lock.image_unread
+                && lock.before.as_ref().is_some_and(|before| {
+                    let mut item = before.clone();
+                    item.extend(req.key.clone());
+                    cond.eval(&item)
+                })
+        };
         if !holds {
             return false;
         }
@@ -68,7 +84,12 @@ impl Transaction {
             return false;
         }
         match self.schema(&e.table).await {
-            Ok(schema) => rolls_forward(e, requests, &schema.hash.0),
+            Ok(schema) => rolls_forward(
+                e,
+                requests,
+                &schema.hash.0,
+                self.inner.settings.judge_conditions,
+            ),
             Err(_) => false,
         }
     }

@@ -45,7 +45,8 @@ fn manager_with(
             s.rollback_on_drop = false;
             s.batch_locks = w.batch_locks();
             s.lock_reads_before_recording = w == Workload::LockedReadsThenWrites;
-            s.roll_forward = w == Workload::RolledForward;
+            s.roll_forward = w.rolls_forward();
+            s.judge_conditions = w != Workload::RolledForwardUnjudged;
             // The batched locks are the locking protocol's: keep writes off the fast path.
             s.write_only_fast_path &= !w.batch_locks();
             if !one_shot {
@@ -439,6 +440,11 @@ async fn crash_batched_inserts_phased() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crash_rolled_forward_phased() {
     sweep_matrix(Workload::RolledForward, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_rolled_forward_unjudged_phased() {
+    sweep_matrix(Workload::RolledForwardUnjudged, false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -33,10 +33,13 @@ pub(crate) enum Workload {
     ReadsThenWrites,
     /// The buffered workload with `Settings::roll_forward`, committed in phases (the insert of c
     /// conditional on its absence, the put of b on `attribute_exists(v)`): the batch marks the
-    /// writes' locks, the put of b is applied before the flip (its condition is DynamoDB's to
-    /// judge), and every other write is applied by the write that unlocks its item after the flip
-    /// (by whoever completes the transaction).
+    /// writes' locks, and every write is applied by the write that unlocks its item after the flip
+    /// (by whoever completes the transaction), b's with its condition, judged on b read under the
+    /// lock before the flip and checked again by DynamoDB.
     RolledForward,
+    /// `RolledForward` with `Settings::judge_conditions` off: the put of b is applied before the
+    /// flip (its condition DynamoDB's to judge), beside the writes rolled forward.
+    RolledForwardUnjudged,
     /// `ReadsThenWrites` with `Settings::lock_reads_before_recording`: the first read's lock goes
     /// out together with the record's creation, the other reads send only their locks, and the
     /// commit records the writes (and the unrecorded reads need nothing).
@@ -50,6 +53,14 @@ pub(crate) enum Workload {
 }
 
 impl Workload {
+    /// Committed with `Settings::roll_forward`.
+    pub(crate) fn rolls_forward(self) -> bool {
+        matches!(
+            self,
+            Workload::RolledForward | Workload::RolledForwardUnjudged
+        )
+    }
+
     pub(crate) fn batch_locks(self) -> bool {
         matches!(
             self,
@@ -57,6 +68,7 @@ impl Workload {
                 | Workload::Batched
                 | Workload::BatchedInserts
                 | Workload::RolledForward
+                | Workload::RolledForwardUnjudged
                 | Workload::ReadsThenWrites
                 | Workload::LockedReadsThenWrites
                 | Workload::BatchedChunked
@@ -133,6 +145,7 @@ pub(crate) async fn work(
                 | Workload::Batched
                 | Workload::BatchedInserts
                 | Workload::RolledForward
+                | Workload::RolledForwardUnjudged
                 | Workload::ReadsThenWrites
                 | Workload::LockedReadsThenWrites
                 | Workload::BufferedChunked
@@ -169,9 +182,9 @@ pub(crate) async fn work(
     if w.chunked() {
         put = put.item("pad", s(&pad()));
     }
-    if w == Workload::RolledForward {
-        // A condition the library does not judge: applied before the commit, beside the writes
-        // rolled forward.
+    if w.rolls_forward() {
+        // Judged on b as locked and rolled forward; unjudged, applied before the commit beside
+        // the writes rolled forward.
         put = put.condition_expression("attribute_exists(v)");
     }
     put.send().await?;
@@ -183,7 +196,7 @@ pub(crate) async fn work(
             .item("Id", s(&ids.id("c")))
             .item("v", s("inserted"))
             .return_values(rv(ReturnValue::AllOld));
-        if w == Workload::RolledForward {
+        if w.rolls_forward() {
             put = put.condition_expression("attribute_not_exists(Id)");
         }
         put.send().await?;

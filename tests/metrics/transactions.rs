@@ -80,7 +80,11 @@ async fn a_phased_commit_counts_the_writes_it_rolls_forward() {
     let recorder = DebuggingRecorder::new();
     let snap = recorder.snapshotter();
     let _local = metrics::set_default_local_recorder(&recorder);
-    let env = TestEnv::with_settings("mt-roll", |s| s.one_shot_max_items = 1).await;
+    let env = TestEnv::with_settings("mt-roll", |s| {
+        s.one_shot_max_items = 1;
+        s.judge_conditions = false;
+    })
+    .await;
     for k in ["a", "b"] {
         env.raw_put(&env.table, item(&[("Id", s(k)), ("v", n(1))]))
             .await;
@@ -95,7 +99,7 @@ async fn a_phased_commit_counts_the_writes_it_rolls_forward() {
         .send()
         .await
         .unwrap();
-    // A condition only DynamoDB judges: applied before the commit.
+    // A condition only DynamoDB judges (`judge_conditions` off): applied before the commit.
     tx.put_item()
         .table_name(&env.table)
         .set_item(Some(item(&[("Id", s("b")), ("v", n(5))])))

@@ -3,6 +3,8 @@
 //! refuse is applied before the commit; readers see the new versions from the commit on; whoever
 //! finishes the transaction applies what a dead coordinator left.
 
+use std::time::Duration;
+
 use dynamodb_transactions::fault::FaultMode;
 use dynamodb_transactions::{Error, IsolationLevel, Item, TxId, TxState};
 
@@ -12,7 +14,16 @@ use crate::common::*;
 const N: usize = 120;
 
 async fn env(prefix: &str) -> TestEnv {
-    let env = TestEnv::with_settings(prefix, |s| s.roll_forward = true).await;
+    env_with(prefix, true).await
+}
+
+/// `env` with `Settings::judge_conditions` as given.
+async fn env_with(prefix: &str, judge_conditions: bool) -> TestEnv {
+    let env = TestEnv::with_settings(prefix, |s| {
+        s.roll_forward = true;
+        s.judge_conditions = judge_conditions;
+    })
+    .await;
     for i in 0..N {
         env.raw_put(
             &env.table,
@@ -340,25 +351,18 @@ async fn inserts_that_must_not_overwrite_roll_forward() {
     }
 }
 
-/// A put whose condition the library does not judge is applied before the commit, with its item's
-/// before-image: a rollback restores every item (it once did not: a marked put skipped the read of
-/// its item, and its image was empty).
+/// A put whose condition the library does not judge (`judge_conditions` off) is applied before
+/// the commit, with its item's before-image: a rollback restores every item (it once did not: a
+/// marked put skipped the read of its item, and its image was empty).
 #[tokio::test]
 async fn conditional_puts_are_applied_with_their_images_and_roll_back() {
-    let env = env("rf-cput").await;
+    let env = env_with("rf-cput", false).await;
     // The coordinator dies at each request in turn until it leaves its puts applied, not committed.
     for k in 1..20 {
         let tx = env.manager.begin();
         let tx_id = tx.id().clone();
         for i in 0..N {
-            tx.put_item()
-                .table_name(&env.table)
-                .item("Id", s(&id(i)))
-                .item("v", s("new"))
-                .condition_expression("attribute_exists(hits)")
-                .send()
-                .await
-                .unwrap();
+            conditional_put(&env, &tx, i).await;
         }
         env.faults.crash_at(k, FaultMode::BeforeSend);
         let _ = tx.commit().await;
@@ -383,4 +387,174 @@ async fn conditional_puts_are_applied_with_their_images_and_roll_back() {
         }
     }
     panic!("no crash left the puts applied and the transaction pending");
+}
+
+/// Adds to `tx` a put of item `i` conditional on `attribute_exists(hits)`.
+async fn conditional_put(env: &TestEnv, tx: &dynamodb_transactions::Transaction, i: usize) {
+    tx.put_item()
+        .table_name(&env.table)
+        .item("Id", s(&id(i)))
+        .item("v", s("new"))
+        .condition_expression("attribute_exists(hits)")
+        .send()
+        .await
+        .unwrap();
+}
+
+/// Adds to `tx` an update of every item conditional on its current count (`hits = :was`, which
+/// holds), and for the first ten items instead a put conditional on `attribute_exists(hits)` (even
+/// ones) or a delete conditional on `hits < :big` (odd ones).
+async fn conditional_writes(env: &TestEnv, tx: &dynamodb_transactions::Transaction) {
+    for i in 0..N {
+        if i < 10 && i % 2 == 0 {
+            conditional_put(env, tx, i).await;
+        } else if i < 10 {
+            tx.delete_item()
+                .table_name(&env.table)
+                .key("Id", s(&id(i)))
+                .condition_expression("hits < :big")
+                .expression_attribute_values(":big", n(1000))
+                .send()
+                .await
+                .unwrap();
+        } else {
+            tx.update_item()
+                .table_name(&env.table)
+                .key("Id", s(&id(i)))
+                .update_expression("SET hits = hits + :one")
+                .condition_expression("hits = :was")
+                .expression_attribute_values(":one", n(1))
+                .expression_attribute_values(":was", n(i))
+                .send()
+                .await
+                .unwrap();
+        }
+    }
+}
+
+/// Asserts what `conditional_writes` leaves once committed: puts, deletes and increments, and no
+/// lock attribute anywhere.
+async fn assert_conditional_writes_committed(env: &TestEnv) {
+    for i in 0..N {
+        let got = env.raw_get(&env.table, &key(&id(i))).await;
+        let want = if i < 10 && i % 2 == 0 {
+            Some(item(&[("Id", s(&id(i))), ("v", s("new"))]))
+        } else if i < 10 {
+            None
+        } else {
+            Some(item(&[("Id", s(&id(i))), ("hits", n(i + 1))]))
+        };
+        assert_eq!(got, want, "{}", id(i));
+    }
+}
+
+/// Conditional writes whose condition the library judges to hold on the item read under the lock
+/// roll forward like unconditional ones: no write before the commit (the same requests as
+/// `updates_are_applied_by_the_unlock_after_the_commit`; before, every one of them was applied
+/// before the commit, 2 more `TransactWriteItems`). The puts' and deletes' items are read too: a
+/// condition is judged on the item.
+#[tokio::test]
+async fn conditional_writes_judged_to_hold_roll_forward() {
+    let env = env("rf-cond").await;
+    let tx = env.manager.begin();
+    let tx_id = tx.id().clone();
+    conditional_writes(&env, &tx).await;
+    env.counter.reset();
+    tx.commit().await.unwrap();
+    assert_eq!(env.tx_state(&tx_id).await, Some((TxState::Committed, true)));
+    assert_eq!(
+        env.counter.get("TransactWriteItems"),
+        4,
+        "2 lock batches, 2 that apply and unlock: {:?}",
+        env.counter.snapshot()
+    );
+    assert_eq!(env.counter.get("BatchGetItem"), 2);
+    assert_conditional_writes_committed(&env).await;
+
+    // With `judge_conditions` off, the same writes are applied before the commit.
+    let env = env_with("rf-condoff", false).await;
+    let tx = env.manager.begin();
+    conditional_writes(&env, &tx).await;
+    env.counter.reset();
+    tx.commit().await.unwrap();
+    assert_eq!(
+        env.counter.get("TransactWriteItems"),
+        6,
+        "2 lock batches, 2 applies, 2 unlocks: {:?}",
+        env.counter.snapshot()
+    );
+    assert_conditional_writes_committed(&env).await;
+}
+
+/// A condition judged not to hold is left to DynamoDB before the commit: the transaction rolls
+/// back with `ConditionFailed` naming the request, and no item changes.
+#[tokio::test]
+async fn a_condition_judged_false_is_left_to_dynamodb_and_rolls_back() {
+    let env = env("rf-condno").await;
+    env.raw_put(&env.table, item(&[("Id", s(&id(42))), ("hits", n(-1))]))
+        .await;
+    let tx = env.manager.begin();
+    conditional_writes(&env, &tx).await;
+    let err = tx.commit().await.unwrap_err();
+    match &err {
+        Error::ConditionFailed { request_index, .. } => assert_eq!(*request_index, 42),
+        other => panic!("{other:?}"),
+    }
+    for i in 0..N {
+        let it = hits(&env, i).await;
+        assert!(!has_tx_attrs(&it), "{it:?}");
+        let want = if i == 42 { -1 } else { i as i64 };
+        assert_eq!(it["hits"], n(want), "{}", id(i));
+    }
+}
+
+/// Should DynamoDB judge a condition otherwise than the library did (simulated here: the item is
+/// changed behind the lock after the commit), the write rolled forward still carries the
+/// condition: DynamoDB refuses it and the item stays locked, unchanged, instead of being written
+/// against its condition (as it was before the write kept the condition); every other item is
+/// settled, and the record is not finalized. The sweeper reports it among its errors.
+#[tokio::test]
+async fn a_misjudged_condition_leaves_its_item_locked_and_the_others_settled() {
+    let env = env("rf-condmis").await;
+    let tx = env.manager.begin();
+    let tx_id = tx.id().clone();
+    conditional_writes(&env, &tx).await;
+    // Record, 2 lock batches, 2 reads, the flip; then the coordinator dies.
+    env.faults.crash_at(7, FaultMode::BeforeSend);
+    let _ = tx.commit().await;
+    env.faults.disarm();
+    assert_eq!(
+        env.tx_state(&tx_id).await,
+        Some((TxState::Committed, false))
+    );
+    let mut moved = hits(&env, 42).await;
+    assert!(moved.contains_key("_TxU"), "{moved:?}");
+    moved.insert("hits".into(), n(-7));
+    env.raw_put(&env.table, moved.clone()).await;
+
+    let (m2, _) = env.second_coordinator();
+    let err = m2.resume(&tx_id).await.unwrap().commit().await.unwrap_err();
+    // Committed, not finished (completing logs DynamoDB's refusal at each attempt).
+    assert!(matches!(err, Error::AlreadyCommitted { .. }), "{err:?}");
+    assert_eq!(hits(&env, 42).await, moved, "refused, still locked");
+    assert_eq!(
+        env.tx_state(&tx_id).await,
+        Some((TxState::Committed, false))
+    );
+    for i in (0..N).filter(|&i| i != 42) {
+        let got = env.raw_get(&env.table, &key(&id(i))).await;
+        assert!(got.as_ref().is_none_or(|it| !has_tx_attrs(it)), "{got:?}");
+    }
+    let report = m2
+        .sweep(&dynamodb_transactions::sweeper::SweepOptions::new().complete_after(Duration::ZERO))
+        .await
+        .unwrap();
+    assert!(
+        report
+            .errors
+            .iter()
+            .any(|f| f.tx_id.as_ref() == Some(&tx_id) && f.message.contains("refused")),
+        "{report:?}"
+    );
+    assert_eq!(hits(&env, 42).await, moved);
 }
