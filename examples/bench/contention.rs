@@ -43,7 +43,12 @@ pub const MODES: &[Mode] = &[
 pub struct ContentionFigures {
     pub mode: &'static str,
     pub committed: usize,
+    /// Goodput while every worker had work: transfers committed before the first worker found
+    /// none left, over that time. The run's end (the last few transfers, fewer and fewer workers,
+    /// and whichever one waits longest) is left out: it measured the slowest transfer's luck.
     pub tx_per_s: f64,
+    /// Committed transfers over the whole run, ramp-down included.
+    pub tx_per_s_overall: f64,
     pub attempts: Dist,
     pub latency: Dist,
     /// Requests on the shared ticket counter (bookkeeping rows) per committed transfer.
@@ -99,6 +104,9 @@ pub async fn measure(args: &Args, prefix: &str, (mode, configure): Mode) -> Cont
             .expect("seed");
     }
     let next = Arc::new(AtomicU64::new(0));
+    // When each transfer committed, and when the first worker found no transfer left.
+    let done_at = Arc::new(Mutex::new(Vec::<Instant>::new()));
+    let drained_at = Arc::new(Mutex::new(None::<Instant>));
     let attempts = Arc::new(Mutex::new(Dist::counts()));
     let latency = Arc::new(Mutex::new(Dist::millis()));
     recorder.set_tag(1);
@@ -113,9 +121,17 @@ pub async fn measure(args: &Args, prefix: &str, (mode, configure): Mode) -> Cont
             table.clone(),
             args.clone(),
         );
+        let (done_at, drained_at) = (done_at.clone(), drained_at.clone());
         handles.push(tokio::spawn(async move {
             let mut rng = rand::rngs::StdRng::seed_from_u64(args.seed * 100 + w as u64);
-            while (next.fetch_add(1, Ordering::SeqCst) as usize) < args.transfers {
+            loop {
+                if next.fetch_add(1, Ordering::SeqCst) as usize >= args.transfers {
+                    drained_at
+                        .lock()
+                        .expect("drained")
+                        .get_or_insert_with(Instant::now);
+                    break;
+                }
                 let from = rng.random_range(0..args.accounts);
                 let to = (from + rng.random_range(1..args.accounts)) % args.accounts;
                 let amount: i64 = rng.random_range(1..10);
@@ -158,6 +174,7 @@ pub async fn measure(args: &Args, prefix: &str, (mode, configure): Mode) -> Cont
                     .lock()
                     .expect("latency")
                     .record_duration(t0.elapsed());
+                done_at.lock().expect("done").push(Instant::now());
                 attempts
                     .lock()
                     .expect("attempts")
@@ -183,10 +200,21 @@ pub async fn measure(args: &Args, prefix: &str, (mode, configure): Mode) -> Cont
     let latency = latency.lock().expect("latency").clone();
     let committed = attempts.len() as usize;
     let per_tx = |v: usize| v as f64 / committed.max(1) as f64;
+    let drained = drained_at
+        .lock()
+        .expect("drained")
+        .unwrap_or_else(Instant::now);
+    let steady = done_at
+        .lock()
+        .expect("done")
+        .iter()
+        .filter(|&&t| t <= drained)
+        .count();
     ContentionFigures {
         mode,
         committed,
-        tx_per_s: committed as f64 / elapsed.as_secs_f64(),
+        tx_per_s: steady as f64 / (drained - started).as_secs_f64(),
+        tx_per_s_overall: committed as f64 / elapsed.as_secs_f64(),
         attempts,
         latency,
         ticket_requests: per_tx(recs.iter().filter(|r| r.bookkeeping).count()),

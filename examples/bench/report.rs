@@ -202,17 +202,18 @@ pub fn contention_table(args: &Args, figs: &[ContentionFigures]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "| tickets ({} workers, {} accounts, ordered policy) | transfers | tx/s | attempts mean | attempts p99 | attempts max | p50 ms | p99 ms | requests / tx | ticket requests / tx | total conserved |",
+        "| tickets ({} workers, {} accounts, ordered policy) | transfers | tx/s (steady / overall) | attempts mean | attempts p99 | attempts max | p50 ms | p99 ms | requests / tx | ticket requests / tx | total conserved |",
         args.workers, args.accounts
     );
     out.push_str("|---|---|---|---|---|---|---|---|---|---|---|\n");
     for f in figs {
         let _ = writeln!(
             out,
-            "| {} | {} | {:.1} | {:.2} | {} | {} | {} | {} | {:.1} | {:.2} | {} |",
+            "| {} | {} | {:.1} / {:.1} | {:.2} | {} | {} | {} | {} | {:.1} | {:.2} | {} |",
             f.mode,
             f.committed,
             f.tx_per_s,
+            f.tx_per_s_overall,
             f.attempts.mean(),
             f.attempts.pct(99.0),
             f.attempts.max(),
@@ -380,8 +381,9 @@ pub fn json(rows: &[Row], locks: &LockResults, contention: &[ContentionFigures])
         fields.push(format!(
             "\"contention\":{}",
             per_mode(&|c| format!(
-                "{{\"tx_per_s\":{},\"attempts_mean\":{},\"attempts_max\":{},\"p50_ms\":{},\"p99_ms\":{},\"requests\":{},\"total_conserved\":{}}}",
+                "{{\"tx_per_s\":{},\"tx_per_s_overall\":{},\"attempts_mean\":{},\"attempts_max\":{},\"p50_ms\":{},\"p99_ms\":{},\"requests\":{},\"total_conserved\":{}}}",
                 jnum(c.tx_per_s),
+                jnum(c.tx_per_s_overall),
                 jnum(c.attempts.mean()),
                 c.attempts.max(),
                 jnum(c.latency.pct(50.0)),
