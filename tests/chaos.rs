@@ -58,7 +58,10 @@ impl std::ops::AddAssign for Stats {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn transfers_survive_crashes_lost_responses_throttling_and_delays() {
     // This worker (phased commit, rolled forward) also writes a memo too large for a record's
-    // header: its records are created with chunk rows.
+    // header: its records are created with chunk rows. It puts two memos, each with a condition
+    // that always holds: their locks go in one batch and are marked, and the library judges each
+    // condition on the memo read under its lock (or on the absent one), so the puts roll forward
+    // with their conditions.
     const MEMO_WORKER: usize = 5;
     // A fixed schedule by default (a seed that has passed), so CI is repeatable; `CHAOS_SEED=random`
     // explores new schedules, `CHAOS_SEED=<n>` replays one.
@@ -112,14 +115,21 @@ async fn transfers_survive_crashes_lost_responses_throttling_and_delays() {
                     let tx = m.begin();
                     let r = async {
                         if w == MEMO_WORKER {
-                            // A blind put of 17 KB, recorded with the first read: the record is
-                            // created with a lean header and its requests in a chunk row.
-                            tx.put_item()
-                                .table_name(&table)
-                                .item("Id", s(&format!("memo{w}")))
-                                .item("note", s(&"m".repeat(17_000)))
-                                .send()
-                                .await?;
+                            // Blind puts of 17 KB and 1 KB, recorded with the first read: the
+                            // record is created with a lean header and its requests in a chunk
+                            // row.
+                            for (memo, bytes) in [("", 17_000), ("-short", 1_000)] {
+                                tx.put_item()
+                                    .table_name(&table)
+                                    .item("Id", s(&format!("memo{w}{memo}")))
+                                    .item("note", s(&"m".repeat(bytes)))
+                                    .condition_expression(
+                                        "attribute_not_exists(note) OR begins_with(note, :m)",
+                                    )
+                                    .expression_attribute_values(":m", s("m"))
+                                    .send()
+                                    .await?;
+                            }
                         }
                         let a = tx
                             .get_item()
