@@ -557,4 +557,15 @@ async fn a_misjudged_condition_leaves_its_item_locked_and_the_others_settled() {
         "{report:?}"
     );
     assert_eq!(hits(&env, 42).await, moved);
+
+    // The operator's fix (docs/OPERATIONS.md): the item as it should be, without the lock; the
+    // transaction then finishes.
+    env.raw_put(&env.table, item(&[("Id", s(&id(42))), ("hits", n(-7))]))
+        .await;
+    m2.resume(&tx_id).await.unwrap().commit().await.unwrap();
+    assert_eq!(env.tx_state(&tx_id).await, Some((TxState::Committed, true)));
+    assert_eq!(
+        hits(&env, 42).await,
+        item(&[("Id", s(&id(42))), ("hits", n(-7))])
+    );
 }
