@@ -545,17 +545,7 @@ async fn a_misjudged_condition_leaves_its_item_locked_and_the_others_settled() {
         let got = env.raw_get(&env.table, &key(&id(i))).await;
         assert!(got.as_ref().is_none_or(|it| !has_tx_attrs(it)), "{got:?}");
     }
-    let report = m2
-        .sweep(&dynamodb_transactions::sweeper::SweepOptions::new().complete_after(Duration::ZERO))
-        .await
-        .unwrap();
-    assert!(
-        report
-            .errors
-            .iter()
-            .any(|f| f.tx_id.as_ref() == Some(&tx_id) && f.message.contains("refused")),
-        "{report:?}"
-    );
+    assert_sweep_reports_refusal(&m2, &tx_id).await;
     assert_eq!(hits(&env, 42).await, moved);
 
     // The operator's fix (docs/OPERATIONS.md): the item as it should be, without the lock; the
@@ -567,5 +557,54 @@ async fn a_misjudged_condition_leaves_its_item_locked_and_the_others_settled() {
     assert_eq!(
         hits(&env, 42).await,
         item(&[("Id", s(&id(42))), ("hits", n(-7))])
+    );
+}
+
+/// The same for an update rolled forward that DynamoDB refuses after the commit (simulated: the
+/// item's count turned into text behind the lock, so `hits + :one` is invalid): the refusal
+/// leaves that item locked and unchanged, not its whole batch (before, the completer gave up on the
+/// first refusal, leaving up to 99 other items of the batch locked).
+#[tokio::test]
+async fn an_update_refused_after_the_commit_leaves_only_its_item_locked() {
+    let env = env("rf-refused").await;
+    // Record, 2 lock batches, 2 reads, the flip; then the coordinator dies.
+    let tx_id = increments_until_death_at(&env, 7).await;
+    assert_eq!(
+        env.tx_state(&tx_id).await,
+        Some((TxState::Committed, false))
+    );
+    let mut moved = hits(&env, 3).await;
+    assert!(moved.contains_key("_TxU"), "{moved:?}");
+    moved.insert("hits".into(), s("text"));
+    env.raw_put(&env.table, moved.clone()).await;
+
+    let (m2, _) = env.second_coordinator();
+    let err = m2.resume(&tx_id).await.unwrap().commit().await.unwrap_err();
+    assert!(matches!(err, Error::AlreadyCommitted { .. }), "{err:?}");
+    assert_eq!(hits(&env, 3).await, moved, "refused, still locked");
+    for i in (0..N).filter(|&i| i != 3) {
+        let it = hits(&env, i).await;
+        assert!(!has_tx_attrs(&it), "{it:?}");
+        assert_eq!(it["hits"], n(i + 1), "{}", id(i));
+    }
+    assert_sweep_reports_refusal(&m2, &tx_id).await;
+    assert_eq!(
+        env.tx_state(&tx_id).await,
+        Some((TxState::Committed, false))
+    );
+}
+
+/// Asserts that a sweep completing `tx_id` now reports DynamoDB's refusal of a write rolled forward.
+async fn assert_sweep_reports_refusal(m: &dynamodb_transactions::TransactionManager, tx_id: &TxId) {
+    let report = m
+        .sweep(&dynamodb_transactions::sweeper::SweepOptions::new().complete_after(Duration::ZERO))
+        .await
+        .unwrap();
+    assert!(
+        report
+            .errors
+            .iter()
+            .any(|f| f.tx_id.as_ref() == Some(tx_id) && f.message.contains("refused")),
+        "{report:?}"
     );
 }
