@@ -23,8 +23,29 @@ use crate::settings::Inner;
 /// Settles every item of a decided transaction (unlock after commit, restore after rollback),
 /// deletes images-table images, finalizes the record. `trust_memory`: this coordinator's lock
 /// knowledge is fresh (it just applied everything), so items need not be read first.
-#[instrument(level = "debug", name = "complete", skip_all, fields(tx = %tx_id, state = %decided, items = items.len()))]
 pub(crate) async fn complete(
+    inner: &Inner,
+    tx_id: &TxId,
+    items: &mut Items,
+    requests: &[Request],
+    decided: TxState,
+    trust_memory: bool,
+) -> Result<()> {
+    // Boxed: completion runs nested inside lock waits that roll other transactions back, and its
+    // future is large (a debug build's test thread overflowed its stack).
+    Box::pin(complete_items(
+        inner,
+        tx_id,
+        items,
+        requests,
+        decided,
+        trust_memory,
+    ))
+    .await
+}
+
+#[instrument(level = "debug", name = "complete", skip_all, fields(tx = %tx_id, state = %decided, items = items.len()))]
+async fn complete_items(
     inner: &Inner,
     tx_id: &TxId,
     items: &mut Items,
