@@ -33,6 +33,9 @@ fn rolls_forward(e: &Entry, requests: &[Request], hash_key: &str, judge: bool) -
         return false;
     };
     let req = &requests[w];
+    // The item as read under the lock, with its key (a placeholder's: the key alone).
+    let mut locked = lock.before.clone().unwrap_or_default();
+    locked.extend(req.key.clone());
     if let Some(c) = &req.condition {
         let Ok(cond) = expr::parse_condition(c, req.names.as_ref(), req.values.as_ref()) else {
             return false;
@@ -45,13 +48,7 @@ fn rolls_forward(e: &Entry, requests: &[Request], hash_key: &str, judge: bool) -
                 && cond.eval(&Default::default())
         } else {
             // The item as read under the lock (a lock not read yet is read before the apply).
-            judge
-                && !lock.image_unread
-                && lock.before.as_ref().is_some_and(|before| {
-                    let mut item = before.clone();
-                    item.extend(req.key.clone());
-                    cond.eval(&item)
-                })
+            judge && !lock.image_unread && lock.before.is_some() && cond.eval(&locked)
         };
         if !holds {
             return false;
@@ -61,9 +58,7 @@ fn rolls_forward(e: &Entry, requests: &[Request], hash_key: &str, judge: bool) -
     if req.op == Op::Update && lock.image_unread {
         return false;
     }
-    let mut before = lock.before.clone().unwrap_or_default();
-    before.extend(req.key.clone());
-    match req.result_on(before) {
+    match req.result_on(locked) {
         Ok(_) => true,
         Err(why) => {
             debug!(table = %req.table, why, "write applied before the commit");
