@@ -1,8 +1,11 @@
 //! Grouping writes into `TransactWriteItems` batches (within its limits on actions and bytes), keeping
-//! the writes of one item together and each write's item beside it.
+//! the writes of one item together and each write's item beside it, and sending a settle batch so
+//! that one refused write does not hold back the others ([`send_isolating`]).
 
-use crate::ddb::{self, Write};
-use crate::error::Error;
+use std::collections::HashMap;
+
+use crate::ddb::{self, Transacted, Write};
+use crate::error::{Error, Result};
 use crate::keys::ItemRef;
 
 /// The error of a `TransactWriteItems` cancelled for `reason` (not a condition the protocol reads).
@@ -88,4 +91,63 @@ pub(crate) fn group_with_owners(
         out.push(cur);
     }
     out
+}
+
+/// What [`send_isolating`] sent: each request's items and outcome, and the items whose write
+/// rolled forward DynamoDB refused on its own, with what it said.
+pub(crate) type Isolated = (
+    Vec<(Vec<Option<ItemRef>>, Transacted)>,
+    Vec<(ItemRef, String)>,
+);
+
+/// Sends one settle batch. DynamoDB may refuse a whole `TransactWriteItems` with a
+/// `ValidationException` that names no action (DynamoDB Local does, for an update whose operand
+/// has the wrong type): when the batch holds a write rolled forward (`forwarded`), which the
+/// library judged DynamoDB would take, the batch is sent again in halves, down to single items,
+/// so that only the item DynamoDB refuses is left locked and the others settle. Any other failure
+/// is returned as before.
+pub(crate) async fn send_isolating(
+    c: &aws_sdk_dynamodb::Client,
+    group: Group,
+    forwarded: &HashMap<ItemRef, usize>,
+) -> Result<Isolated> {
+    let mut outs = Vec::new();
+    let mut refusals = Vec::new();
+    let mut todo = vec![group];
+    while let Some((ws, os)) = todo.pop() {
+        let e = match ddb::transact(c, &ws).await {
+            Ok(out) => {
+                outs.push((os, out));
+                continue;
+            }
+            Err(e) => e,
+        };
+        let refused_whole = matches!(
+            &e,
+            Error::DynamoDb { code: Some(code), ambiguous: false, .. } if code == "ValidationException"
+        );
+        let holds_forwarded = os.iter().flatten().any(|k| forwarded.contains_key(k));
+        if !refused_whole || !holds_forwarded {
+            return Err(e);
+        }
+        let mut items = group_by_owner(ws, os);
+        if items.len() == 1 {
+            let (_, os) = items.pop().expect("one item");
+            match os.into_iter().flatten().next() {
+                Some(k) if forwarded.contains_key(&k) => refusals.push((k, e.to_string())),
+                _ => return Err(e),
+            }
+            continue;
+        }
+        let second = items.split_off(items.len() / 2);
+        for half in [items, second] {
+            let mut g: Group = (Vec::new(), Vec::new());
+            for (ws, os) in half {
+                g.0.extend(ws);
+                g.1.extend(os);
+            }
+            todo.push(g);
+        }
+    }
+    Ok((outs, refusals))
 }

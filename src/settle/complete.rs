@@ -3,13 +3,13 @@
 //! finalized. Idempotent and safe to run by several coordinators at once: each write is
 //! conditional on the item still carrying the lock it judged.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use futures::StreamExt;
 use tracing::{debug, instrument};
 
 use super::PROTOCOL_ATTEMPTS;
-use super::batch::{Group, cancelled_error, group_by_owner, group_items};
+use super::batch::{Isolated, cancelled_error, group_items, send_isolating};
 use super::entry::Items;
 use crate::TxId;
 use crate::ddb::{self, Transacted, Written};
@@ -68,7 +68,7 @@ async fn complete_items(
     // Items whose write rolled forward DynamoDB refused (its condition, or the write itself,
     // which the library judged DynamoDB would take), with what DynamoDB said: left locked, not
     // retried, so that the others settle.
-    let mut refused: Vec<(ItemRef, String)> = Vec::new();
+    let mut refused: BTreeMap<ItemRef, String> = BTreeMap::new();
     for _round in 0..PROTOCOL_ATTEMPTS {
         if keys.is_empty() {
             break;
@@ -194,7 +194,7 @@ async fn complete_items(
                 Written::ConditionFailed(found) => {
                     let now = Observed::of(found.as_ref());
                     if refused_condition(&forwarded, &k, &now, tx_id) {
-                        refused.push((k, "its condition failed".into()));
+                        refused.insert(k, "its condition failed".into());
                     } else {
                         known.insert(k.clone(), now);
                         retry.push(k);
@@ -214,24 +214,19 @@ async fn complete_items(
                 let (outs, refusals) = r?;
                 sent.extend(outs);
                 for (k, said) in refusals {
-                    if !refused.iter().any(|(r, _)| r == &k) {
-                        refused.push((k, said));
-                    }
+                    refused.entry(k).or_insert(said);
                 }
             }
             for (os, out) in sent {
                 if let Transacted::Cancelled(reasons) = out {
                     for (k, reason) in os.into_iter().zip(reasons) {
                         let k = k.expect("owner");
-                        let is_refused = |k: &ItemRef, refused: &[(ItemRef, String)]| {
-                            refused.iter().any(|(r, _)| r == k)
-                        };
                         if reason.is_condition_failed() {
                             let now = Observed::of(reason.item.as_ref());
                             if refused_condition(forwarded, &k, &now, tx_id) {
-                                if !is_refused(&k, &refused) {
-                                    refused.push((k, "its condition failed".into()));
-                                }
+                                refused
+                                    .entry(k)
+                                    .or_insert_with(|| "its condition failed".into());
                                 continue;
                             }
                             known.insert(k.clone(), now);
@@ -239,14 +234,14 @@ async fn complete_items(
                             if !forwarded.contains_key(&k) {
                                 return Err(cancelled_error(&reason));
                             }
-                            if !is_refused(&k, &refused) {
+                            refused.entry(k).or_insert_with(|| {
                                 let said = reason.message.clone().unwrap_or_default();
-                                refused.push((k, format!("{}: {said}", reason.code)));
-                            }
+                                format!("{}: {said}", reason.code)
+                            });
                             continue;
                         }
                         // Actions that were fine are retried too: the batch did nothing.
-                        if !retry.contains(&k) && !is_refused(&k, &refused) {
+                        if !retry.contains(&k) && !refused.contains_key(&k) {
                             retry.push(k);
                         }
                     }
@@ -258,7 +253,7 @@ async fn complete_items(
             crate::settings::backoff(&inner.settings, 0).await;
         }
     }
-    if let Some((k, said)) = refused.first() {
+    if let Some((k, said)) = refused.first_key_value() {
         let e = &items[k];
         return Err(Error::invariant(format!(
             "DynamoDB refused the write of committed transaction {tx_id} to an item of table {} \
@@ -325,63 +320,4 @@ fn refused_condition(
     forwarded
         .get(k)
         .is_some_and(|&w| now.locked_by(tx_id) && !now.applied && now.roll == Some(w))
-}
-
-/// What [`send_isolating`] sent: each request's items and outcome, and the items whose write
-/// rolled forward DynamoDB refused on its own, with what it said.
-type Isolated = (
-    Vec<(Vec<Option<ItemRef>>, Transacted)>,
-    Vec<(ItemRef, String)>,
-);
-
-/// Sends one settle batch. DynamoDB may refuse a whole `TransactWriteItems` with a
-/// `ValidationException` that names no action (DynamoDB Local does, for an update whose operand
-/// has the wrong type): when the batch holds a write rolled forward (`forwarded`), which the
-/// library judged DynamoDB would take, the batch is sent again in halves, down to single items,
-/// so that only the item DynamoDB refuses is left locked and the others settle. Any other failure
-/// is returned as before.
-async fn send_isolating(
-    c: &aws_sdk_dynamodb::Client,
-    group: Group,
-    forwarded: &HashMap<ItemRef, usize>,
-) -> Result<Isolated> {
-    let mut outs = Vec::new();
-    let mut refusals = Vec::new();
-    let mut todo = vec![group];
-    while let Some((ws, os)) = todo.pop() {
-        let e = match ddb::transact(c, &ws).await {
-            Ok(out) => {
-                outs.push((os, out));
-                continue;
-            }
-            Err(e) => e,
-        };
-        let refused_whole = matches!(
-            &e,
-            Error::DynamoDb { code: Some(code), ambiguous: false, .. } if code == "ValidationException"
-        );
-        let holds_forwarded = os.iter().flatten().any(|k| forwarded.contains_key(k));
-        if !refused_whole || !holds_forwarded {
-            return Err(e);
-        }
-        let mut items = group_by_owner(ws, os);
-        if items.len() == 1 {
-            let (_, os) = items.pop().expect("one item");
-            match os.into_iter().flatten().next() {
-                Some(k) if forwarded.contains_key(&k) => refusals.push((k, e.to_string())),
-                _ => return Err(e),
-            }
-            continue;
-        }
-        let second = items.split_off(items.len() / 2);
-        for half in [items, second] {
-            let mut g: Group = (Vec::new(), Vec::new());
-            for (ws, os) in half {
-                g.0.extend(ws);
-                g.1.extend(os);
-            }
-            todo.push(g);
-        }
-    }
-    Ok((outs, refusals))
 }
