@@ -309,16 +309,16 @@ async fn plain_puts_of_new_items_take_two_requests() {
     assert_clean(&env).await;
 }
 
-/// The same guess on the per-item path: a put without a condition of a new item is locked in one
-/// write (two before), an overwrite in two.
-#[tokio::test]
-async fn per_item_locks_of_plain_puts_assume_a_create() {
-    let env = TestEnv::with_settings("peritemplain", |s| s.batch_locks = false).await;
+/// With per-item locks (`batch_locks` off) and item `k0` seeded: commits puts of three new items
+/// with `condition` and asserts that each took one lock write (record, 3 locks, commit) and
+/// landed.
+async fn per_item_puts_of_new_items(prefix: &str, condition: Option<&str>) -> TestEnv {
+    let env = TestEnv::with_settings(prefix, |s| s.batch_locks = false).await;
     seed(&env, 1).await;
     env.counter.reset();
     let tx = env.manager.begin();
     for k in ["new1", "new2", "new3"] {
-        put(&tx, &env.table, k, 1, None).await;
+        put(&tx, &env.table, k, 1, condition).await;
     }
     tx.commit().await.unwrap();
     let c = env.counter.snapshot();
@@ -327,6 +327,14 @@ async fn per_item_locks_of_plain_puts_assume_a_create() {
     for k in ["new1", "new2", "new3"] {
         assert_v(&env, k, Some(1)).await;
     }
+    env
+}
+
+/// The same guess on the per-item path: a put without a condition of a new item is locked in one
+/// write (two before), an overwrite in two.
+#[tokio::test]
+async fn per_item_locks_of_plain_puts_assume_a_create() {
+    let env = per_item_puts_of_new_items("peritemplain", None).await;
     env.counter.reset();
     let tx = env.manager.begin();
     put(&tx, &env.table, "k0", 9, None).await;
@@ -501,20 +509,7 @@ async fn inserts_that_must_not_overwrite_take_two_requests() {
 /// first).
 #[tokio::test]
 async fn per_item_locks_of_inserts_that_must_not_overwrite_take_one_write() {
-    let env = TestEnv::with_settings("peritemnx", |s| s.batch_locks = false).await;
-    seed(&env, 1).await;
-    env.counter.reset();
-    let tx = env.manager.begin();
-    for k in ["new1", "new2", "new3"] {
-        put(&tx, &env.table, k, 1, Some("attribute_not_exists(Id)")).await;
-    }
-    tx.commit().await.unwrap();
-    let c = env.counter.snapshot();
-    assert_eq!(c.get("UpdateItem"), Some(&3), "one lock each: {c:?}");
-    assert_eq!(c.values().sum::<u64>(), 5, "record, 3 locks, commit: {c:?}");
-    for k in ["new1", "new2", "new3"] {
-        assert_v(&env, k, Some(1)).await;
-    }
+    let env = per_item_puts_of_new_items("peritemnx", Some("attribute_not_exists(Id)")).await;
     // On an item that exists, the guess costs one write and the condition fails at commit.
     let tx = env.manager.begin();
     put(&tx, &env.table, "k0", 9, Some("attribute_not_exists(Id)")).await;
