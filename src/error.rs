@@ -86,9 +86,10 @@ pub enum Error {
         tx_id: TxId,
     },
 
-    /// A transaction writes each item at most once; this request writes an item again.
+    /// A transaction writes each item at most once; this request writes an item again. Only this
+    /// request is refused: the transaction is unchanged (still pending) and goes on.
     #[error(
-        "transaction {tx_id} already writes this item of table {table}: key {}",
+        "transaction {tx_id} already writes this item of table {table} (key {}); this request was refused and the transaction is still pending",
         DisplayKey(key)
     )]
     DuplicateRequest {
@@ -121,9 +122,21 @@ pub enum Error {
         owner: TxId,
     },
 
-    /// A request's `ConditionExpression` was false. The transaction was rolled back.
+    /// A request's `ConditionExpression` was false. The transaction was rolled back: none of its
+    /// writes took effect, which this error alone establishes.
+    ///
+    /// Displayed as `transaction <id> was rolled back: the condition of request <i> on table <t>
+    /// failed (key <k>)`.
+    ///
+    /// [`TransactionManager::transaction_state`](crate::TransactionManager::transaction_state) of
+    /// the id may afterwards be `Ok(None)`: a transaction whose only commit request was refused
+    /// (the write-only fast path, one `TransactWriteItems` refused as a whole) never wrote a
+    /// record, nor anything else, and a transaction that wrote nothing has no state to look up.
+    /// Rely on the error: it is definitive, nothing of the transaction was applied. A transaction
+    /// that had written a record (it read, locked, or committed through the locking protocol)
+    /// shows `RolledBack` until the record is deleted.
     #[error(
-        "condition of request {request_index} on table {table} failed (key {})",
+        "transaction {tx_id} was rolled back: the condition of request {request_index} on table {table} failed (key {})",
         DisplayKey(key)
     )]
     ConditionFailed {
@@ -141,7 +154,10 @@ pub enum Error {
 
     /// DynamoDB rejected a request of the transaction when it was applied (for example a type
     /// mismatch in an update expression). The transaction was rolled back.
-    #[error("request {request_index} on table {table} was rejected by DynamoDB: {message}")]
+    #[error(
+        "transaction {tx_id} was rolled back: request {request_index} on table {table} was rejected by DynamoDB: {}",
+        one_line(message)
+    )]
     RequestRejected {
         /// The transaction.
         tx_id: TxId,
@@ -160,11 +176,25 @@ pub enum Error {
         tx_id: TxId,
     },
 
-    /// A table does not exist.
-    #[error("table {table} does not exist")]
+    /// A table does not exist (or is not active yet: DynamoDB answers the same while a table is
+    /// being created).
+    ///
+    /// For the manager's transactions or images table the message says how to create it:
+    /// `transactions table <t> does not exist; nothing was written: create the tables with
+    /// TransactionManager::create_tables() (or dynamodb-tx tables create)`. A transaction needs
+    /// the transactions table before it writes anything, so when `commit` or `run` returns this
+    /// error for it, nothing of the transaction was written
+    /// ([`transaction_outcome`](Error::transaction_outcome) is `RolledBack`).
+    ///
+    /// For a table of your own, a request's `send()` on a transaction returns it when the table
+    /// is missing: that request is refused and the transaction is unchanged. It stays usable, and
+    /// its `commit` applies its other writes.
+    #[error("{}", DisplayTableNotFound(table, *role))]
     TableNotFound {
         /// The table.
         table: String,
+        /// Which table it is: the manager's transactions or images table, or another one.
+        role: TableRole,
     },
 
     /// An existing table does not have the layout the library needs.
@@ -269,6 +299,22 @@ pub enum TxOutcome {
     Undetermined,
 }
 
+/// Which table an [`Error::TableNotFound`] names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum TableRole {
+    /// The transactions table of a [`TransactionManager`](crate::TransactionManager) (TX records
+    /// and the ticket counter): create it with
+    /// [`TransactionManager::create_tables`](crate::TransactionManager::create_tables).
+    Transactions,
+    /// The images table of a [`TransactionManager`](crate::TransactionManager) (before-images too
+    /// large for their item): created by
+    /// [`TransactionManager::create_tables`](crate::TransactionManager::create_tables) too.
+    Images,
+    /// Any other table: one your requests name, or a lock table.
+    Other,
+}
+
 impl Error {
     /// True when running the unit of work again may succeed: the transaction lost contention or was
     /// rolled back, or DynamoDB throttled, reported a conflict or failed transiently — what the
@@ -347,10 +393,10 @@ impl Error {
     /// |---|---|
     /// | [`AlreadyCommitted`](Error::AlreadyCommitted) | [`Committed`](TxOutcome::Committed) |
     /// | [`CommittedWithout`](Error::CommittedWithout) | [`CommittedWithout`](TxOutcome::CommittedWithout) |
-    /// | [`RolledBack`](Error::RolledBack), [`ConditionFailed`](Error::ConditionFailed), [`RequestRejected`](Error::RequestRejected) | [`RolledBack`](TxOutcome::RolledBack) |
+    /// | [`RolledBack`](Error::RolledBack), [`ConditionFailed`](Error::ConditionFailed), [`RequestRejected`](Error::RequestRejected), [`TableNotFound`](Error::TableNotFound) of the transactions table (nothing was written) | [`RolledBack`](TxOutcome::RolledBack) |
     /// | [`Undetermined`](Error::Undetermined), [`UnknownOutcome`](Error::UnknownOutcome), [`Invariant`](Error::Invariant) | [`Undetermined`](TxOutcome::Undetermined) |
-    /// | [`ItemLocked`](Error::ItemLocked), [`DynamoDb`](Error::DynamoDb) (retryable or not), [`ReadContention`](Error::ReadContention), [`InvalidRequest`](Error::InvalidRequest), [`DuplicateRequest`](Error::DuplicateRequest), [`Serde`](Error::Serde) | [`Pending`](TxOutcome::Pending) |
-    /// | [`TransactionFinished`](Error::TransactionFinished), [`TransactionNotFound`](Error::TransactionNotFound), [`TableNotFound`](Error::TableNotFound), [`TableMismatch`](Error::TableMismatch) | `None` |
+    /// | [`ItemLocked`](Error::ItemLocked), [`DynamoDb`](Error::DynamoDb) (retryable or not), [`ReadContention`](Error::ReadContention), [`InvalidRequest`](Error::InvalidRequest), [`DuplicateRequest`](Error::DuplicateRequest), [`Serde`](Error::Serde), [`TableNotFound`](Error::TableNotFound) of another table | [`Pending`](TxOutcome::Pending) |
+    /// | [`TransactionFinished`](Error::TransactionFinished), [`TransactionNotFound`](Error::TransactionNotFound), [`TableMismatch`](Error::TableMismatch) | `None` |
     ///
     /// A DynamoDB error is never "committed or not": `commit` resolves every failure after a commit
     /// request may have landed (by reading the record, or rolling back conditionally on its
@@ -366,7 +412,11 @@ impl Error {
             Error::CommittedWithout { .. } => TxOutcome::CommittedWithout,
             Error::RolledBack { .. }
             | Error::ConditionFailed { .. }
-            | Error::RequestRejected { .. } => TxOutcome::RolledBack,
+            | Error::RequestRejected { .. }
+            | Error::TableNotFound {
+                role: TableRole::Transactions,
+                ..
+            } => TxOutcome::RolledBack,
             Error::Undetermined { .. } | Error::UnknownOutcome { .. } | Error::Invariant(_) => {
                 TxOutcome::Undetermined
             }
@@ -375,10 +425,10 @@ impl Error {
             | Error::ReadContention { .. }
             | Error::InvalidRequest { .. }
             | Error::DuplicateRequest { .. }
-            | Error::Serde(_) => TxOutcome::Pending,
+            | Error::Serde(_)
+            | Error::TableNotFound { .. } => TxOutcome::Pending,
             Error::TransactionFinished { .. }
             | Error::TransactionNotFound { .. }
-            | Error::TableNotFound { .. }
             | Error::TableMismatch { .. } => return None,
         })
     }
@@ -443,8 +493,12 @@ impl Error {
         }
     }
 
-    /// Names the table a failed DynamoDB request was sent to (other errors are returned as they are).
+    /// Names the table a failed DynamoDB request was sent to (other errors are returned as they
+    /// are). DynamoDB's `ResourceNotFoundException` becomes [`Error::TableNotFound`].
     pub(crate) fn on_table(mut self, name: &str) -> Error {
+        if self.is_resource_not_found() {
+            return Error::table_not_found(name);
+        }
         if let Error::DynamoDb { table, .. } = &mut self {
             *table = Some(name.to_string());
         }
@@ -452,12 +506,84 @@ impl Error {
     }
 
     /// Names the table and the key of the item a failed DynamoDB request was about.
+    /// DynamoDB's `ResourceNotFoundException` becomes [`Error::TableNotFound`].
     pub(crate) fn on_item(mut self, name: &str, item_key: &Item) -> Error {
+        if self.is_resource_not_found() {
+            return Error::table_not_found(name);
+        }
         if let Error::DynamoDb { table, key, .. } = &mut self {
             *table = Some(name.to_string());
             *key = Some(item_key.clone());
         }
         self
+    }
+
+    /// DynamoDB's answer to a request on a table that does not exist (or is not active).
+    fn is_resource_not_found(&self) -> bool {
+        matches!(
+            self,
+            Error::DynamoDb { code: Some(c), ambiguous: false, .. } if c == "ResourceNotFoundException"
+        )
+    }
+
+    /// [`Error::TableNotFound`] for `table`, with its role as the managers built in this process
+    /// registered it.
+    pub(crate) fn table_not_found(table: &str) -> Error {
+        Error::TableNotFound {
+            table: table.to_string(),
+            role: table_role(table),
+        }
+    }
+}
+
+/// The transactions and images tables of every [`TransactionManager`](crate::TransactionManager)
+/// built in this process, by name. A request that fails for a missing table knows only the
+/// table's name; this tells whether it is one of the library's tables, so that the error can say
+/// how to create it and what the failure left.
+static LIBRARY_TABLES: std::sync::LazyLock<std::sync::RwLock<HashMap<String, TableRole>>> =
+    std::sync::LazyLock::new(Default::default);
+
+/// Notes that `table` is a transactions or images table (see [`LIBRARY_TABLES`]).
+pub(crate) fn register_table(table: &str, role: TableRole) {
+    let known = LIBRARY_TABLES
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(table)
+        == Some(&role);
+    if !known {
+        LIBRARY_TABLES
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(table.to_string(), role);
+    }
+}
+
+/// The role of `table`: [`TableRole::Other`] unless a manager of this process uses it as its
+/// transactions or images table.
+pub(crate) fn table_role(table: &str) -> TableRole {
+    LIBRARY_TABLES
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(table)
+        .copied()
+        .unwrap_or(TableRole::Other)
+}
+
+/// The `Display` of [`Error::TableNotFound`]: for the library's tables, how to create them.
+struct DisplayTableNotFound<'a>(&'a str, TableRole);
+
+impl fmt::Display for DisplayTableNotFound<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const CREATE: &str = "create the tables with TransactionManager::create_tables() (or `dynamodb-tx tables create`)";
+        let table = self.0;
+        match self.1 {
+            TableRole::Transactions => write!(
+                f,
+                "transactions table {table} does not exist; nothing was written: {CREATE}"
+            ),
+            TableRole::Images => write!(f, "images table {table} does not exist: {CREATE}"),
+            TableRole::Other => write!(f, "table {table} does not exist"),
+        }
     }
 }
 

@@ -139,9 +139,7 @@ impl SchemaCache {
         }
         let desc = tables::describe(client, table)
             .await?
-            .ok_or_else(|| Error::TableNotFound {
-                table: table.into(),
-            })?;
+            .ok_or_else(|| Error::table_not_found(table))?;
         let ty = |name: &str| {
             desc.attribute_definitions()
                 .iter()

@@ -1,7 +1,8 @@
 //! # dynamodb-transactions
 //!
-//! Multi-item ACID transactions of any size over Amazon DynamoDB, reads at three isolation levels,
-//! and fair distributed locks.
+//! Multi-item ACID transactions of any size over Amazon DynamoDB, isolated reads outside
+//! transactions at two levels ([`IsolationLevel::Uncommitted`] and [`IsolationLevel::Committed`];
+//! inside a transaction every read is locked), and fair distributed locks.
 //!
 //! A [`Transaction`] coordinator records its requests in a TX record, locks each item, applies the
 //! changes and commits with one conditional write on the record's version; any coordinator can resume,
@@ -66,7 +67,7 @@ mod ticket;
 mod transaction;
 mod typed;
 
-pub use error::{BoxError, Error, Item, Result, TxOutcome};
+pub use error::{BoxError, Error, Item, Result, TableRole, TxOutcome};
 pub use isolation::{
     BatchGetOutput, IsolatedBatchGetItemBuilder, IsolatedGetItemBuilder, IsolatedQueryBuilder,
     IsolatedScanBuilder, IsolationLevel, Page,

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use aws_sdk_dynamodb::Client;
 
 use crate::TxId;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, TableRole};
 use crate::keys::SchemaCache;
 use crate::record::{self, TxState};
 use crate::settings::{self, ContentionPolicy, Inner, Settings};
@@ -75,6 +75,10 @@ impl TransactionManagerBuilder {
     /// Builds the manager. Does no I/O; call [`TransactionManager::create_tables`] or
     /// [`TransactionManager::verify_tables`] before use.
     pub fn build(self) -> TransactionManager {
+        // A request that fails for a missing table names only the table: this lets the error
+        // say that it is one of the library's tables and how to create it.
+        crate::error::register_table(&self.tx_table, TableRole::Transactions);
+        crate::error::register_table(&self.image_table, TableRole::Images);
         TransactionManager {
             inner: Arc::new(Inner {
                 client: crate::ddb::track_sends(self.client),
@@ -210,6 +214,17 @@ impl TransactionManager {
     }
 
     /// The state of a transaction as its record says, `None` if its record does not exist.
+    ///
+    /// `None` does not tell what happened to a transaction. Its record is absent when the
+    /// transaction never wrote one, and then it wrote nothing at all: one that never wrote, or
+    /// one whose only commit request was refused as a whole (the write-only fast path's
+    /// `TransactWriteItems`, for instance on a false condition: `commit` returned
+    /// [`Error::ConditionFailed`], and nothing was applied). It is absent too once a finished
+    /// transaction's record was deleted (`delete_after`, TTL), or when the id is wrong. What
+    /// `commit`, `rollback` or `run` returned says what the transaction's outcome was
+    /// ([`Error::transaction_outcome`]: a `ConditionFailed` is rolled back, whatever the record
+    /// says); read the state to follow a transaction another coordinator may still drive, or one
+    /// whose outcome was `Pending` or `Undetermined`.
     ///
     /// # Cancel safety
     /// Read-only; safe to drop.

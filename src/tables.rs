@@ -158,9 +158,7 @@ pub(crate) async fn create_or_verify(
 /// Verifies that `table` exists with `layout`.
 pub(crate) async fn verify(client: &Client, table: &str, layout: &TableLayout) -> Result<()> {
     match describe(client, table).await? {
-        None => Err(Error::TableNotFound {
-            table: table.to_string(),
-        }),
+        None => Err(Error::table_not_found(table)),
         Some(desc) => check_layout(table, &desc, layout),
     }
 }

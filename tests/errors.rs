@@ -10,7 +10,7 @@ use aws_sdk_dynamodb::config::retry::RetryConfig;
 use aws_sdk_dynamodb::config::timeout::TimeoutConfig;
 use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
 use common::*;
-use dynamodb_transactions::{Error, TransactionManager, TxOutcome, TxState};
+use dynamodb_transactions::{Error, TableRole, TransactionManager, TxOutcome, TxState};
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpListener;
 
@@ -421,24 +421,220 @@ fn dynamodb_errors_display_as_one_line() {
 /// A failed request on one item names its table and key, as DynamoDB answered it for real.
 #[tokio::test]
 async fn a_failed_request_names_its_table_and_key() {
-    // A manager whose transactions table does not exist: reading a record is a GetItem that
-    // DynamoDB refuses with ResourceNotFoundException.
-    let missing = unique_name("err-target-missing");
+    // A manager whose transactions table has another key schema (the test's user table, hash key
+    // `Id`): reading a record is a GetItem that DynamoDB refuses with a ValidationException.
+    let env = TestEnv::new("err-target").await;
     let manager = TransactionManager::builder(client())
-        .transactions_table(&missing)
+        .transactions_table(&env.table)
         .build();
     let e = manager.transaction_state(&"t1".into()).await.unwrap_err();
     assert!(
-        matches!(&e, Error::DynamoDb { table: Some(t), key: Some(_), .. } if *t == missing),
+        matches!(&e, Error::DynamoDb { table: Some(t), key: Some(_), .. } if *t == env.table),
         "{e:?}"
     );
     assert_eq!(
         e.to_string().split(": ").next().unwrap(),
         format!(
-            r#"DynamoDB GetItem failed (ResourceNotFoundException) on table {missing}, key _TxId = "t1", _TxN = 0"#
+            r#"DynamoDB GetItem failed (ValidationException) on table {}, key _TxId = "t1", _TxN = 0"#,
+            env.table
         ),
     );
     assert_one_readable_line(&e);
+}
+
+/// A manager whose tables were never created: every way of using it says which table is missing
+/// and names `create_tables()`, and a commit that met it reports that nothing was written, which
+/// is true. Once the tables exist, the same manager works.
+#[tokio::test]
+async fn a_missing_transactions_table_names_create_tables() {
+    let env = TestEnv::new("no-tables").await;
+    let tx_table = unique_name("no-tables-tx");
+    let img_table = unique_name("no-tables-img");
+    env.guard.add(&tx_table);
+    env.guard.add(&img_table);
+    let check = |e: &Error| {
+        assert!(
+            matches!(e, Error::TableNotFound { table, role: TableRole::Transactions } if *table == tx_table),
+            "{e:?}"
+        );
+        let line = e.to_string();
+        assert_eq!(
+            line,
+            format!(
+                "transactions table {tx_table} does not exist; nothing was written: create the \
+                 tables with TransactionManager::create_tables() (or `dynamodb-tx tables create`)"
+            )
+        );
+        assert_eq!(e.transaction_outcome(), Some(TxOutcome::RolledBack), "{e}");
+        assert!(!e.is_retryable(), "{e}");
+    };
+    for fast_path in [true, false] {
+        let m = TransactionManager::builder(client())
+            .transactions_table(&tx_table)
+            .images_table(&img_table)
+            .configure(|s| s.write_only_fast_path = fast_path)
+            .build();
+        // A write-only commit (the fast path, or the locking protocol).
+        let tx = m.begin();
+        tx.put_item()
+            .table_name(&env.table)
+            .item("Id", s("a"))
+            .send()
+            .await
+            .unwrap(); // buffered: the user table exists
+        check(&tx.commit().await.unwrap_err());
+        // `run`, whose rollback of the failed attempt meets the missing table too.
+        let e = m
+            .run(async |tx| {
+                tx.put_item()
+                    .table_name(&env.table)
+                    .item("Id", s("a"))
+                    .send()
+                    .await?;
+                Ok(())
+            })
+            .await
+            .unwrap_err();
+        check(&e);
+        // A locked read records the transaction first.
+        let tx = m.begin();
+        let e = tx
+            .get_item()
+            .table_name(&env.table)
+            .key("Id", s("a"))
+            .send()
+            .await
+            .unwrap_err();
+        check(&e);
+        check(&m.transaction_state(&"t1".into()).await.unwrap_err());
+    }
+    assert!(env.raw_get(&env.table, &key("a")).await.is_none());
+
+    let m = TransactionManager::builder(client())
+        .transactions_table(&tx_table)
+        .images_table(&img_table)
+        .build();
+    let e = m.verify_tables().await.unwrap_err();
+    check(&e);
+    m.create_tables().await.unwrap();
+    let tx = m.begin();
+    tx.put_item()
+        .table_name(&env.table)
+        .item("Id", s("a"))
+        .send()
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    assert!(env.raw_get(&env.table, &key("a")).await.is_some());
+}
+
+/// A missing images table names `create_tables()` too.
+#[tokio::test]
+async fn a_missing_images_table_names_create_tables() {
+    let env = TestEnv::new("no-images").await;
+    let img_table = unique_name("no-images-img");
+    let m = TransactionManager::builder(client())
+        .transactions_table(env.manager.transactions_table())
+        .images_table(&img_table)
+        .build();
+    let e = m.verify_tables().await.unwrap_err();
+    assert!(
+        matches!(&e, Error::TableNotFound { table, role: TableRole::Images } if *table == img_table),
+        "{e:?}"
+    );
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "images table {img_table} does not exist: create the tables with \
+             TransactionManager::create_tables() (or `dynamodb-tx tables create`)"
+        )
+    );
+}
+
+/// A request on a table that does not exist is refused by its `send()`; the transaction is left
+/// as it was, stays usable, and commits its other writes.
+#[tokio::test]
+async fn a_missing_user_table_refuses_only_its_request() {
+    let env = TestEnv::new("no-user-table").await;
+    let missing = unique_name("no-user-table-x");
+    let tx = env.manager.begin();
+    tx.put_item()
+        .table_name(&env.table)
+        .item("Id", s("a"))
+        .send()
+        .await
+        .unwrap();
+    let e = tx
+        .put_item()
+        .table_name(&missing)
+        .item("Id", s("b"))
+        .send()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&e, Error::TableNotFound { table, role: TableRole::Other } if *table == missing),
+        "{e:?}"
+    );
+    assert_eq!(e.to_string(), format!("table {missing} does not exist"));
+    tx.put_item()
+        .table_name(&env.table)
+        .item("Id", s("c"))
+        .send()
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    assert!(env.raw_get(&env.table, &key("a")).await.is_some());
+    assert!(env.raw_get(&env.table, &key("c")).await.is_some());
+}
+
+/// The one-line `Display` of each error about a transaction names it and says its outcome.
+#[test]
+fn transaction_errors_say_the_outcome_and_the_id() {
+    let id = dynamodb_transactions::TxId::from("t1");
+    let cases = [
+        (
+            Error::ConditionFailed {
+                tx_id: id.clone(),
+                request_index: 0,
+                table: "Accounts".into(),
+                key: item(&[("Id", s("alice"))]),
+                item: None,
+            },
+            r#"transaction t1 was rolled back: the condition of request 0 on table Accounts failed (key Id = "alice")"#,
+        ),
+        (
+            Error::RequestRejected {
+                tx_id: id.clone(),
+                request_index: 2,
+                table: "Accounts".into(),
+                message: "An operand in the update expression\n  has an incorrect data type".into(),
+            },
+            "transaction t1 was rolled back: request 2 on table Accounts was rejected by DynamoDB: An operand in the update expression has an incorrect data type",
+        ),
+        (
+            Error::DuplicateRequest {
+                tx_id: id.clone(),
+                table: "Accounts".into(),
+                key: item(&[("Id", s("alice"))]),
+            },
+            r#"transaction t1 already writes this item of table Accounts (key Id = "alice"); this request was refused and the transaction is still pending"#,
+        ),
+        (
+            Error::RolledBack { tx_id: id.clone() },
+            "transaction t1 was rolled back",
+        ),
+        (
+            Error::AlreadyCommitted { tx_id: id.clone() },
+            "transaction t1 is already committed",
+        ),
+        (
+            Error::UnknownOutcome { tx_id: id.clone() },
+            "the outcome of transaction t1 is unknown: its record was deleted",
+        ),
+    ];
+    for (e, want) in cases {
+        assert_eq!(e.to_string(), want);
+    }
 }
 
 /// Each outcome, driven for real, read from the error alone, and checked against the record.
@@ -474,7 +670,34 @@ async fn the_error_alone_tells_the_outcome() {
     let err = tx.commit().await.unwrap_err();
     assert!(err.is_condition_failed(), "{err:?}");
     assert_eq!(err.transaction_outcome(), Some(TxOutcome::RolledBack));
+    assert!(
+        err.to_string()
+            .starts_with(&format!("transaction {id} was rolled back: ")),
+        "{err}"
+    );
     assert_eq!(state(id).await, Some((TxState::RolledBack, true)));
+
+    // Rolled back in the write-only fast path's single request, refused as a whole: nothing was
+    // written, not even a record, so there is no state to read; the error alone says it.
+    let fast = TransactionManager::builder(env.client.clone())
+        .transactions_table(env.manager.transactions_table())
+        .images_table(env.manager.images_table())
+        .configure(|s| s.write_only_fast_path = true)
+        .build();
+    let tx = fast.begin();
+    let id = tx.id().clone();
+    tx.put_item()
+        .table_name(&env.table)
+        .item("Id", s("a"))
+        .condition_expression("attribute_not_exists(Id)")
+        .send()
+        .await
+        .unwrap();
+    let err = tx.commit().await.unwrap_err();
+    assert!(err.is_condition_failed(), "{err:?}");
+    assert_eq!(err.transaction_outcome(), Some(TxOutcome::RolledBack));
+    assert!(err.to_string().contains(id.as_str()), "{err}");
+    assert_eq!(state(id).await, None);
 
     // Rolled back: another coordinator rolled it back before the commit.
     let tx = env.manager.begin();
@@ -524,9 +747,28 @@ async fn the_error_alone_tells_the_outcome() {
     // a_commit_that_cannot_connect_leaves_nothing_decided above. Undetermined:
     // tests/fast_path.rs::a_coordinator_that_dies_after_sending_reports_an_undetermined_outcome.
 
+    // A missing transactions table: nothing was written. Another table may be missing after
+    // the transaction wrote (a table deleted meanwhile): nothing decided.
+    let missing = |role| Error::TableNotFound {
+        table: "T".into(),
+        role,
+    };
+    assert_eq!(
+        missing(TableRole::Transactions).transaction_outcome(),
+        Some(TxOutcome::RolledBack)
+    );
+    assert_eq!(
+        missing(TableRole::Images).transaction_outcome(),
+        Some(TxOutcome::Pending)
+    );
+    assert_eq!(
+        missing(TableRole::Other).transaction_outcome(),
+        Some(TxOutcome::Pending)
+    );
+
     // Not about a transaction.
     assert_eq!(
-        Error::TableNotFound { table: "T".into() }.transaction_outcome(),
+        Error::TransactionNotFound { tx_id: "t".into() }.transaction_outcome(),
         None
     );
 }

@@ -3,7 +3,7 @@ mod common;
 
 use aws_sdk_dynamodb::types::ScalarAttributeType;
 use common::*;
-use dynamodb_transactions::{Error, TransactionManager};
+use dynamodb_transactions::{Error, TableRole, TransactionManager};
 
 #[tokio::test]
 async fn create_tables_is_idempotent_and_verifies() {
@@ -18,9 +18,10 @@ async fn create_tables_is_idempotent_and_verifies() {
         .images_table(&img)
         .build();
 
-    assert!(
-        matches!(m.verify_tables().await, Err(Error::TableNotFound { ref table }) if *table == tx)
-    );
+    assert!(matches!(
+        m.verify_tables().await,
+        Err(Error::TableNotFound { ref table, role: TableRole::Transactions }) if *table == tx
+    ));
     m.create_tables().await.unwrap();
     m.create_tables().await.unwrap(); // second call verifies instead of failing
     m.verify_tables().await.unwrap();

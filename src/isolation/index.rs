@@ -33,9 +33,7 @@ pub(super) async fn describe_index(
 ) -> Result<IndexInfo> {
     let desc = crate::tables::describe(&mgr.inner.client, table)
         .await?
-        .ok_or_else(|| Error::TableNotFound {
-            table: table.into(),
-        })?;
+        .ok_or_else(|| Error::table_not_found(table))?;
     let gsi = desc
         .global_secondary_indexes()
         .iter()

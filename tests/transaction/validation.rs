@@ -388,7 +388,10 @@ async fn bad_input_is_rejected_before_any_write() {
         .send()
         .await
     {
-        Err(Error::TableNotFound { table }) => assert_eq!(table, "no-such-table"),
+        Err(Error::TableNotFound { table, role }) => {
+            assert_eq!(table, "no-such-table");
+            assert_eq!(role, dynamodb_transactions::TableRole::Other);
+        }
         other => panic!("expected TableNotFound, got {other:?}"),
     }
     // A second write to the same item.

@@ -256,7 +256,7 @@ where
 pub fn explain(ctx: &Ctx, e: &Error) -> CliError {
     let cli = &ctx.cli;
     let hint = match e {
-        Error::TableNotFound { table } => {
+        Error::TableNotFound { table, .. } => {
             let hint = if *table == cli.transactions_table || *table == cli.images_table {
                 format!(
                     "create the tables with `dynamodb-tx tables create`, or name the right ones with \
@@ -267,7 +267,10 @@ pub fn explain(ctx: &Ctx, e: &Error) -> CliError {
             } else {
                 format!("check the table name; looking at {}", endpoint_name(cli))
             };
-            return CliError::new(e.to_string(), Some(hint)).exit(Exit::Tables);
+            // The library's message names `create_tables()`, for programs; the hint says what to
+            // run here.
+            return CliError::new(format!("table {table} does not exist"), Some(hint))
+                .exit(Exit::Tables);
         }
         Error::TableMismatch { .. } => {
             return CliError::new(
