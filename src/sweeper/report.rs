@@ -69,7 +69,9 @@ pub struct SweepReport {
     pub images_scanned: u64,
     /// Images deleted because their transaction is finalized or gone.
     pub orphan_images_deleted: u64,
-    /// User-table items looked at (only with [`SweepOptions::tables_to_scan`]).
+    /// Locked items found in the user tables of [`SweepOptions::tables_to_scan`] (0 without
+    /// them). Only locked items count: the scan asks DynamoDB for items carrying a lock, so an
+    /// unlocked item is never returned, and a table of 1,000 items with one lock counts 1.
     ///
     /// [`SweepOptions::tables_to_scan`]: super::SweepOptions::tables_to_scan
     pub items_scanned: u64,

@@ -126,6 +126,19 @@ fn error_paths_are_one_line_with_distinct_exit_codes() {
         .success()
         .stdout(predicate::str::contains("Exit codes:"))
         .stdout(predicate::str::contains("6  cannot reach DynamoDB"));
+
+    // --help names each variable; it shows a value only for a variable that is set.
+    bin()
+        .env("AWS_REGION", "eu-west-3")
+        .args(["tables", "create", "--help"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(
+            "[env: DYNAMODB_TX_TRANSACTIONS_TABLE]",
+        ))
+        .stdout(predicate::str::contains("[env: DYNAMODB_TX_LOCK_TABLE]"))
+        .stdout(predicate::str::contains("[env: AWS_REGION=eu-west-3]"))
+        .stdout(predicate::str::contains("=]").not());
 }
 
 /// A reader that goes away (`dynamodb-tx ... | head -1`) ends the process quietly, like a tool

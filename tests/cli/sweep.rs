@@ -82,13 +82,15 @@ async fn sweep_dry_run_then_for_real_then_watch() {
     );
     assert!(env.scan_all(env.manager.images_table()).await.is_empty());
 
-    // Delete the finalized record; the human report says so.
+    // Delete the finalized record; the human report says so. It counts the locked items it
+    // found in the scanned table (two items, neither locked any more).
     tx_bin(&env)
-        .args(["sweep", "--delete-after", "0s"])
+        .args(["sweep", "--delete-after", "0s", "--scan-table", &env.table])
         .assert()
         .success()
         .stdout(predicate::str::contains("deleted (finalized, old)"))
-        .stdout(predicate::str::is_match(r"deleted \(finalized, old\)\s+1").unwrap());
+        .stdout(predicate::str::is_match(r"deleted \(finalized, old\)\s+1").unwrap())
+        .stdout(predicate::str::is_match(r"locked items found\s+0").unwrap());
     assert_eq!(state(&env, &idle).await, None);
 
     // Watch mode: one JSON line per sweep, stopped after two.

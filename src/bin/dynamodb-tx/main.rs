@@ -46,7 +46,7 @@ use std::time::Duration;
 use aws_config::BehaviorVersion;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::config::{Credentials, ProvideCredentials, Region};
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use dynamodb_transactions::sweeper::ScanProgress;
 use dynamodb_transactions::{DEFAULT_IMAGES_TABLE, DEFAULT_TRANSACTIONS_TABLE, TransactionManager};
 use error::{CliError, CliResult, EXIT_CODES_HELP, Exit};
@@ -119,7 +119,10 @@ struct Ctx {
 }
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let cli = match command()
+        .try_get_matches()
+        .and_then(|m| Cli::from_arg_matches(&m))
+    {
         Ok(cli) => cli,
         Err(e) => return usage_error(e),
     };
@@ -140,6 +143,22 @@ fn main() -> ExitCode {
             ExitCode::from(e.exit as u8)
         }
     }
+}
+
+/// The command line. `--help` shows `[env: NAME=value]` for an environment variable that is set
+/// and `[env: NAME]` for one that is not (clap alone prints `[env: NAME=]`, as if it were set to
+/// nothing).
+fn command() -> clap::Command {
+    fn unset_values_hidden(cmd: clap::Command) -> clap::Command {
+        cmd.mut_args(|a| {
+            let unset = a
+                .get_env()
+                .is_some_and(|v| std::env::var_os(v).is_none_or(|x| x.is_empty()));
+            if unset { a.hide_env_values(true) } else { a }
+        })
+        .mut_subcommands(unset_values_hidden)
+    }
+    unset_values_hidden(Cli::command())
 }
 
 /// Ends the process when stdout cannot be written. A reader that went away (`dynamodb-tx tx list |

@@ -121,7 +121,7 @@ fn print_report(ctx: &Ctx, r: &SweepReport) {
             verb("orphan images deleted", "orphan images to delete").into(),
             r.orphan_images_deleted,
         ),
-        ("items scanned".into(), r.items_scanned),
+        ("locked items found".into(), r.items_scanned),
         (
             verb("orphan locks released", "orphan locks to release").into(),
             r.orphan_locks_released,
