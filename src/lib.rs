@@ -122,3 +122,31 @@ impl From<&str> for TxId {
 #[doc = include_str!("../README.md")]
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
+
+#[cfg(test)]
+mod readme_tests {
+    /// README.md's quick start is `examples/quickstart.rs` word for word (less the example's `//!`
+    /// header): the doc test compiles what the README shows, `cargo run --example quickstart`
+    /// runs it.
+    #[test]
+    fn the_quick_start_is_the_example() {
+        let readme = include_str!("../README.md");
+        let section = &readme[readme.find("## Quick start").expect("a quick start")..];
+        let block = section
+            .split("```rust,no_run\n")
+            .nth(1)
+            .and_then(|b| b.split("\n```\n").next())
+            .expect("a Rust block in the quick start");
+        let example = include_str!("../examples/quickstart.rs");
+        let code: String = example
+            .lines()
+            .skip_while(|l| l.starts_with("//!") || l.is_empty())
+            .map(|l| format!("{l}\n"))
+            .collect();
+        assert_eq!(
+            format!("{block}\n"),
+            code,
+            "copy examples/quickstart.rs into README.md"
+        );
+    }
+}
