@@ -123,6 +123,11 @@ impl From<&str> for TxId {
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
 
+/// docs/LOCKS.md's examples, compiled as doc tests.
+#[doc = include_str!("../docs/LOCKS.md")]
+#[cfg(doctest)]
+pub struct LocksDoctests;
+
 #[cfg(test)]
 mod readme_tests {
     /// README.md's quick start is `examples/quickstart.rs` word for word (less the example's `//!`
