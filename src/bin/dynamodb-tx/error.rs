@@ -288,7 +288,9 @@ pub fn explain(ctx: &Ctx, e: &Error) -> CliError {
                 e.to_string(),
                 Some(format!(
                     "check the id with `dynamodb-tx tx list` (no record {tx_id} in table {}; \
-                     finalized records may have been deleted)",
+                     finalized records may have been deleted, and a transaction that wrote \
+                     nothing has none, e.g. one whose single commit request was refused on a \
+                     condition)",
                     cli.transactions_table
                 )),
             )
