@@ -1,10 +1,15 @@
 //! Who runs a transaction scenario: the library with its default settings, the library with the
 //! write-only fast path off (the locking protocol), the library in the Java library's shape (one
-//! request in flight, phased commit), or native `TransactWriteItems` (one request, no protocol).
+//! request in flight, phased commit), native `TransactWriteItems` (one request, no protocol), or,
+//! for transfers, the optimistic read-then-conditional-write a user writes without the library.
+
+use std::time::Duration;
 
 use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{Delete, Put, TransactWriteItem, Update};
 use dynamodb_transactions::{Settings, TransactionManager};
+use rand::Rng;
 
 use crate::transactions::{Kind, PAD, n_val, s};
 
@@ -31,6 +36,8 @@ pub enum Driver {
     /// which spends its time per item written, this is the floor of the locking protocol's
     /// two-request commit (the lock, then the commit).
     NativeTwice,
+    /// Transfers: [`optimistic_transfer`], without the library.
+    NativeOptimistic,
 }
 
 impl Driver {
@@ -44,6 +51,7 @@ impl Driver {
             Driver::Sequential => "sequential",
             Driver::Native => "native",
             Driver::NativeTwice => "native twice",
+            Driver::NativeOptimistic => "native optimistic",
         }
     }
 
@@ -67,6 +75,9 @@ impl Driver {
         }
         if kind == Kind::Update && n <= 100 {
             d.push(Driver::NativeTwice);
+        }
+        if kind == Kind::Transfer {
+            d.push(Driver::NativeOptimistic);
         }
         d
     }
@@ -102,7 +113,7 @@ impl Driver {
                 st.write_only_fast_path = false;
                 st.batch_locks = false;
             }
-            Driver::Native | Driver::NativeTwice => {}
+            Driver::Native | Driver::NativeTwice | Driver::NativeOptimistic => {}
         }
     }
 
@@ -122,7 +133,12 @@ impl Driver {
 }
 
 /// The native equivalent of one write scenario: one `TransactWriteItems` with the N actions.
-pub async fn run_native(client: &Client, table: &str, kind: Kind, keys: &[String]) {
+pub async fn run_native(
+    client: &Client,
+    table: &str,
+    kind: Kind,
+    keys: &[String],
+) -> Result<(), String> {
     let items: Vec<TransactWriteItem> = keys
         .iter()
         .map(|k| match kind {
@@ -166,5 +182,118 @@ pub async fn run_native(client: &Client, table: &str, kind: Kind, keys: &[String
         .set_transact_items(Some(items))
         .send()
         .await
-        .expect("native transaction");
+        .map(|_| ())
+        .map_err(|e| aws_sdk_dynamodb::error::DisplayErrorContext(e).to_string())
+}
+
+/// What one [`optimistic_transfer`] did.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Optimistic {
+    /// `TransactWriteItems` sent (each after reading both accounts).
+    pub attempts: u32,
+    pub committed: bool,
+    /// Cancellations with a `ConditionalCheckFailed` reason (a balance changed since it was read).
+    pub check_failed: u32,
+    /// Cancellations with a `TransactionConflict` reason (another transaction on an account).
+    pub conflicts: u32,
+    /// Any other failure (throttling, a failed read).
+    pub other: u32,
+}
+
+/// The sleep before attempt `attempt + 1`: full jitter up to 2·2^attempt ms, at most 50 ms.
+fn backoff(attempt: u32, rng: &mut impl Rng) -> Duration {
+    let cap = (2u64 << attempt.min(6)).min(50);
+    Duration::from_micros(rng.random_range(0..=cap * 1000))
+}
+
+fn number(
+    item: Option<&std::collections::HashMap<String, aws_sdk_dynamodb::types::AttributeValue>>,
+    attr: &str,
+) -> Option<i64> {
+    item?.get(attr)?.as_n().ok()?.parse().ok()
+}
+
+/// A transfer as a user writes it without the library: read both accounts (`GetItem`, both at
+/// once, with `ConsistentRead`: the eventually consistent default would read stale balances and
+/// fail more), then one `TransactWriteItems` with both updates, each conditioned on the balance
+/// read (`attr = :read`); on any failure, a short jittered sleep and the whole again, at most
+/// `max_attempts` times.
+pub async fn optimistic_transfer(
+    client: &Client,
+    table: &str,
+    attr: &str,
+    (from, to, amount): (&str, &str, i64),
+    max_attempts: u32,
+    rng: &mut impl Rng,
+) -> Optimistic {
+    let mut out = Optimistic::default();
+    for attempt in 1..=max_attempts.max(1) {
+        if attempt > 1 {
+            tokio::time::sleep(backoff(attempt - 1, rng)).await;
+        }
+        let read = |k: &str| {
+            client
+                .get_item()
+                .table_name(table)
+                .key("Id", s(k))
+                .consistent_read(true)
+                .send()
+        };
+        let (a, b) = tokio::join!(read(from), read(to));
+        let (Some(a), Some(b)) = (
+            a.ok().and_then(|o| number(o.item(), attr)),
+            b.ok().and_then(|o| number(o.item(), attr)),
+        ) else {
+            out.other += 1;
+            continue;
+        };
+        out.attempts = attempt;
+        let update = |k: &str, read: i64, new: i64| {
+            TransactWriteItem::builder()
+                .update(
+                    Update::builder()
+                        .table_name(table)
+                        .key("Id", s(k))
+                        .update_expression("SET #v = :new")
+                        .condition_expression("#v = :read")
+                        .expression_attribute_names("#v", attr)
+                        .expression_attribute_values(":new", n_val(new))
+                        .expression_attribute_values(":read", n_val(read))
+                        .build()
+                        .expect("update"),
+                )
+                .build()
+        };
+        let sent = client
+            .transact_write_items()
+            .transact_items(update(from, a, a - amount))
+            .transact_items(update(to, b, b + amount))
+            .send()
+            .await;
+        let err = match sent {
+            Ok(_) => {
+                out.committed = true;
+                return out;
+            }
+            Err(e) => e,
+        };
+        match err.as_service_error() {
+            Some(TransactWriteItemsError::TransactionCanceledException(c)) => {
+                let codes: Vec<&str> = c
+                    .cancellation_reasons()
+                    .iter()
+                    .filter_map(|r| r.code())
+                    .collect();
+                if codes.contains(&"TransactionConflict") {
+                    out.conflicts += 1;
+                } else if codes.contains(&"ConditionalCheckFailed") {
+                    out.check_failed += 1;
+                } else {
+                    out.other += 1;
+                }
+            }
+            _ => out.other += 1,
+        }
+    }
+    out
 }

@@ -6,18 +6,25 @@
 //!   exclusion beside an in-process holder flag.
 //!
 //! Only the locks' own requests are recorded (the counter goes through another client).
+//!
+//! Beside our queue and lease locks runs the Rust peer `dynamodb-lease` (a conditional `PutItem`
+//! to acquire, a `DeleteItem` to release, a fixed cooldown between tries), on a table of its own
+//! schema. With `--profile`, every run again right after through a fresh profile.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::types::TimeToLiveSpecification;
+use dynamodb_transactions::fault::ProfileSettings;
 use dynamodb_transactions::lock::Wait;
 use dynamodb_transactions::lock::lease::{LeaseGuard, LeaseLock};
 use dynamodb_transactions::lock::queue::{QueueGuard, QueueLock};
 
 use crate::Args;
 use crate::common;
+use crate::profile::{Counts, Target};
 use crate::recorder::Recorder;
 use crate::stats::Dist;
 use crate::transactions::{n_val, s};
@@ -31,23 +38,41 @@ pub enum LockUnderTest {
     Lease(Duration),
     /// `LeaseLock::try_acquire` in a loop with fixed sleeps: the naive baseline.
     NaiveLease(Duration),
+    /// The peer `dynamodb-lease`'s `acquire`, with this cooldown between tries.
+    Peer(Duration),
 }
 
 enum Lock {
     Queue(QueueLock),
     Lease(LeaseLock),
     Naive(LeaseLock, Duration),
+    Peer(dynamodb_lease::Client),
 }
 
 enum Guard {
     Queue(QueueGuard),
     Lease(LeaseGuard),
+    Peer(dynamodb_lease::Lease),
 }
+
+/// The lock tables: ours, and the peer's (hash key `key`, time to live on `lease_expiry`).
+#[derive(Debug, Clone)]
+pub struct Tables {
+    pub ours: String,
+    pub peer: String,
+}
+
+/// The peer's lease and heartbeat, as in the peer comparison (docs/PERFORMANCE.md).
+const PEER_LEASE_S: u32 = 2;
+const PEER_HEARTBEAT: Duration = Duration::from_millis(500);
 
 const WAIT: Wait = Wait::For(Duration::from_secs(120));
 
 impl Lock {
-    fn build(what: &LockUnderTest, client: Client, table: &str) -> Lock {
+    /// The peer's client checks its table (`DescribeTable`, `DescribeTimeToLive`): build locks
+    /// before recording.
+    async fn build(what: &LockUnderTest, client: Client, tables: &Tables) -> Lock {
+        let table = tables.ours.as_str();
         match *what {
             LockUnderTest::Queue(poll) => {
                 let mut b = QueueLock::builder(client).table(table);
@@ -70,6 +95,16 @@ impl Lock {
                     .expect("lease lock"),
                 pause,
             ),
+            LockUnderTest::Peer(cooldown) => Lock::Peer(
+                dynamodb_lease::Client::builder()
+                    .table_name(&tables.peer)
+                    .lease_ttl_seconds(PEER_LEASE_S)
+                    .extend_every(PEER_HEARTBEAT)
+                    .acquire_cooldown(cooldown)
+                    .build_and_check_db(client)
+                    .await
+                    .expect("dynamodb-lease client"),
+            ),
         }
     }
 
@@ -83,6 +118,7 @@ impl Lock {
                 }
                 tokio::time::sleep(*pause).await;
             },
+            Lock::Peer(c) => Guard::Peer(c.acquire(name).await.expect("dynamodb-lease acquire")),
         }
     }
 }
@@ -92,6 +128,7 @@ impl Guard {
         match self {
             Guard::Queue(g) => g.release().await.expect("queue release"),
             Guard::Lease(g) => g.release().await.expect("lease release"),
+            Guard::Peer(g) => g.release().await.expect("dynamodb-lease release"),
         }
     }
 }
@@ -111,18 +148,20 @@ pub struct Uncontended {
 /// one after the other would not meet the same server.
 pub async fn uncontended(
     locks: &[(&LockUnderTest, &str)],
-    table: &str,
+    tables: &Tables,
     warmup: usize,
     cycles: usize,
-) -> Vec<Uncontended> {
+    target: &Target,
+) -> (Vec<Uncontended>, Option<Counts>) {
     let mut under_test = Vec::new();
     for (what, label) in locks {
         let recorder = Recorder::default();
-        let client = common::client(vec![common::shared(recorder.clone())]).await;
-        let lock = Lock::build(what, client, table);
+        let client = target.client(vec![common::shared(recorder.clone())]).await;
+        let lock = Lock::build(what, client, tables).await;
         let name = format!("solo-{}", uuid::Uuid::new_v4().simple());
         under_test.push((label, recorder, lock, name, Dist::millis()));
     }
+    let before = target.counts();
     for i in 0..warmup + cycles {
         for (_, recorder, lock, name, cycle) in &mut under_test {
             if i == warmup {
@@ -136,7 +175,8 @@ pub async fn uncontended(
             }
         }
     }
-    under_test
+    let profile = target.counts_since(before);
+    let out = under_test
         .into_iter()
         .map(|(label, recorder, _, _, cycle)| {
             recorder.set_tag(0);
@@ -147,7 +187,8 @@ pub async fn uncontended(
                 requests: recs.len() as f64 / cycles.max(1) as f64,
             }
         })
-        .collect()
+        .collect();
+    (out, profile)
 }
 
 /// What one contended run measured.
@@ -173,6 +214,8 @@ pub struct Contended {
     pub overlaps: u64,
     /// The counter incremented under the lock equals the acquisitions (mutual exclusion).
     pub counter_exact: bool,
+    /// Through the profile: what it did over the run.
+    pub profile: Option<Counts>,
 }
 
 /// Shared bookkeeping of one contended run.
@@ -267,20 +310,26 @@ pub async fn contended(
     args: &Args,
     what: &LockUnderTest,
     label: &str,
-    lock_table: &str,
+    tables: &Tables,
     counter_table: &str,
+    target: &Target,
 ) -> Contended {
     let recorder = Recorder::default();
-    let client = common::client(vec![common::shared(recorder.clone())]).await;
-    let plain = common::client(vec![]).await;
+    let client = target.client(vec![common::shared(recorder.clone())]).await;
+    let plain = target.client(vec![]).await;
     let name = format!("busy-{}", uuid::Uuid::new_v4().simple());
     let board = Arc::new(Board::default());
     let hold = Duration::from_millis(args.hold_ms);
+    let mut locks = Vec::new();
+    for _ in 0..args.contenders {
+        locks.push(Lock::build(what, client.clone(), tables).await);
+    }
+    recorder.take_all();
+    let before = target.counts();
     recorder.set_tag(1);
     let started = Instant::now();
     let mut tasks = Vec::new();
-    for who in 0..args.contenders {
-        let lock = Lock::build(what, client.clone(), lock_table);
+    for (who, lock) in locks.into_iter().enumerate() {
         let (board, name, rounds) = (board.clone(), name.clone(), args.rounds);
         let (plain, table) = (plain.clone(), counter_table.to_string());
         tasks.push(tokio::spawn(async move {
@@ -301,6 +350,7 @@ pub async fn contended(
     }
     let elapsed = started.elapsed();
     recorder.set_tag(0);
+    let profile = target.counts_since(before);
     let recs = recorder.take_all();
     let final_count = plain
         .get_item()
@@ -363,6 +413,7 @@ pub async fn contended(
         reacquired: board.again.load(Ordering::SeqCst),
         overlaps: board.overlaps.load(Ordering::SeqCst),
         counter_exact: final_count == acquisitions as u64,
+        profile,
     }
 }
 
@@ -370,6 +421,8 @@ pub async fn contended(
 #[derive(Debug, Default)]
 pub struct LockResults {
     pub uncontended: Vec<Uncontended>,
+    /// Through the profile: what it did over the uncontended cycles (all locks).
+    pub uncontended_profile: Option<Counts>,
     pub contended: Vec<Contended>,
 }
 
@@ -386,22 +439,46 @@ impl LockResults {
 /// Names of the runs the JSON reads.
 pub const QUEUE: &str = "ticket queue (defaults)";
 pub const LEASE: &str = "lease lock (acquire, poll 50 ms)";
+pub const PEER: &str = "dynamodb-lease 0.22 (acquire, cooldown 50 ms)";
 
-/// The uncontended and contended runs of the queue and lease locks, plus a tuned queue and the
-/// naive lease loop for comparison.
-pub async fn bench_locks(args: &Args, prefix: &str) -> LockResults {
+/// The uncontended and contended runs of the queue and lease locks and of `dynamodb-lease`, plus
+/// a tuned queue and the naive lease loop for comparison; with profile settings, each scenario
+/// again right after through a fresh profile (the second results).
+pub async fn bench_locks(
+    args: &Args,
+    prefix: &str,
+    profile: Option<&ProfileSettings>,
+) -> (LockResults, Option<LockResults>) {
     let admin = common::client(vec![]).await;
-    let table = format!("{prefix}-locks");
+    let tables = Tables {
+        ours: format!("{prefix}-locks"),
+        peer: format!("{prefix}-peer-leases"),
+    };
     let counter_table = format!("{prefix}-counter");
-    dynamodb_transactions::lock::create_lock_table(&admin, &table)
+    dynamodb_transactions::lock::create_lock_table(&admin, &tables.ours)
         .await
         .expect("lock table");
     common::create_table(&admin, &counter_table).await;
-    let lease_poll = Duration::from_millis(50);
+    common::create_table_keyed(&admin, &tables.peer, "key").await;
+    admin
+        .update_time_to_live()
+        .table_name(&tables.peer)
+        .time_to_live_specification(
+            TimeToLiveSpecification::builder()
+                .attribute_name("lease_expiry")
+                .enabled(true)
+                .build()
+                .expect("ttl"),
+        )
+        .send()
+        .await
+        .expect("time to live of the peer's table");
+    let poll = Duration::from_millis(50);
     let naive = format!("naive lease loop ({} ms sleeps)", args.naive_sleep_ms);
     let runs: Vec<(LockUnderTest, String, bool)> = vec![
         (LockUnderTest::Queue(None), QUEUE.to_string(), true),
-        (LockUnderTest::Lease(lease_poll), LEASE.to_string(), true),
+        (LockUnderTest::Lease(poll), LEASE.to_string(), true),
+        (LockUnderTest::Peer(poll), PEER.to_string(), true),
         (
             LockUnderTest::Queue(Some((Duration::from_millis(20), Duration::from_secs(2)))),
             "ticket queue (poll head 20 ms, max 2 s)".to_string(),
@@ -413,21 +490,37 @@ pub async fn bench_locks(args: &Args, prefix: &str) -> LockResults {
             false,
         ),
     ];
-    let mut out = LockResults::default();
+    let mut raw = LockResults::default();
+    let mut profiled = profile.map(|_| LockResults::default());
     let solo: Vec<(&LockUnderTest, &str)> = runs
         .iter()
         .filter(|(_, _, solo)| *solo)
         .map(|(what, label, _)| (what, label.as_str()))
         .collect();
+    let (warm, cycles) = (args.solo_warmup, args.solo_cycles);
     eprintln!("  locks: uncontended, side by side");
-    out.uncontended = uncontended(&solo, &table, args.solo_warmup, args.solo_cycles).await;
+    (raw.uncontended, raw.uncontended_profile) =
+        uncontended(&solo, &tables, warm, cycles, &Target::raw()).await;
+    if let (Some(settings), Some(out)) = (profile, profiled.as_mut()) {
+        eprintln!("  locks: uncontended, side by side, through the profile");
+        let target = Target::profiled(settings);
+        (out.uncontended, out.uncontended_profile) =
+            uncontended(&solo, &tables, warm, cycles, &target).await;
+    }
     for (what, label, _) in &runs {
         eprintln!("  locks: {label}, {} contenders", args.contenders);
-        out.contended
-            .push(contended(args, what, label, &table, &counter_table).await);
+        let target = Target::raw();
+        raw.contended
+            .push(contended(args, what, label, &tables, &counter_table, &target).await);
+        if let (Some(settings), Some(out)) = (profile, profiled.as_mut()) {
+            eprintln!("  locks: {label}, through the profile");
+            let target = Target::profiled(settings);
+            out.contended
+                .push(contended(args, what, label, &tables, &counter_table, &target).await);
+        }
     }
     if !args.keep_tables {
-        common::drop_tables(&admin, &[table, counter_table]).await;
+        common::drop_tables(&admin, &[tables.ours, tables.peer, counter_table]).await;
     }
-    out
+    (raw, profiled)
 }

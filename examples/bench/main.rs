@@ -1,16 +1,22 @@
-//! Performance benchmark (issues 8 and 15), all in one run against one DynamoDB:
+//! Performance benchmark, all in one run against one DynamoDB:
 //! - transactions: requests, write units, critical path and commit latency of N-item transactions
 //!   through the library (default settings), the locking protocol (fast path off), the Java
 //!   library's request shape (sequential) and native `TransactWriteItems`; read locks and a bank
-//!   transfer;
-//! - contention: bank transfers over hot accounts, once per ticket mode;
-//! - locks: the queue and lease locks uncontended and under contention, in the shape of the
-//!   peer-lock comparison.
+//!   transfer (beside the optimistic transfer a user writes without the library);
+//! - contention: bank transfers over hot accounts, once per ticket mode, then without the library
+//!   (read, conditional `TransactWriteItems`, retry);
+//! - locks: the queue and lease locks and the peer `dynamodb-lease` uncontended and under
+//!   contention, in the shape of the peer-lock comparison.
+//!
+//! With `--profile dynamodb`, every scenario runs a second time right after the first, through
+//! `fault::DynamoDbProfile` (DynamoDB's transaction conflicts, stale eventually consistent reads,
+//! per-item throttling and a network round trip of `--rtt-ms`), and the report shows both.
 //!
 //! ```text
 //! export AWS_ENDPOINT_URL_DYNAMODB=$(scripts/dynamodb-local start)
 //! cargo run --release --example bench            # full run (several minutes)
 //! cargo run --release --example bench -- --quick # smoke run
+//! cargo run --release --example bench -- --profile dynamodb   # raw and through the profile
 //! ```
 //!
 //! `BENCH_TIMELINE=1` prints each measured transaction of N >= 25 request by request (start and
@@ -29,12 +35,17 @@ mod contention;
 mod drivers;
 mod goals;
 mod locks;
+mod profile;
 mod recorder;
 mod report;
 mod stats;
 mod transactions;
 
 use clap::Parser;
+
+use crate::contention::ContentionResults;
+use crate::locks::LockResults;
+use crate::transactions::Row;
 
 #[derive(Parser, Debug, Clone)]
 #[command(about = "Requests, critical path and latency of transactions, contention and locks")]
@@ -106,6 +117,27 @@ pub struct Args {
     /// Keep the tables afterwards.
     #[arg(long)]
     keep_tables: bool,
+    /// Transfers without the library (contention and the transfer row): attempts before a
+    /// transfer gives up (0: no such run in the contention part).
+    #[arg(long, default_value_t = 20)]
+    native_attempts: u32,
+    /// Also run every scenario through this profile of DynamoDB, and report both.
+    #[arg(long, value_enum)]
+    profile: Option<profile::ProfileName>,
+    /// The profile's network round trip, ms (plus up to 2 ms of jitter).
+    #[arg(long, default_value_t = 5)]
+    rtt_ms: u64,
+    /// The profile's random seed (jitter, stale versions).
+    #[arg(long, default_value_t = 1)]
+    profile_seed: u64,
+}
+
+/// What one pass measured: against DynamoDB Local as it answers, or through the profile.
+#[derive(Debug, Default)]
+pub struct Results {
+    pub rows: Vec<Row>,
+    pub contention: ContentionResults,
+    pub locks: LockResults,
 }
 
 impl Args {
@@ -155,37 +187,74 @@ async fn main() {
     let prefix = format!("bench-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
     eprintln!("bench: tables {prefix}-*; {args:?}");
 
-    let rows = if args.no_tx {
-        Vec::new()
-    } else {
-        transactions::bench_transactions(&args, &prefix).await
-    };
-    let contention = if args.no_contention {
-        Vec::new()
-    } else {
-        contention::bench_contention(&args, &prefix).await
-    };
-    let locks = if args.no_locks {
-        locks::LockResults::default()
-    } else {
-        locks::bench_locks(&args, &prefix).await
-    };
+    let settings = profile::settings(&args);
+    if let Some(st) = &settings {
+        eprintln!("bench: and through the profile: {}", profile::describe(st));
+    }
+    let settings = settings.as_ref();
 
+    let mut raw = Results::default();
+    let mut profiled = settings.map(|_| Results::default());
+    if !args.no_tx {
+        let (r, p) = transactions::bench_transactions(&args, &prefix, settings).await;
+        raw.rows = r;
+        if let (Some(out), Some(p)) = (profiled.as_mut(), p) {
+            out.rows = p;
+        }
+    }
+    if !args.no_contention {
+        let (r, p) = contention::bench_contention(&args, &prefix, settings).await;
+        raw.contention = r;
+        if let (Some(out), Some(p)) = (profiled.as_mut(), p) {
+            out.contention = p;
+        }
+    }
+    if !args.no_locks {
+        let (r, p) = locks::bench_locks(&args, &prefix, settings).await;
+        raw.locks = r;
+        if let (Some(out), Some(p)) = (profiled.as_mut(), p) {
+            out.locks = p;
+        }
+    }
+    let heading = |what: &str| println!("#### {what} through the DynamoDB profile\n");
+
+    let rows = &raw.rows;
     if !rows.is_empty() {
         println!("### Transactions\n");
-        println!("{}", report::tx_table(&rows));
+        println!("{}", report::tx_table(rows));
         println!("#### Where the time goes\n");
-        println!("{}", report::breakdown_table(&rows));
+        println!("{}", report::breakdown_table(rows));
+        if let Some(p) = &profiled {
+            heading("Transactions");
+            println!("{}", report::tx_table(&p.rows));
+            heading("Where the time goes");
+            println!("{}", report::breakdown_table(&p.rows));
+        }
     }
-    if !contention.is_empty() {
+    if !raw.contention.is_empty() {
         println!("### Contention\n");
-        println!("{}", report::contention_table(&args, &contention));
+        println!("{}", report::contention_table(&args, &raw.contention));
+        if let Some(p) = &profiled {
+            heading("Contention");
+            println!("{}", report::contention_table(&args, &p.contention));
+        }
     }
+    let locks = &raw.locks;
     if !locks.uncontended.is_empty() || !locks.contended.is_empty() {
         println!("### Locks\n");
-        println!("{}", report::lock_tables(&args, &locks));
+        println!("{}", report::lock_tables(&args, locks));
+        if let Some(p) = &profiled {
+            heading("Locks");
+            println!("{}", report::lock_tables(&args, &p.locks));
+        }
+    }
+    if let (Some(p), Some(st)) = (&profiled, settings) {
+        println!("### What the profile did\n");
+        println!("{}", report::profile_events_table(p));
+        println!("### DynamoDB Local and the profile side by side\n");
+        println!("{}", report::side_by_side(&args, &raw, p, st));
     }
     println!("### Goals\n");
-    println!("{}", goals::goals(&rows, &locks, &contention));
-    println!("{}", report::json(&rows, &locks, &contention));
+    println!("{}", goals::goals(rows, locks, &raw.contention.modes));
+    println!("{}", report::json(&raw, profiled.as_ref().zip(settings)));
 }

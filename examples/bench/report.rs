@@ -1,15 +1,20 @@
-//! The report: Markdown tables for docs/PERFORMANCE.md, the goals of issue 15 checked against the
-//! run, and the last line, one JSON object for scripts (per-N maps keyed by N).
+//! The report: Markdown tables for docs/PERFORMANCE.md, and the last line, one JSON object for
+//! scripts (per-N maps keyed by N). With `--profile`, the same tables through the profile, what
+//! the profile did per scenario, the two side by side, and in the JSON a `profile` object of the
+//! same shape as the raw figures, `profile_settings` and `profile_stats`.
 
 use std::fmt::Write as _;
 
-use crate::Args;
-use crate::contention::ContentionFigures;
+use dynamodb_transactions::fault::ProfileSettings;
+
+use crate::contention::{ContentionFigures, ContentionResults, NATIVE};
 use crate::drivers::Driver;
 use crate::locks::{self, LockResults};
+use crate::profile::{self, BRIEF_HEADER, Counts};
 use crate::recorder::short_op;
 use crate::stats::Stats;
 use crate::transactions::{Kind, Row};
+use crate::{Args, Results};
 
 /// Formats a per-transaction mean: integer when it is one.
 pub fn num(v: f64) -> String {
@@ -70,11 +75,11 @@ pub fn tx_table(rows: &[Row]) -> String {
          | locking (fast path off): requests / WU / path / p50 ms \
          | per-item locks (writes) or locked reads (reads): requests / WU / path / p50 ms \
          | sequential: requests / WU / path / p50 ms \
-         | native: WU / p50 ms | p50 / native | locking p50 / native | Java model: requests = path |\n",
+         | native (transfer: optimistic, no library): WU / p50 ms | p50 / native | locking p50 / native | Java model: requests = path |\n",
     );
     out.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for r in rows {
-        let native = r.native.as_ref();
+        let native = r.native.as_ref().or(r.native_optimistic.as_ref());
         let ratio = |s: Option<&Stats>| match (s, native) {
             (Some(s), Some(nat)) => format!("{:.2}×", s.pct(50.0) / nat.pct(50.0)),
             _ => "—".into(),
@@ -117,19 +122,7 @@ pub fn breakdown_table(rows: &[Row]) -> String {
     );
     out.push_str("|---|---|---|---|---|---|---|\n");
     for r in rows {
-        let mut drivers = vec![(Driver::Library, &r.lib)];
-        drivers.extend(r.locking.iter().map(|s| (Driver::Locking, s)));
-        let alt = if r.kind.writes_only() {
-            Driver::PerItem
-        } else {
-            Driver::LockedReads
-        };
-        drivers.extend(r.alt.iter().map(|s| (alt, s)));
-        drivers.extend(r.apply_first.iter().map(|s| (Driver::ApplyFirst, s)));
-        drivers.push((Driver::Sequential, &r.seq));
-        drivers.extend(r.native.iter().map(|s| (Driver::Native, s)));
-        drivers.extend(r.native_twice.iter().map(|s| (Driver::NativeTwice, s)));
-        for (driver, st) in drivers {
+        for (driver, st) in row_drivers(r) {
             let lat: Vec<String> = st
                 .op_ms
                 .iter()
@@ -198,19 +191,28 @@ pub fn lock_tables(args: &Args, locks: &LockResults) -> String {
     out
 }
 
-pub fn contention_table(args: &Args, figs: &[ContentionFigures]) -> String {
+pub fn contention_table(args: &Args, figs: &ContentionResults) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "| tickets ({} workers, {} accounts, ordered policy) | transfers | tx/s (steady / overall) | attempts mean | attempts p99 | attempts max | p50 ms | p99 ms | requests / tx | ticket requests / tx | total conserved |",
+        "| tickets ({} workers, {} accounts, ordered policy) | transfers | tx/s (steady / overall) | attempts mean | attempts p99 | attempts max | p50 ms | p99 ms | requests / tx | ticket requests / tx | total conserved | gave up |",
         args.workers, args.accounts
     );
-    out.push_str("|---|---|---|---|---|---|---|---|---|---|---|\n");
-    for f in figs {
+    out.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    for f in figs.modes.iter().chain(&figs.native) {
+        let name = match f.attempt_bound {
+            Some(b) => format!("{NATIVE}: no library, at most {b} attempts"),
+            None => f.mode.to_string(),
+        };
+        let ticket = if f.attempt_bound.is_some() {
+            "—".to_string()
+        } else {
+            format!("{:.2}", f.ticket_requests)
+        };
         let _ = writeln!(
             out,
-            "| {} | {} | {:.1} / {:.1} | {:.2} | {} | {} | {} | {} | {:.1} | {:.2} | {} |",
-            f.mode,
+            "| {} | {} | {:.1} / {:.1} | {:.2} | {} | {} | {} | {} | {:.1} | {} | {} | {} |",
+            name,
             f.committed,
             f.tx_per_s,
             f.tx_per_s_overall,
@@ -220,9 +222,236 @@ pub fn contention_table(args: &Args, figs: &[ContentionFigures]) -> String {
             f1(f.latency.pct(50.0)),
             f1(f.latency.pct(99.0)),
             f.requests,
-            f.ticket_requests,
+            ticket,
             f.total_conserved,
+            f.gave_up,
         );
+    }
+    out
+}
+
+/// What the profile did in each scenario: requests it saw, `TransactWriteItems` it cancelled for
+/// a conflict, single writes it refused for one, requests it throttled, stale items it served.
+pub fn profile_events_table(p: &Results) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "| scenario | who | {BRIEF_HEADER} | failed transactions |"
+    );
+    out.push_str("|---|---|---|---|\n");
+    let mut line = |scenario: &str, who: &str, c: Option<&Counts>, failed: String| {
+        if let Some(c) = c {
+            let _ = writeln!(out, "| {scenario} | {who} | {} | {failed} |", c.brief());
+        }
+    };
+    for r in &p.rows {
+        let scenario = format!("{} N = {}", r.kind.label(), r.n);
+        line(
+            &scenario,
+            "whole row, warm-ups included",
+            r.profile.as_ref(),
+            "—".into(),
+        );
+        for (d, st) in row_drivers(r) {
+            line(
+                &scenario,
+                d.label(),
+                Some(&st.profile),
+                st.errors.to_string(),
+            );
+        }
+    }
+    for f in p.contention.modes.iter().chain(&p.contention.native) {
+        let who = if f.attempt_bound.is_some() {
+            NATIVE.to_string()
+        } else {
+            format!("library, tickets from {}", f.mode)
+        };
+        line(
+            "contention",
+            &who,
+            f.profile.as_ref(),
+            f.gave_up.to_string(),
+        );
+    }
+    line(
+        "locks, uncontended",
+        "all locks, taking turns",
+        p.locks.uncontended_profile.as_ref(),
+        "—".into(),
+    );
+    for c in &p.locks.contended {
+        line("locks, contended", &c.name, c.profile.as_ref(), "—".into());
+    }
+    out
+}
+
+/// Every driver of a row with its figures.
+fn row_drivers(r: &Row) -> Vec<(Driver, &Stats)> {
+    let alt = if r.kind.writes_only() {
+        Driver::PerItem
+    } else {
+        Driver::LockedReads
+    };
+    let mut d = vec![(Driver::Library, &r.lib)];
+    d.extend(r.locking.iter().map(|s| (Driver::Locking, s)));
+    d.extend(r.alt.iter().map(|s| (alt, s)));
+    d.extend(r.apply_first.iter().map(|s| (Driver::ApplyFirst, s)));
+    d.push((Driver::Sequential, &r.seq));
+    d.extend(r.native.iter().map(|s| (Driver::Native, s)));
+    d.extend(r.native_twice.iter().map(|s| (Driver::NativeTwice, s)));
+    d.extend(
+        r.native_optimistic
+            .iter()
+            .map(|s| (Driver::NativeOptimistic, s)),
+    );
+    d
+}
+
+/// Picks one driver's figures out of a row.
+type StatsOf = fn(&Row) -> Option<&Stats>;
+
+/// `a / b`, each with `f`, a dash for a missing one.
+fn pair<T>(a: Option<T>, b: Option<T>, f: impl Fn(T) -> String) -> String {
+    let one = |v: Option<T>| v.map(&f).unwrap_or_else(|| "—".into());
+    format!("{} / {}", one(a), one(b))
+}
+
+/// The key figures of DynamoDB Local as it answers beside the same scenarios through the profile.
+pub fn side_by_side(args: &Args, raw: &Results, p: &Results, settings: &ProfileSettings) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "Each cell: DynamoDB Local / through the profile ({}).\n",
+        profile::describe(settings)
+    );
+    let find_p = |kind: Kind, n: usize| p.rows.iter().find(|r| r.kind == kind && r.n == n);
+    let updates: Vec<&Row> = raw.rows.iter().filter(|r| r.kind == Kind::Update).collect();
+    if !updates.is_empty() {
+        out.push_str(
+            "| N-item update (library) | requests | critical path | p50 ms | native p50 ms | p50 / native | TWI cancelled for conflict (library / whole row) |\n",
+        );
+        out.push_str("|---|---|---|---|---|---|---|\n");
+        for r in updates {
+            let q = find_p(Kind::Update, r.n);
+            let ratio = |r: &Row| {
+                r.native
+                    .as_ref()
+                    .map(|n| format!("{:.2}×", r.lib.pct(50.0) / n.pct(50.0)))
+                    .unwrap_or_else(|| "—".into())
+            };
+            let _ = writeln!(
+                out,
+                "| N = {} | {} | {} | {} | {} | {} / {} | {} |",
+                r.n,
+                pair(Some(r), q, |r| num(r.lib.requests())),
+                pair(Some(r), q, |r| path_text(&r.lib)),
+                pair(Some(r), q, |r| f1(r.lib.pct(50.0))),
+                pair(
+                    r.native.as_ref(),
+                    q.and_then(|q| q.native.as_ref()),
+                    |s| f1(s.pct(50.0))
+                ),
+                ratio(r),
+                q.map(ratio).unwrap_or_else(|| "—".into()),
+                q.map(|q| format!(
+                    "{} / {}",
+                    q.lib.profile.transactions_in_conflict,
+                    q.profile.map_or(0, |c| c.transactions_in_conflict)
+                ))
+                .unwrap_or_else(|| "—".into()),
+            );
+        }
+        out.push('\n');
+    }
+    if let Some(r) = raw.rows.iter().find(|r| r.kind == Kind::Transfer) {
+        let q = find_p(Kind::Transfer, r.n);
+        out.push_str("| transfer, one at a time | requests | critical path | p50 ms |\n");
+        out.push_str("|---|---|---|---|\n");
+        let drivers: [(&str, StatsOf); 3] = [
+            ("library", |r| Some(&r.lib)),
+            ("library, locked reads before recording", |r| r.alt.as_ref()),
+            ("native optimistic (no library)", |r| {
+                r.native_optimistic.as_ref()
+            }),
+        ];
+        for (label, of) in drivers {
+            let (a, b) = (of(r), q.and_then(of));
+            let _ = writeln!(
+                out,
+                "| {label} | {} | {} | {} |",
+                pair(a, b, |s| num(s.requests())),
+                pair(a, b, path_text),
+                pair(a, b, |s| f1(s.pct(50.0))),
+            );
+        }
+        out.push('\n');
+    }
+    let contention: Vec<&ContentionFigures> = raw
+        .contention
+        .modes
+        .iter()
+        .chain(&raw.contention.native)
+        .collect();
+    if !contention.is_empty() {
+        let _ = writeln!(
+            out,
+            "| contention ({} workers, {} accounts, {} transfers) | goodput tx/s | p50 ms | p99 ms | attempts max | gave up | profile: TWI cancelled / single writes refused for conflict |",
+            args.workers, args.accounts, args.transfers
+        );
+        out.push_str("|---|---|---|---|---|---|---|\n");
+        for f in contention {
+            let q = p
+                .contention
+                .modes
+                .iter()
+                .chain(&p.contention.native)
+                .find(|g| g.mode == f.mode);
+            let who = if f.attempt_bound.is_some() {
+                format!("{NATIVE} (no library)")
+            } else {
+                format!("library, tickets from {}", f.mode)
+            };
+            let _ = writeln!(
+                out,
+                "| {who} | {} | {} | {} | {} | {} | {} |",
+                pair(Some(f), q, |f| format!("{:.1}", f.tx_per_s)),
+                pair(Some(f), q, |f| f1(f.latency.pct(50.0))),
+                pair(Some(f), q, |f| f1(f.latency.pct(99.0))),
+                pair(Some(f), q, |f| format!("{}", f.attempts.max())),
+                pair(Some(f), q, |f| f.gave_up.to_string()),
+                q.and_then(|q| q.profile).map_or("—".into(), |c| format!(
+                    "{} / {}",
+                    c.transactions_in_conflict, c.writes_in_conflict
+                )),
+            );
+        }
+        out.push('\n');
+    }
+    if !raw.locks.contended.is_empty() || !raw.locks.uncontended.is_empty() {
+        let _ = writeln!(
+            out,
+            "| lock | uncontended p50 ms | contended acquisitions/s ({} × {}, hold {} ms) | handoff p50 ms | re-taken by the releaser |",
+            args.contenders, args.rounds, args.hold_ms
+        );
+        out.push_str("|---|---|---|---|---|\n");
+        for c in &raw.locks.contended {
+            let q = p.locks.contended(&c.name);
+            let (u, uq) = (raw.locks.uncontended(&c.name), p.locks.uncontended(&c.name));
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} | {} |",
+                c.name,
+                if u.is_some() {
+                    pair(u, uq, |u| f1(u.cycle.pct(50.0)))
+                } else {
+                    "—".into()
+                },
+                pair(Some(c), q, |c| format!("{:.1}", c.acq_per_s)),
+                pair(Some(c), q, |c| f1(c.handoff.pct(50.0))),
+                pair(Some(c), q, |c| c.reacquired.to_string()),
+            );
+        }
     }
     out
 }
@@ -273,7 +502,10 @@ fn single_fields(fields: &mut Vec<String>, prefix: &str, s: Option<&Stats>) {
     fields.push(format!("\"{prefix}_p50_ms\":{}", v(&|s| jnum(s.pct(50.0)))));
 }
 
-pub fn json(rows: &[Row], locks: &LockResults, contention: &[ContentionFigures]) -> String {
+/// The figures of one pass as the fields of a JSON object.
+fn json_fields(res: &Results) -> Vec<String> {
+    let (rows, locks) = (&res.rows, &res.locks);
+    let contention = &res.contention.modes;
     let updates: Vec<&Row> = rows.iter().filter(|r| r.kind == Kind::Update).collect();
     let mut fields = Vec::new();
     driver_fields(&mut fields, "", &updates, |r| Some(&r.lib));
@@ -333,8 +565,15 @@ pub fn json(rows: &[Row], locks: &LockResults, contention: &[ContentionFigures])
         "transfer_locked_reads",
         transfer.and_then(|r| r.alt.as_ref()),
     );
+    if let Some(t) = transfer.and_then(|r| r.native_optimistic.as_ref()) {
+        single_fields(&mut fields, "transfer_native_optimistic", Some(t));
+    }
 
-    for (prefix, name) in [("queue", locks::QUEUE), ("lease", locks::LEASE)] {
+    for (prefix, name) in [
+        ("queue", locks::QUEUE),
+        ("lease", locks::LEASE),
+        ("dynamodb_lease", locks::PEER),
+    ] {
         if let Some(u) = locks.uncontended(name) {
             fields.push(format!(
                 "\"{prefix}_uncontended_p50_ms\":{}",
@@ -378,20 +617,107 @@ pub fn json(rows: &[Row], locks: &LockResults, contention: &[ContentionFigures])
             "\"ticket_requests\":{}",
             per_mode(&|c| jnum(c.ticket_requests))
         ));
+        fields.push(format!("\"contention\":{}", per_mode(&contention_json)));
+    }
+    if let Some(n) = &res.contention.native {
+        let mut o = contention_json(n);
+        o.pop();
+        let _ = write!(
+            o,
+            ",\"gave_up\":{},\"attempts_bound\":{}}}",
+            n.gave_up,
+            n.attempt_bound.unwrap_or(0)
+        );
+        fields.push(format!("\"contention_native_optimistic\":{o}"));
+    }
+    fields
+}
+
+fn contention_json(c: &ContentionFigures) -> String {
+    format!(
+        "{{\"tx_per_s\":{},\"tx_per_s_overall\":{},\"attempts_mean\":{},\"attempts_max\":{},\"p50_ms\":{},\"p99_ms\":{},\"requests\":{},\"total_conserved\":{}}}",
+        jnum(c.tx_per_s),
+        jnum(c.tx_per_s_overall),
+        jnum(c.attempts.mean()),
+        c.attempts.max(),
+        jnum(c.latency.pct(50.0)),
+        jnum(c.latency.pct(99.0)),
+        jnum(c.requests),
+        c.total_conserved
+    )
+}
+
+/// A name as a JSON key: lower case, runs of other characters as one `_`.
+fn slug(name: &str) -> String {
+    let mut out = String::new();
+    for ch in name.chars() {
+        if ch.is_ascii_alphanumeric() {
+            out.push(ch.to_ascii_lowercase());
+        } else if !out.ends_with('_') {
+            out.push('_');
+        }
+    }
+    out.trim_matches('_').to_string()
+}
+
+/// What the profile did per scenario: per kind a map keyed by N (the whole row), contention per
+/// mode, the uncontended locks together and each contended lock run.
+fn profile_stats_json(p: &Results) -> String {
+    let mut fields = Vec::new();
+    for kind in [
+        Kind::Update,
+        Kind::Insert,
+        Kind::Delete,
+        Kind::Read,
+        Kind::Transfer,
+    ] {
+        let of: Vec<&Row> = p.rows.iter().filter(|r| r.kind == kind).collect();
+        if !of.is_empty() {
+            let key = kind.label().replace(' ', "_");
+            fields.push(format!(
+                "\"{key}\":{}",
+                json_map(&of, |r| r.profile.map(|c| c.json()))
+            ));
+        }
+    }
+    let runs: Vec<String> = p
+        .contention
+        .modes
+        .iter()
+        .chain(&p.contention.native)
+        .filter_map(|f| {
+            f.profile
+                .map(|c| format!("\"{}\":{}", slug(f.mode), c.json()))
+        })
+        .collect();
+    fields.push(format!("\"contention\":{{{}}}", runs.join(",")));
+    if let Some(c) = p.locks.uncontended_profile {
+        fields.push(format!("\"locks_uncontended\":{}", c.json()));
+    }
+    let runs: Vec<String> = p
+        .locks
+        .contended
+        .iter()
+        .filter_map(|l| {
+            l.profile
+                .map(|c| format!("\"{}\":{}", slug(&l.name), c.json()))
+        })
+        .collect();
+    fields.push(format!("\"locks_contended\":{{{}}}", runs.join(",")));
+    format!("{{{}}}", fields.join(","))
+}
+
+/// The last line: the raw figures' fields; with the profile, also `profile` (the same fields),
+/// `profile_settings` and `profile_stats`.
+pub fn json(raw: &Results, profile: Option<(&Results, &ProfileSettings)>) -> String {
+    let mut fields = json_fields(raw);
+    if let Some((p, settings)) = profile {
+        fields.push(format!("\"profile\":{{{}}}", json_fields(p).join(",")));
         fields.push(format!(
-            "\"contention\":{}",
-            per_mode(&|c| format!(
-                "{{\"tx_per_s\":{},\"tx_per_s_overall\":{},\"attempts_mean\":{},\"attempts_max\":{},\"p50_ms\":{},\"p99_ms\":{},\"requests\":{},\"total_conserved\":{}}}",
-                jnum(c.tx_per_s),
-                jnum(c.tx_per_s_overall),
-                jnum(c.attempts.mean()),
-                c.attempts.max(),
-                jnum(c.latency.pct(50.0)),
-                jnum(c.latency.pct(99.0)),
-                jnum(c.requests),
-                c.total_conserved
-            ))
+            "\"profile_settings\":{}",
+            profile::settings_json(settings)
         ));
+        fields.push(format!("\"profile_stats\":{}", profile_stats_json(p)));
     }
     format!("{{{}}}", fields.join(","))
 }

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use hdrhistogram::Histogram;
 
+use crate::profile::Counts;
 use crate::recorder::{Rec, busy, critical_path, write_units};
 
 /// A distribution of non-negative values (latencies in ms, round trips, attempts), kept by
@@ -92,6 +93,10 @@ pub struct Stats {
     pub op_ms: BTreeMap<String, f64>,
     /// Sum over transactions of the time no request of it was in flight, ms.
     pub idle_ms: f64,
+    /// Measured transactions that failed (not in the figures above).
+    pub errors: usize,
+    /// What the profile did during the measured transactions (zero when raw).
+    pub profile: Counts,
 }
 
 impl Default for Stats {
@@ -106,6 +111,8 @@ impl Default for Stats {
             latency: Dist::millis(),
             op_ms: BTreeMap::new(),
             idle_ms: 0.0,
+            errors: 0,
+            profile: Counts::default(),
         }
     }
 }

@@ -1,6 +1,8 @@
 //! The transaction scenarios (update, insert, delete, read lock, bank transfer) and the rows that
 //! measure them: every driver of a row runs the same scenario on fresh keys, the drivers taking
-//! turns transaction by transaction so that noise from the shared machine hits them alike.
+//! turns transaction by transaction so that noise from the shared machine hits them alike. With
+//! `--profile`, each row is measured again right after, on tables of its own, through a fresh
+//! `DynamoDbProfile` that every client and manager of the row shares.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -8,11 +10,13 @@ use std::time::{Duration, Instant};
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::{AttributeValue, PutRequest, WriteRequest};
 use dynamodb_transactions::TransactionManager;
+use dynamodb_transactions::fault::ProfileSettings;
 use futures::StreamExt;
 
 use crate::Args;
 use crate::common;
-use crate::drivers::{Driver, run_native};
+use crate::drivers::{Driver, optimistic_transfer, run_native};
+use crate::profile::{Counts, Target};
 use crate::recorder::{Rec, Recorder};
 use crate::report::num;
 use crate::stats::Stats;
@@ -68,6 +72,10 @@ pub struct Row {
     pub native: Option<Stats>,
     /// Two native `TransactWriteItems` in a row; only for updates with N ≤ 100.
     pub native_twice: Option<Stats>,
+    /// The transfer without the library (read, then conditional `TransactWriteItems`).
+    pub native_optimistic: Option<Stats>,
+    /// Through the profile: what it did over the whole row, warm-ups included.
+    pub profile: Option<Counts>,
 }
 
 impl Row {
@@ -80,6 +88,10 @@ impl Row {
             Driver::ApplyFirst => self.apply_first.as_mut().expect("apply-first row"),
             Driver::Native => self.native.as_mut().expect("native row"),
             Driver::NativeTwice => self.native_twice.as_mut().expect("native-twice row"),
+            Driver::NativeOptimistic => self
+                .native_optimistic
+                .as_mut()
+                .expect("native-optimistic row"),
         }
     }
 }
@@ -103,6 +115,8 @@ fn hits(item: Option<&dynamodb_transactions::Item>) -> i64 {
 }
 
 struct TxBench {
+    target: Target,
+    native_attempts: u32,
     admin: Client,
     recorder: Recorder,
     table: String,
@@ -113,8 +127,11 @@ struct TxBench {
     apply_first: TransactionManager,
     seq: TransactionManager,
     next_tag: AtomicU64,
-    next_batch: AtomicU64,
 }
+
+/// Numbers the key batches of inserts and deletes across every bench of the process: the rows
+/// through the profile share their tables, so keys must not repeat from one bench to the next.
+static NEXT_BATCH: AtomicU64 = AtomicU64::new(0);
 
 /// Writes items `keys` (hits = 0) with BatchWriteItem, unmeasured.
 pub async fn seed(client: &Client, table: &str, keys: &[String]) {
@@ -166,11 +183,11 @@ impl TxBench {
         match kind {
             Kind::Update | Kind::Read | Kind::Transfer => (0..n).map(|i| format!("u{i}")).collect(),
             Kind::Insert => {
-                let b = self.next_batch.fetch_add(1, Ordering::SeqCst);
+                let b = NEXT_BATCH.fetch_add(1, Ordering::SeqCst);
                 (0..n).map(|i| format!("i{b}-{i}")).collect()
             }
             Kind::Delete => {
-                let b = self.next_batch.fetch_add(1, Ordering::SeqCst);
+                let b = NEXT_BATCH.fetch_add(1, Ordering::SeqCst);
                 let keys: Vec<String> = (0..n).map(|i| format!("d{b}-{i}")).collect();
                 seed(&self.admin, &self.table, &keys).await;
                 keys
@@ -179,7 +196,12 @@ impl TxBench {
     }
 
     /// One transaction of the scenario `kind` through the library.
-    async fn run_library(&self, mgr: &TransactionManager, kind: Kind, keys: &[String]) {
+    async fn run_library(
+        &self,
+        mgr: &TransactionManager,
+        kind: Kind,
+        keys: &[String],
+    ) -> dynamodb_transactions::Result<()> {
         let tx = mgr.begin();
         let table = &self.table;
         match kind {
@@ -191,8 +213,7 @@ impl TxBench {
                         .update_expression("SET hits = hits + :one")
                         .expression_attribute_values(":one", n_val(1))
                         .send()
-                        .await
-                        .expect("update");
+                        .await?;
                 }
             }
             Kind::Insert => {
@@ -203,8 +224,7 @@ impl TxBench {
                         .item("hits", n_val(0))
                         .item("pad", s(PAD))
                         .send()
-                        .await
-                        .expect("put");
+                        .await?;
                 }
             }
             Kind::Delete => {
@@ -213,8 +233,7 @@ impl TxBench {
                         .table_name(table)
                         .key("Id", s(k))
                         .send()
-                        .await
-                        .expect("delete");
+                        .await?;
                 }
             }
             Kind::Read => {
@@ -224,8 +243,7 @@ impl TxBench {
                         .table_name(table)
                         .key("Id", s(k))
                         .send()
-                        .await
-                        .expect("get");
+                        .await?;
                     assert!(out.item().is_some(), "item {k} exists");
                 }
             }
@@ -237,8 +255,7 @@ impl TxBench {
                         .table_name(table)
                         .key("Id", s(k))
                         .send()
-                        .await
-                        .expect("get");
+                        .await?;
                     balances.push(hits(out.item()));
                 }
                 // The first account pays one to the second.
@@ -250,33 +267,62 @@ impl TxBench {
                         .update_expression("SET hits = :v")
                         .expression_attribute_values(":v", n_val(b + delta))
                         .send()
-                        .await
-                        .expect("update");
+                        .await?;
                 }
             }
         }
-        tx.commit().await.expect("commit");
+        tx.commit().await
     }
 
-    /// One transaction of `driver`, measured under a fresh tag.
-    async fn one(&self, driver: Driver, kind: Kind, n: usize) -> (Vec<Rec>, Duration) {
+    /// One transaction of `driver`, measured under a fresh tag: its requests, its time, whether
+    /// it committed, and what the profile did meanwhile (zero when raw).
+    async fn one(&self, driver: Driver, kind: Kind, n: usize) -> One {
         let keys = self.prepare(kind, n).await;
         let tag = self.next_tag.fetch_add(1, Ordering::SeqCst);
+        let before = self.target.counts();
         self.recorder.set_tag(tag);
         let t0 = Instant::now();
-        match driver {
-            Driver::Library => self.run_library(&self.lib, kind, &keys).await,
-            Driver::Locking => self.run_library(&self.locking, kind, &keys).await,
-            Driver::PerItem => self.run_library(&self.per_item, kind, &keys).await,
-            Driver::LockedReads => self.run_library(&self.locked_reads, kind, &keys).await,
-            Driver::ApplyFirst => self.run_library(&self.apply_first, kind, &keys).await,
-            Driver::Sequential => self.run_library(&self.seq, kind, &keys).await,
-            Driver::Native => run_native(&self.admin, &self.table, kind, &keys).await,
-            Driver::NativeTwice => {
-                run_native(&self.admin, &self.table, kind, &keys).await;
-                run_native(&self.admin, &self.table, kind, &keys).await;
+        let manager = match driver {
+            Driver::Library => Some(&self.lib),
+            Driver::Locking => Some(&self.locking),
+            Driver::PerItem => Some(&self.per_item),
+            Driver::LockedReads => Some(&self.locked_reads),
+            Driver::ApplyFirst => Some(&self.apply_first),
+            Driver::Sequential => Some(&self.seq),
+            Driver::Native | Driver::NativeTwice | Driver::NativeOptimistic => None,
+        };
+        let outcome = if let Some(m) = manager {
+            self.run_library(m, kind, &keys)
+                .await
+                .map_err(|e| e.to_string())
+        } else {
+            match driver {
+                Driver::Native => run_native(&self.admin, &self.table, kind, &keys).await,
+                Driver::NativeTwice => {
+                    match run_native(&self.admin, &self.table, kind, &keys).await {
+                        Ok(()) => run_native(&self.admin, &self.table, kind, &keys).await,
+                        e => e,
+                    }
+                }
+                Driver::NativeOptimistic => {
+                    let o = optimistic_transfer(
+                        &self.admin,
+                        &self.table,
+                        "hits",
+                        (&keys[0], &keys[1], 1),
+                        self.native_attempts,
+                        &mut rand::rng(),
+                    )
+                    .await;
+                    if o.committed {
+                        Ok(())
+                    } else {
+                        Err(format!("gave up after {} attempts: {o:?}", o.attempts))
+                    }
+                }
+                _ => unreachable!("a library driver has a manager"),
             }
-        }
+        };
         let elapsed = t0.elapsed();
         self.recorder.set_tag(0);
         let recs = self.recorder.take(tag);
@@ -300,7 +346,12 @@ impl TxBench {
                 );
             }
         }
-        (recs, elapsed)
+        One {
+            recs,
+            elapsed,
+            outcome,
+            counts: self.target.counts().since(before),
+        }
     }
 
     async fn row(&self, args: &Args, kind: Kind, n: usize) -> Row {
@@ -318,9 +369,14 @@ impl TxBench {
             apply_first: drivers.contains(&Driver::ApplyFirst).then(Stats::default),
             native: drivers.contains(&Driver::Native).then(Stats::default),
             native_twice: drivers.contains(&Driver::NativeTwice).then(Stats::default),
+            native_optimistic: drivers
+                .contains(&Driver::NativeOptimistic)
+                .then(Stats::default),
+            profile: None,
         };
         let (warm, count) = (args.warmup(n), args.count(n));
         let t0 = Instant::now();
+        let before = self.target.counts();
         for i in 0..warm + count {
             let mut order = drivers.clone();
             // Alternate who goes first.
@@ -328,15 +384,30 @@ impl TxBench {
                 order.reverse();
             }
             for d in order {
-                let (recs, el) = self.one(d, kind, n).await;
+                let one = self.one(d, kind, n).await;
+                if let Err(e) = &one.outcome {
+                    let short: String = e.chars().take(300).collect();
+                    eprintln!("  {} {} N={n}: FAILED: {short}", d.label(), kind.label());
+                }
                 if i >= warm {
-                    row.stats_mut(d).add(&recs, el);
+                    let st = row.stats_mut(d);
+                    match one.outcome {
+                        Ok(()) => st.add(&one.recs, one.elapsed),
+                        Err(_) => st.errors += 1,
+                    }
+                    st.profile.add(one.counts);
                 }
             }
         }
+        row.profile = self.target.counts_since(before);
         self.recorder.take(0);
         eprintln!(
-            "  {} N={n}: {count} tx per driver in {:.1} s; library p50 {:.1} ms, {} requests, path {}",
+            "  {}{} N={n}: {count} tx per driver in {:.1} s; library p50 {:.1} ms, {} requests, path {}",
+            if self.target.is_profiled() {
+                "profile: "
+            } else {
+                ""
+            },
             kind.label(),
             t0.elapsed().as_secs_f64(),
             row.lib.pct(50.0),
@@ -347,50 +418,103 @@ impl TxBench {
     }
 }
 
-/// Runs every transaction row: the update sizes, then insert, delete and read lock at the op
-/// sizes, then the bank transfer.
-pub async fn bench_transactions(args: &Args, prefix: &str) -> Vec<Row> {
-    let recorder = Recorder::default();
-    let client = common::client(vec![common::shared(recorder.clone())]).await;
-    let table = format!("{prefix}-items");
-    let mgr = |d: Driver| d.manager(client.clone(), prefix, args.concurrency);
-    let bench = TxBench {
-        admin: client.clone(),
-        recorder: recorder.clone(),
-        table,
-        lib: mgr(Driver::Library),
-        locking: mgr(Driver::Locking),
-        per_item: mgr(Driver::PerItem),
-        locked_reads: mgr(Driver::LockedReads),
-        apply_first: mgr(Driver::ApplyFirst),
-        seq: mgr(Driver::Sequential),
-        next_tag: AtomicU64::new(1),
-        next_batch: AtomicU64::new(0),
-    };
-    bench.lib.create_tables().await.expect("tables");
-    common::create_table(&client, &bench.table).await;
-    let max_n = args
-        .sizes
-        .iter()
-        .chain(args.op_sizes.iter())
-        .copied()
-        .max()
-        .unwrap_or(1)
-        .max(2);
-    let keys: Vec<String> = (0..max_n).map(|i| format!("u{i}")).collect();
-    seed(&client, &bench.table, &keys).await;
-    // Fill the managers' key-schema caches (DescribeTable) before anything is measured.
-    for m in [
-        &bench.lib,
-        &bench.locking,
-        &bench.per_item,
-        &bench.locked_reads,
-        &bench.apply_first,
-        &bench.seq,
-    ] {
-        bench.run_library(m, Kind::Update, &keys[..1]).await;
+impl TxBench {
+    /// The drivers' managers and an admin client on `{prefix}-items`, `-tx` and `-img`, every
+    /// client going to `target`.
+    async fn new(args: &Args, prefix: &str, target: Target) -> TxBench {
+        let recorder = Recorder::default();
+        let client = target.client(vec![common::shared(recorder.clone())]).await;
+        let mgr = |d: Driver| d.manager(client.clone(), prefix, args.concurrency);
+        TxBench {
+            target,
+            native_attempts: args.native_attempts,
+            admin: client.clone(),
+            recorder,
+            table: format!("{prefix}-items"),
+            lib: mgr(Driver::Library),
+            locking: mgr(Driver::Locking),
+            per_item: mgr(Driver::PerItem),
+            locked_reads: mgr(Driver::LockedReads),
+            apply_first: mgr(Driver::ApplyFirst),
+            seq: mgr(Driver::Sequential),
+            next_tag: AtomicU64::new(1),
+        }
     }
-    recorder.take_all();
+
+    /// Creates the tables and seeds the items every row shares.
+    async fn create(&self, args: &Args) {
+        self.lib.create_tables().await.expect("tables");
+        common::create_table(&self.admin, &self.table).await;
+        let max_n = args
+            .sizes
+            .iter()
+            .chain(args.op_sizes.iter())
+            .copied()
+            .max()
+            .unwrap_or(1)
+            .max(2);
+        let keys: Vec<String> = (0..max_n).map(|i| format!("u{i}")).collect();
+        seed(&self.admin, &self.table, &keys).await;
+    }
+
+    /// Fills the managers' key-schema caches (DescribeTable), and the profile's, before anything
+    /// is measured.
+    async fn warm_up(&self) {
+        let key = ["u0".to_string()];
+        for m in [
+            &self.lib,
+            &self.locking,
+            &self.per_item,
+            &self.locked_reads,
+            &self.apply_first,
+            &self.seq,
+        ] {
+            self.run_library(m, Kind::Update, &key)
+                .await
+                .expect("warm-up transaction");
+        }
+        self.recorder.take_all();
+    }
+
+    async fn drop_tables(&self, prefix: &str) {
+        common::drop_tables(
+            &self.admin,
+            &[
+                self.table.clone(),
+                format!("{prefix}-tx"),
+                format!("{prefix}-img"),
+            ],
+        )
+        .await;
+    }
+}
+
+/// One measured transaction.
+struct One {
+    recs: Vec<Rec>,
+    elapsed: Duration,
+    outcome: Result<(), String>,
+    counts: Counts,
+}
+
+/// Runs every transaction row: the update sizes, then insert, delete and read lock at the op
+/// sizes, then the bank transfer. With profile settings, each row again through a fresh profile
+/// right after (on tables of their own): the second list.
+pub async fn bench_transactions(
+    args: &Args,
+    prefix: &str,
+    profile: Option<&ProfileSettings>,
+) -> (Vec<Row>, Option<Vec<Row>>) {
+    let bench = TxBench::new(args, prefix, Target::raw()).await;
+    bench.create(args).await;
+    bench.warm_up().await;
+    let profiled_prefix = format!("{prefix}-p");
+    if let Some(settings) = profile {
+        TxBench::new(args, &profiled_prefix, Target::profiled(settings))
+            .await
+            .create(args)
+            .await;
+    }
 
     let mut plan: Vec<(Kind, usize)> = args.sizes.iter().map(|&n| (Kind::Update, n)).collect();
     for kind in [Kind::Insert, Kind::Delete, Kind::Read] {
@@ -399,19 +523,21 @@ pub async fn bench_transactions(args: &Args, prefix: &str) -> Vec<Row> {
     plan.push((Kind::Transfer, 2));
     plan.retain(|&(_, n)| n > 0);
     let mut rows = Vec::new();
+    let mut profiled = profile.map(|_| Vec::new());
     for (kind, n) in plan {
         rows.push(bench.row(args, kind, n).await);
+        if let (Some(settings), Some(out)) = (profile, profiled.as_mut()) {
+            let b = TxBench::new(args, &profiled_prefix, Target::profiled(settings)).await;
+            b.warm_up().await;
+            out.push(b.row(args, kind, n).await);
+        }
     }
     if !args.keep_tables {
-        common::drop_tables(
-            &client,
-            &[
-                bench.table.clone(),
-                format!("{prefix}-tx"),
-                format!("{prefix}-img"),
-            ],
-        )
-        .await;
+        bench.drop_tables(prefix).await;
+        if profile.is_some() {
+            let raw = TxBench::new(args, &profiled_prefix, Target::raw()).await;
+            raw.drop_tables(&profiled_prefix).await;
+        }
     }
-    rows
+    (rows, profiled)
 }

@@ -7,6 +7,7 @@ use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Intercept, Region};
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
 };
+use dynamodb_transactions::fault::{CanonicalNumbers, DynamoDbProfile};
 
 /// Exits with a clear message unless an endpoint or AWS credentials are configured.
 pub fn require_endpoint(name: &str) {
@@ -25,6 +26,15 @@ pub fn require_endpoint(name: &str) {
 /// A client for `AWS_ENDPOINT_URL_DYNAMODB` (static local credentials unless AWS ones are set),
 /// with extra interceptors.
 pub async fn client(interceptors: Vec<aws_sdk_dynamodb::config::SharedInterceptor>) -> Client {
+    client_through(interceptors, None).await
+}
+
+/// [`client`], answering through `profile` when given (with numbers written as DynamoDB writes
+/// them): every client of one workload must share one profile, as they would share one table.
+pub async fn client_through(
+    interceptors: Vec<aws_sdk_dynamodb::config::SharedInterceptor>,
+    profile: Option<&DynamoDbProfile>,
+) -> Client {
     let mut loader = aws_config::defaults(BehaviorVersion::latest());
     if std::env::var("AWS_ACCESS_KEY_ID").is_err() {
         loader =
@@ -39,6 +49,9 @@ pub async fn client(interceptors: Vec<aws_sdk_dynamodb::config::SharedIntercepto
     for i in interceptors {
         b = b.interceptor(i);
     }
+    if let Some(p) = profile {
+        b = b.http_client(CanonicalNumbers::new().wrap(p.http_client()));
+    }
     Client::from_conf(b.build())
 }
 
@@ -49,20 +62,25 @@ pub fn shared<I: Intercept + 'static>(i: I) -> aws_sdk_dynamodb::config::SharedI
 
 /// Creates a table with a string hash key `Id` (on-demand), if it does not exist.
 pub async fn create_table(client: &Client, name: &str) {
+    create_table_keyed(client, name, "Id").await;
+}
+
+/// Creates a table with the string hash key `key` (on-demand), if it does not exist.
+pub async fn create_table_keyed(client: &Client, name: &str, key: &str) {
     let created = client
         .create_table()
         .table_name(name)
         .billing_mode(BillingMode::PayPerRequest)
         .attribute_definitions(
             AttributeDefinition::builder()
-                .attribute_name("Id")
+                .attribute_name(key)
                 .attribute_type(ScalarAttributeType::S)
                 .build()
                 .expect("complete"),
         )
         .key_schema(
             KeySchemaElement::builder()
-                .attribute_name("Id")
+                .attribute_name(key)
                 .key_type(KeyType::Hash)
                 .build()
                 .expect("complete"),
