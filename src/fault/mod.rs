@@ -49,10 +49,12 @@ use aws_smithy_types::config_bag::{Storable, StoreReplace};
 
 mod canonical_numbers;
 mod late_delivery;
+mod profile;
 mod service_faults;
 
 pub use canonical_numbers::{CanonicalNumbers, zero_ended_lock_stamps};
 pub use late_delivery::LateDelivery;
+pub use profile::{DynamoDbProfile, ProfileSettings, ProfileStats};
 pub use service_faults::{ServiceAnswer, ServiceFaults};
 
 /// Marks, inside one operation's config bag, the request chosen to fail after it is sent (concurrent

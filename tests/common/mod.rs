@@ -17,7 +17,8 @@ use aws_sdk_dynamodb::types::{
     ScalarAttributeType,
 };
 use dynamodb_transactions::fault::{
-    CanonicalNumbers, Delayer, FaultInjector, RequestCounter, Throttler,
+    CanonicalNumbers, Delayer, DynamoDbProfile, FaultInjector, ProfileSettings, RequestCounter,
+    Throttler,
 };
 use dynamodb_transactions::{Item, TransactionManager};
 
@@ -69,6 +70,8 @@ pub fn client_with(interceptors: Vec<SharedInterceptor>) -> Client {
 /// (`fault::zero_ended_lock_stamps`), so that the rewriter changes every stamp DynamoDB Local
 /// returns as written.
 pub fn canonical_numbers() -> Option<&'static CanonicalNumbers> {
+    // The profile canonicalises numbers too.
+    profile();
     NUMBERS
         .get_or_init(|| {
             (std::env::var("DDB_CANONICAL_NUMBERS").as_deref() == Ok("1")).then(canonical_setup)
@@ -86,6 +89,55 @@ pub fn canonical_numbers_always() -> &'static CanonicalNumbers {
 }
 
 static NUMBERS: OnceLock<Option<CanonicalNumbers>> = OnceLock::new();
+
+/// The DynamoDB profile every client of this test process answers through: with
+/// `DDB_PROFILE=dynamodb` (the third configuration of `scripts/test`), or after
+/// [`profile_always`]. Every behaviour is on (transaction conflicts, stale reads, throttling) with
+/// a round trip of `DDB_PROFILE_RTT_MS` (default 5) plus up to 2 ms of jitter, seeded from
+/// `DDB_PROFILE_SEED` (default 1; printed). Numbers are canonicalised too.
+pub fn profile() -> Option<&'static DynamoDbProfile> {
+    PROFILE
+        .get_or_init(|| {
+            (std::env::var("DDB_PROFILE").as_deref() == Ok("dynamodb")).then(profile_setup)
+        })
+        .as_ref()
+}
+
+/// Answers as DynamoDB does in this test process whatever the environment says (call before
+/// building any client).
+pub fn profile_always() -> &'static DynamoDbProfile {
+    PROFILE
+        .get_or_init(|| Some(profile_setup()))
+        .as_ref()
+        .expect("the profile was configured off before this call")
+}
+
+static PROFILE: OnceLock<Option<DynamoDbProfile>> = OnceLock::new();
+
+fn profile_setup() -> DynamoDbProfile {
+    let seed = std::env::var("DDB_PROFILE_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1);
+    let mut settings = ProfileSettings::all(seed);
+    // `DDB_PROFILE_ONLY=conflicts,stale,throttling`: those behaviours alone (to find which one a
+    // failure needs).
+    if let Ok(only) = std::env::var("DDB_PROFILE_ONLY") {
+        let on = |b: &str| only.split(',').any(|x| x.trim() == b);
+        settings.conflicts = on("conflicts");
+        settings.stale_reads = on("stale");
+        settings.throttling = on("throttling");
+    }
+    if let Some(ms) = std::env::var("DDB_PROFILE_RTT_MS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+    {
+        settings.round_trip = std::time::Duration::from_millis(ms);
+    }
+    eprintln!("DynamoDB profile: {settings:?} (replay with DDB_PROFILE_SEED={seed})");
+    canonical_numbers_always();
+    DynamoDbProfile::new(settings)
+}
 
 fn canonical_setup() -> CanonicalNumbers {
     dynamodb_transactions::fault::zero_ended_lock_stamps(true);
@@ -114,6 +166,30 @@ pub fn client_with_http(
     delayer: Option<&Delayer>,
     numbers: Option<&CanonicalNumbers>,
 ) -> Client {
+    // The profile comes with the numbers: a client of DynamoDB Local's own answers has neither.
+    let profile = numbers.and(profile());
+    client_layers(interceptors, delayer, profile, numbers)
+}
+
+/// A client answering through `profile` (a test's own) with numbers canonicalised, and extra
+/// interceptors.
+pub fn client_through(profile: &DynamoDbProfile, interceptors: Vec<SharedInterceptor>) -> Client {
+    client_layers(
+        interceptors,
+        None,
+        Some(profile),
+        Some(canonical_numbers_always()),
+    )
+}
+
+/// A client with extra interceptors, whose requests go through `delayer`, then `profile`, and
+/// whose answers come through `numbers`, each when given.
+pub fn client_layers(
+    interceptors: Vec<SharedInterceptor>,
+    delayer: Option<&Delayer>,
+    profile: Option<&DynamoDbProfile>,
+    numbers: Option<&CanonicalNumbers>,
+) -> Client {
     let mut b = aws_sdk_dynamodb::Config::builder()
         .behavior_version(BehaviorVersion::latest())
         .endpoint_url(endpoint())
@@ -137,11 +213,23 @@ pub fn client_with_http(
     for i in interceptors {
         b = b.interceptor(i);
     }
-    match (delayer, numbers) {
-        (Some(d), Some(n)) => b = b.http_client(n.wrap(d.http_client())),
-        (Some(d), None) => b = b.http_client(d.http_client()),
-        (None, Some(n)) => b = b.http_client(n.http_client()),
-        (None, None) => {}
+    // Layers from DynamoDB out: its behaviour where Local differs (the profile's own reads go
+    // straight to Local), the network's injected delays, numbers as DynamoDB writes them.
+    let mut http = profile.map(DynamoDbProfile::http_client);
+    if let Some(d) = delayer {
+        http = Some(match http {
+            Some(h) => d.wrap(h),
+            None => d.http_client(),
+        });
+    }
+    if let Some(n) = numbers {
+        http = Some(match http {
+            Some(h) => n.wrap(h),
+            None => n.http_client(),
+        });
+    }
+    if let Some(h) = http {
+        b = b.http_client(h);
     }
     Client::from_conf(b.build())
 }
@@ -221,9 +309,33 @@ impl TestEnv {
         prefix: &str,
         f: impl FnOnce(&mut dynamodb_transactions::Settings),
     ) -> TestEnv {
+        Self::with_client(prefix, client_with, f).await
+    }
+
+    /// A test's environment whose clients answer through `profile` (the test's own).
+    pub async fn through_profile(
+        prefix: &str,
+        profile: &DynamoDbProfile,
+        f: impl FnOnce(&mut dynamodb_transactions::Settings),
+    ) -> TestEnv {
+        Self::with_client(prefix, |i| client_through(profile, i), f).await
+    }
+
+    async fn with_client(
+        prefix: &str,
+        make_client: impl FnOnce(Vec<SharedInterceptor>) -> Client,
+        f: impl FnOnce(&mut dynamodb_transactions::Settings),
+    ) -> TestEnv {
+        // `TEST_LOG=dynamodb_transactions=debug`: what the library did, on stderr.
+        if let Ok(filter) = std::env::var("TEST_LOG") {
+            let _ = tracing_subscriber::fmt()
+                .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+                .with_writer(std::io::stderr)
+                .try_init();
+        }
         let counter = RequestCounter::new();
         let faults = FaultInjector::new();
-        let client = client_with(vec![shared(counter.clone()), shared(faults.clone())]);
+        let client = make_client(vec![shared(counter.clone()), shared(faults.clone())]);
         let guard = TableGuard::default();
         let tx_table = unique_name(&format!("{prefix}-tx"));
         let img_table = unique_name(&format!("{prefix}-img"));

@@ -1,0 +1,260 @@
+//! The profile itself: it refuses what DynamoDB refuses, serves what an eventually consistent read
+//! may serve, and throttles past an item's throughput — on DynamoDB Local, which does none of it.
+
+use std::time::Duration;
+
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::config::retry::RetryConfig;
+use aws_sdk_dynamodb::error::ProvideErrorMetadata;
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::types::{Put, TransactWriteItem};
+use dynamodb_transactions::fault::{DynamoDbProfile, LateDelivery, ProfileSettings};
+
+use crate::common::*;
+
+async fn table(client: &Client, guard: &TableGuard, prefix: &str) -> String {
+    let name = unique_name(prefix);
+    guard.add(&name);
+    create_table(
+        client,
+        &name,
+        ("Id", aws_sdk_dynamodb::types::ScalarAttributeType::S),
+        None,
+    )
+    .await;
+    name
+}
+
+fn put(table: &str, id: &str, v: i64) -> TransactWriteItem {
+    TransactWriteItem::builder()
+        .put(
+            Put::builder()
+                .table_name(table)
+                .set_item(Some(item(&[("Id", s(id)), ("v", n(v))])))
+                .build()
+                .unwrap(),
+        )
+        .build()
+}
+
+#[tokio::test]
+async fn a_transaction_in_flight_refuses_writes_and_transactions_on_its_items() {
+    let mut settings = ProfileSettings::none(3);
+    settings.conflicts = true;
+    let profile = DynamoDbProfile::new(settings);
+    let guard = TableGuard::default();
+    let fast = client_through(&profile, vec![]);
+    let t = table(&fast, &guard, "prof-conflict").await;
+    // The first transaction is admitted, then held on its way to DynamoDB Local until opened:
+    // in flight while the others arrive.
+    let late = LateDelivery::new();
+    late.delay_until_opened("TransactWriteItems", 1);
+    let held = {
+        let conf = fast
+            .config()
+            .to_builder()
+            .http_client(profile.wrap(late.http_client()))
+            .build();
+        Client::from_conf(conf)
+    };
+    let first = {
+        let t = t.clone();
+        tokio::spawn(async move {
+            held.transact_write_items()
+                .transact_items(put(&t, "a", 1))
+                .transact_items(put(&t, "b", 1))
+                .send()
+                .await
+        })
+    };
+    while late.struck() == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let refused = fast
+        .put_item()
+        .table_name(&t)
+        .set_item(Some(item(&[("Id", s("a")), ("v", n(2))])))
+        .send()
+        .await
+        .expect_err("a put on an item of a transaction in flight is refused");
+    assert_eq!(refused.code(), Some("TransactionConflictException"));
+    let cancelled = fast
+        .transact_write_items()
+        .transact_items(put(&t, "b", 3))
+        .transact_items(put(&t, "c", 3))
+        .send()
+        .await
+        .expect_err("a transaction sharing an item is cancelled");
+    let reasons: Vec<String> = cancelled
+        .as_service_error()
+        .and_then(|e| match e {
+            TransactWriteItemsError::TransactionCanceledException(c) => Some(c),
+            _ => None,
+        })
+        .map(|e| {
+            e.cancellation_reasons()
+                .iter()
+                .map(|r| r.code().unwrap_or_default().to_string())
+                .collect()
+        })
+        .expect("TransactionCanceledException");
+    assert_eq!(reasons, ["TransactionConflict", "None"]);
+    late.open();
+    first.await.unwrap().expect("the first transaction commits");
+    // Nothing of the refused requests reached DynamoDB Local.
+    let raw = local_client();
+    for (id, want) in [("a", Some(1)), ("b", Some(1)), ("c", None)] {
+        let got = raw
+            .get_item()
+            .table_name(&t)
+            .set_key(Some(key(id)))
+            .consistent_read(true)
+            .send()
+            .await
+            .unwrap()
+            .item
+            .map(|i| i["v"].as_n().unwrap().parse::<i64>().unwrap());
+        assert_eq!(got, want, "item {id}");
+    }
+    // Once answered, the items are free.
+    fast.put_item()
+        .table_name(&t)
+        .set_item(Some(item(&[("Id", s("a")), ("v", n(4))])))
+        .send()
+        .await
+        .expect("free again");
+    let stats = profile.stats();
+    assert_eq!(
+        (stats.writes_in_conflict, stats.transactions_in_conflict),
+        (1, 1)
+    );
+}
+
+#[tokio::test]
+async fn eventually_consistent_reads_may_return_a_recent_version_and_consistent_reads_never() {
+    let mut settings = ProfileSettings::none(5);
+    settings.stale_reads = true;
+    settings.stale_probability = 1.0;
+    settings.stale_window = Duration::from_millis(1500);
+    let profile = DynamoDbProfile::new(settings);
+    let guard = TableGuard::default();
+    let c = client_through(&profile, vec![]);
+    let t = table(&c, &guard, "prof-stale").await;
+    for v in [1, 2] {
+        c.put_item()
+            .table_name(&t)
+            .set_item(Some(item(&[("Id", s("a")), ("v", n(v))])))
+            .send()
+            .await
+            .unwrap();
+    }
+    // The versions are observed in the background after each write.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let v_of =
+        |i: Option<&dynamodb_transactions::Item>| i.map(|i| i["v"].as_n().unwrap().to_string());
+    let get = |consistent: bool| {
+        let c = c.clone();
+        let t = t.clone();
+        async move {
+            c.get_item()
+                .table_name(&t)
+                .set_key(Some(key("a")))
+                .consistent_read(consistent)
+                .send()
+                .await
+                .unwrap()
+                .item
+        }
+    };
+    assert_eq!(v_of(get(true).await.as_ref()).as_deref(), Some("2"));
+    // With probability 1 an eventually consistent read returns another recent version: v1.
+    assert_eq!(v_of(get(false).await.as_ref()).as_deref(), Some("1"));
+    let batch = c
+        .batch_get_item()
+        .request_items(
+            &t,
+            aws_sdk_dynamodb::types::KeysAndAttributes::builder()
+                .keys(key("a"))
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let items = &batch.responses.unwrap()[&t];
+    assert_eq!(v_of(items.first()).as_deref(), Some("1"));
+    let q = c
+        .query()
+        .table_name(&t)
+        .key_condition_expression("Id = :a")
+        .expression_attribute_values(":a", s("a"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(v_of(q.items().first()).as_deref(), Some("1"));
+    let q = c
+        .query()
+        .table_name(&t)
+        .key_condition_expression("Id = :a")
+        .expression_attribute_values(":a", s("a"))
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(v_of(q.items().first()).as_deref(), Some("2"));
+    // Past the window, only the current version is left.
+    tokio::time::sleep(Duration::from_millis(1600)).await;
+    assert_eq!(v_of(get(false).await.as_ref()).as_deref(), Some("2"));
+    assert!(profile.stats().stale_items >= 3);
+}
+
+#[tokio::test]
+async fn writes_past_an_items_throughput_are_throttled_and_not_applied() {
+    let mut settings = ProfileSettings::none(9);
+    settings.throttling = true;
+    settings.write_units_per_second = 5.0;
+    let profile = DynamoDbProfile::new(settings);
+    let guard = TableGuard::default();
+    let setup = client_through(&profile, vec![]);
+    let t = table(&setup, &guard, "prof-throttle").await;
+    // No SDK retries: every refusal reaches the caller.
+    let conf = setup
+        .config()
+        .to_builder()
+        .retry_config(RetryConfig::disabled())
+        .build();
+    let c = Client::from_conf(conf);
+    let mut ok = 0;
+    let mut throttled = 0;
+    for _ in 0..12 {
+        match c
+            .update_item()
+            .table_name(&t)
+            .set_key(Some(key("hot")))
+            .update_expression("ADD v :one")
+            .expression_attribute_values(":one", n(1))
+            .send()
+            .await
+        {
+            Ok(_) => ok += 1,
+            Err(e) => {
+                assert_eq!(e.code(), Some("ThrottlingException"));
+                throttled += 1;
+            }
+        }
+    }
+    // A second of units saved up (5), and a few more refilled while the loop ran.
+    assert!(throttled >= 4 && ok >= 5, "ok {ok}, throttled {throttled}");
+    let got = local_client()
+        .get_item()
+        .table_name(&t)
+        .set_key(Some(key("hot")))
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap()
+        .item
+        .unwrap();
+    assert_eq!(got["v"], n(ok), "only the writes served were applied");
+    assert_eq!(profile.stats().throttled, throttled);
+}
