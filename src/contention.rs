@@ -132,6 +132,7 @@ pub(crate) async fn resolve(
             version: h.version,
             idle_since: None,
             younger_than: None,
+            gated: h.gated,
         };
         if let ContentionPolicy::Ordered { dead_after, .. } = inner.settings.contention {
             let idle_ms = crate::ddb::now_millis().saturating_sub(h.updated_ms);

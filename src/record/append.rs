@@ -12,8 +12,8 @@ use crate::tables::TX_ID;
 
 use super::decide::{header_update, pending_at};
 use super::{
-    CHUNKS, CREATED, Header, NONCE, REQUESTS, RecordMeta, STATE, TICKET, UPDATED, VERSION,
-    header_key, n, row_key, s,
+    CHUNKS, CREATED, GATED, Header, NONCE, REQUESTS, RecordMeta, STATE, TICKET, TxState, UPDATED,
+    VERSION, header_key, n, row_key, s,
 };
 
 /// Most request bytes kept in the header row.
@@ -142,6 +142,11 @@ fn creation_within(
     if let Some(t) = ticket {
         item.insert(TICKET.into(), n(t));
     }
+    // A transaction of more items than one batch locks gets gate rows, in the same request.
+    let gated = super::gate::needs_gates(requests);
+    if gated {
+        item.insert(GATED.into(), n(u64::from(super::gate::GATES)));
+    }
     let mut ph = Placeholders::default();
     let cond = format!("attribute_not_exists({})", ph.name(TX_ID));
     let mut writes = vec![Write {
@@ -151,6 +156,9 @@ fn creation_within(
         ph,
     }];
     writes.extend(chunk_puts(table, id, 0, groups));
+    if gated {
+        writes.extend(super::gate::gate_writes(table, id, TxState::Pending));
+    }
     Creation {
         writes,
         nonce,
@@ -159,6 +167,7 @@ fn creation_within(
             version: 1,
             chunks,
             inline_bytes,
+            gated,
         },
     }
 }
@@ -338,6 +347,7 @@ async fn append_inline(
         version: meta.version + 1,
         chunks: meta.chunks,
         inline_bytes: meta.inline_bytes + bytes,
+        gated: meta.gated,
     };
     match w.send(client, None).await {
         Ok(Written::Ok(_)) => Ok(Appended::Ok(next)),
@@ -394,6 +404,7 @@ async fn append_chunks(
         version: meta.version + 1,
         chunks: meta.chunks + count,
         inline_bytes: meta.inline_bytes,
+        gated: meta.gated,
     };
     match ddb::transact(client, &writes).await? {
         Transacted::Ok => Ok(Appended::Ok(next)),
@@ -472,6 +483,32 @@ mod tests {
     }
 
     #[test]
+    fn a_record_of_a_hundred_items_is_created_with_its_gates_pending() {
+        let reqs: Vec<Request> = (0..100).map(|i| put(i, 10)).collect();
+        let c = creation("tx", &id(), &reqs, None);
+        assert!(c.meta.gated);
+        let WriteKind::Put { item } = &c.writes[0].kind else {
+            panic!("the header is put")
+        };
+        assert_eq!(item[GATED], n(8));
+        let gates: Vec<_> = c.writes[1..]
+            .iter()
+            .map(|w| match &w.kind {
+                WriteKind::Put { item } => {
+                    (item[crate::tables::TX_ROW].clone(), item[STATE].clone())
+                }
+                _ => panic!("a gate is put"),
+            })
+            .collect();
+        assert_eq!(gates.len(), 8);
+        assert!(gates.iter().all(|(_, st)| *st == s("P")));
+        assert_eq!(gates[0].0, n("-1"));
+        // 99 items (one batch of locks): no gates.
+        let c = creation("tx", &id(), &reqs[..99], None);
+        assert!(!c.meta.gated && c.writes.len() == 1);
+    }
+
+    #[test]
     fn few_request_bytes_stay_in_the_header() {
         let reqs: Vec<Request> = (0..50).map(|i| put(i, 100)).collect();
         assert!(reqs.iter().map(Request::encoded_size).sum::<usize>() <= LEAN_HEADER_LIMIT);
@@ -486,7 +523,9 @@ mod tests {
         let c = creation("tx", &id(), &reqs, None);
         assert_eq!(inline_count(&c), 0, "a lean header");
         assert_eq!((c.split, c.meta.chunks, c.meta.inline_bytes), (200, 1, 0));
-        assert_eq!(c.writes.len(), 2);
+        // The header, the chunk row, and the gates of a record of 100 items or more.
+        assert!(c.meta.gated);
+        assert_eq!(c.writes.len(), 2 + super::super::gate::GATES as usize);
         match &c.writes[1].kind {
             WriteKind::Put { item } => {
                 assert_eq!(item[crate::tables::TX_ROW], n(1));
@@ -501,7 +540,11 @@ mod tests {
     fn an_inline_creation_keeps_up_to_a_full_header() {
         let reqs: Vec<Request> = (0..200).map(|i| put(i, 100)).collect();
         let c = creation_inline("tx", &id(), &reqs, None);
-        assert_eq!(c.writes.len(), 1);
+        assert_eq!(
+            c.writes.len(),
+            1 + super::super::gate::GATES as usize,
+            "the header, the gates"
+        );
         assert_eq!((c.split, inline_count(&c), c.meta.chunks), (200, 200, 0));
         // Past a full header it is the lean creation.
         let big: Vec<Request> = (0..2).map(|i| put(i, 200_000)).collect();

@@ -7,7 +7,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 
 use crate::TxId;
 use crate::ddb::{self, Placeholders, Write, WriteKind, Written};
-use crate::error::{Error, Result};
+use crate::error::{Error, Item, Result};
 use crate::tables::TX_ID;
 
 use super::{
@@ -119,24 +119,49 @@ pub(crate) fn pending_check(table: &str, id: &TxId) -> Write {
     }
 }
 
-/// Decides the record: pending at `version` → `to`.
+/// Decides the record: pending at `version` → `to`; with its gate rows (`gated`, see
+/// [`gate`](super::gate)) in the same `TransactWriteItems`. A gated decision cancelled for a
+/// transient reason (a conflict with a batch still in flight, throttling) wrote nothing: a
+/// retryable `Error::DynamoDb`.
 pub(crate) async fn decide(
     client: &Client,
     table: &str,
     id: &TxId,
     version: u64,
     to: TxState,
+    gated: bool,
 ) -> Result<Flipped> {
     let w = decide_write(table, id, version, to, false);
-    match w.send(client, None).await? {
-        Written::Ok(_) => Ok(Flipped::Ok),
-        Written::ConditionFailed(found) => Ok(Flipped::Failed(
-            found
-                .as_ref()
-                .map(Header::parse_live)
-                .transpose()?
-                .flatten(),
-        )),
+    let parse = |found: Option<&Item>| -> Result<Flipped> {
+        Ok(Flipped::Failed(
+            found.map(Header::parse_live).transpose()?.flatten(),
+        ))
+    };
+    if !gated {
+        return match w.send(client, None).await? {
+            Written::Ok(_) => Ok(Flipped::Ok),
+            Written::ConditionFailed(found) => parse(found.as_ref()),
+        };
+    }
+    let mut writes = vec![w];
+    writes.extend(super::gate::gate_writes(table, id, to));
+    match ddb::transact(client, &writes).await? {
+        ddb::Transacted::Ok => Ok(Flipped::Ok),
+        ddb::Transacted::Cancelled(reasons) if reasons[0].is_condition_failed() => {
+            parse(reasons[0].item.as_ref())
+        }
+        ddb::Transacted::Cancelled(reasons) => {
+            let why = reasons.iter().find(|r| !r.is_ok()).unwrap_or(&reasons[0]);
+            Err(Error::DynamoDb {
+                operation: "TransactWriteItems",
+                table: Some(table.to_string()),
+                key: None,
+                code: Some(why.code.clone()),
+                message: why.message.clone(),
+                ambiguous: false,
+                source: format!("decision cancelled: {}", why.code).into(),
+            })
+        }
     }
 }
 

@@ -1,4 +1,5 @@
-//! Deleting a finalized record (the header first, then any rows left in its partition).
+//! Deleting a finalized record (the header first, then its chunk and gate rows, or any rows left
+//! in its partition).
 
 use aws_sdk_dynamodb::Client;
 
@@ -37,8 +38,11 @@ pub(crate) async fn delete(client: &Client, table: &str, id: &TxId) -> Result<bo
         Written::Ok(_) | Written::ConditionFailed(None) => {}
         Written::ConditionFailed(Some(_)) => return Ok(false),
     }
-    let chunk_keys: Vec<Item> = (1..=h.chunks).map(|c| row_key(id, c)).collect();
-    ddb::batch_delete(client, table, chunk_keys).await?;
+    let mut rows: Vec<Item> = (1..=h.chunks).map(|c| row_key(id, c)).collect();
+    if h.gated {
+        rows.extend(super::gate::gate_keys(id));
+    }
+    ddb::batch_delete(client, table, rows).await?;
     Ok(true)
 }
 
@@ -46,7 +50,8 @@ pub(crate) async fn delete(client: &Client, table: &str, id: &TxId) -> Result<bo
 /// interrupted delete, or of a header deleted by TTL).
 async fn delete_leftover_rows(client: &Client, table: &str, id: &TxId) -> Result<()> {
     let mut keys = partition_rows(client, table, id, true).await?;
-    // Never a header: one written meanwhile would be a new record (ids are never reused).
-    keys.retain(|k| row_number(k).is_some_and(|n| n != 0));
+    // Never a header: one written meanwhile would be a new record (ids are never reused). Gate
+    // rows (negative numbers) go too.
+    keys.retain(|k| row_number(k) != Some(0));
     ddb::batch_delete(client, table, keys).await
 }

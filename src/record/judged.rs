@@ -24,6 +24,8 @@ pub(crate) struct Judged {
     /// a larger one (a ticket recorded since the judgement, which does not change the version,
     /// must be younger too).
     pub younger_than: Option<u64>,
+    /// The record has gate rows (its header's `_TxQ`): the rollback decides them too.
+    pub gated: bool,
 }
 
 /// Outcome of [`roll_back_judged`].
@@ -75,20 +77,30 @@ pub(crate) async fn roll_back_judged(
         c.push_str(&extra);
     }
     let parse = |i: Option<&Item>| Ok::<_, Error>(i.map(Header::parse_live).transpose()?.flatten());
-    let Some(decider) = decider else {
+    if decider.is_none() && !judged.gated {
         return Ok(match w.send(client, None).await? {
             Written::Ok(_) => JudgedRollback::Decided,
             Written::ConditionFailed(found) => JudgedRollback::Changed(parse(found.as_ref())?),
         });
-    };
-    match ddb::transact(client, &[pending_check(table, decider), w]).await? {
+    }
+    // The decider's check first (when there is one), then the decision and its gates.
+    let mut writes: Vec<_> = decider
+        .map(|d| pending_check(table, d))
+        .into_iter()
+        .collect();
+    let at = writes.len();
+    writes.push(w);
+    if judged.gated {
+        writes.extend(super::gate::gate_writes(table, id, TxState::RolledBack));
+    }
+    match ddb::transact(client, &writes).await? {
         Transacted::Ok => Ok(JudgedRollback::Decided),
         Transacted::Cancelled(reasons) => {
-            if reasons[0].is_condition_failed() {
+            if at == 1 && reasons[0].is_condition_failed() {
                 return Ok(JudgedRollback::DeciderNotPending);
             }
-            if reasons[1].is_condition_failed() {
-                return Ok(JudgedRollback::Changed(parse(reasons[1].item.as_ref())?));
+            if reasons[at].is_condition_failed() {
+                return Ok(JudgedRollback::Changed(parse(reasons[at].item.as_ref())?));
             }
             // Cancelled for another reason (a conflicting transaction, throttling): nothing was
             // written; the caller reads the record again and judges anew.

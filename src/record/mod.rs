@@ -15,6 +15,7 @@
 mod append;
 mod decide;
 mod delete;
+mod gate;
 mod judged;
 mod ticket;
 mod tombstone;
@@ -38,6 +39,7 @@ pub(crate) use decide::{
     pending_check,
 };
 pub(crate) use delete::delete;
+pub(crate) use gate::Gates;
 pub(crate) use judged::{Judged, JudgedRollback, roll_back_judged};
 pub(crate) use ticket::{clear_waiting, set_ticket, take_ticket};
 pub(crate) use tombstone::{KEEP, Tombstoned, delete_tombstone, put_tombstone};
@@ -52,6 +54,9 @@ pub(crate) const FINALIZED: &str = "_TxF";
 pub(crate) const NONCE: &str = "_TxO";
 pub(crate) const EXPIRES: &str = "_TxE";
 pub(crate) const TICKET: &str = "_TxK";
+/// On a record created with gate rows (see [`gate`](mod@gate)): how many. Every decision closes
+/// them, and they are deleted with the record.
+pub(crate) const GATED: &str = "_TxQ";
 /// On a tombstone (see [`tombstone`](mod@tombstone)): until when it must be kept (epoch ms).
 pub(crate) const TOMBSTONE: &str = "_TxX";
 /// While the transaction waits, the ticket of the (older) transaction it waits for: others decide
@@ -131,6 +136,8 @@ pub(crate) struct Header {
     /// transaction's own record creation reads it (as rolled back); everything else takes it for
     /// an absent record.
     pub tombstone: bool,
+    /// The record has gate rows (see [`gate`](mod@gate)).
+    pub gated: bool,
 }
 
 /// What a coordinator knows about the record it writes to.
@@ -139,6 +146,8 @@ pub(crate) struct RecordMeta {
     pub version: u64,
     pub chunks: u32,
     pub inline_bytes: usize,
+    /// The record has gate rows (see [`gate`](mod@gate)): every decision closes them.
+    pub gated: bool,
 }
 
 impl Header {
@@ -147,6 +156,7 @@ impl Header {
             version: self.version,
             chunks: self.chunks,
             inline_bytes: self.inline_bytes,
+            gated: self.gated,
         }
     }
 
@@ -180,6 +190,7 @@ impl Header {
             waiting_on: n(WAITING),
             inline,
             tombstone: item.contains_key(TOMBSTONE),
+            gated: item.contains_key(GATED),
         })
     }
 

@@ -79,6 +79,7 @@ pub(crate) async fn roll_back_idle(
         version: r.meta.version,
         idle_since: Some(judged_updated_ms),
         younger_than: None,
+        gated: r.meta.gated,
     };
     match record::roll_back_judged(&inner.client, &inner.tx_table, id, &judged, None).await? {
         JudgedRollback::Decided => {

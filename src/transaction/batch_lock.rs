@@ -273,17 +273,29 @@ impl Transaction {
         let _timer = crate::metrics::PhaseTimer::start(crate::metrics::LOCK);
         self.wrote.store(true, Ordering::SeqCst);
         let chunks: Vec<Vec<ItemRef>> = todo.chunks(LOCKS_PER_BATCH).map(<[_]>::to_vec).collect();
+        // Concurrent batches check a gate each instead of the header, which they would all
+        // touch: DynamoDB cancels a transaction whose item another one in flight touches.
+        let gated = st.meta.is_some_and(|m| m.gated);
+        let (gates, in_flight) =
+            super::phased::batch_gates(chunks.len(), gated, &self.inner.settings);
+        let gates = gates.as_ref();
         let results: Vec<Landed> = futures::stream::iter(chunks)
-            .map(|chunk| async move { self.lock_batch(st, &chunk).await })
-            .buffer_unordered(self.inner.settings.concurrency.clamp(1, 8))
+            .map(|chunk| async move { self.lock_batch(st, &chunk, gates).await })
+            .buffer_unordered(in_flight)
             .collect()
             .await;
         results.into_iter().flatten().collect()
     }
 
-    /// One batch of locks after the record, with a check that the record is pending; sent again
-    /// once with placeholders for the absent items if that is all that cancelled it.
-    async fn lock_batch(&self, st: &State, keys: &[ItemRef]) -> Landed {
+    /// One batch of locks after the record, with a check that the record is pending (among
+    /// concurrent batches, of a gate of its own, which is pending exactly when the header is);
+    /// sent again once with placeholders for the absent items if that is all that cancelled it.
+    async fn lock_batch(
+        &self,
+        st: &State,
+        keys: &[ItemRef],
+        gates: Option<&record::Gates>,
+    ) -> Landed {
         let Ok(mut forms) = self.first_forms(st, keys).await else {
             return Landed::new();
         };
@@ -291,7 +303,12 @@ impl Transaction {
             let Ok(locks) = self.lock_writes(st, keys, &forms).await else {
                 return Landed::new();
             };
-            let mut writes = vec![record::pending_check(&self.inner.tx_table, &self.id)];
+            let gate = gates.and_then(record::Gates::take);
+            let check = match &gate {
+                Some(g) => g.pending_check(&self.inner.tx_table, &self.id),
+                None => record::pending_check(&self.inner.tx_table, &self.id),
+            };
+            let mut writes = vec![check];
             writes.extend(locks.iter().map(|(w, _)| w.clone()));
             let refs = landed(keys, &forms, locks);
             match ddb::transact(&self.inner.client, &writes).await {

@@ -179,6 +179,16 @@ impl Transaction {
             .map(record::Header::parse_live)
             .transpose()?
             .flatten();
+        self.header_found(st, header).await
+    }
+
+    /// The record is not pending at our version (a batch's check of it failed): `header` as
+    /// found. Committed with our requests: finish; otherwise learn what happened and go again.
+    pub(super) async fn header_found(
+        &self,
+        st: &mut State,
+        header: Option<record::Header>,
+    ) -> Result<CommitStep> {
         match header.as_ref().map(|h| h.state) {
             Some(TxState::Committed) if self.committed_with_ours(st, header.as_ref()) => {
                 self.finish_committed(st).await?;

@@ -64,6 +64,7 @@ impl Transaction {
                 &self.id,
                 meta.version,
                 TxState::RolledBack,
+                meta.gated,
             )
             .await?
             {

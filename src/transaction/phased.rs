@@ -67,6 +67,24 @@ fn rolls_forward(e: &Entry, requests: &[Request], hash_key: &str, judge: bool) -
     }
 }
 
+/// How a round of `batches` concurrent batches checks the record: with a gate each when there
+/// are several and the record has gates (up to the gates at once), else with the header's check,
+/// one batch at a time when there are several.
+pub(super) fn batch_gates(
+    batches: usize,
+    gated: bool,
+    settings: &crate::Settings,
+) -> (Option<record::Gates>, usize) {
+    match batches {
+        0 | 1 => (None, 1),
+        _ if gated => (
+            Some(record::Gates::new()),
+            settings.concurrency.clamp(1, record::Gates::capacity()),
+        ),
+        _ => (None, 1),
+    }
+}
+
 pub(super) type AppliedGroup = (Vec<Write>, Vec<Option<ItemRef>>, Result<Transacted>);
 
 impl Transaction {
@@ -137,17 +155,30 @@ impl Transaction {
         } else {
             group_with_owners(writes, owners, 1)
         };
+        // Concurrent batches check a gate each instead of the header, which they would all touch
+        // (DynamoDB cancels a transaction whose item another one in flight touches); a record
+        // without gates takes its batches one at a time.
+        let (gates, in_flight) = batch_gates(groups.len(), meta.gated, &self.inner.settings);
+        let gates = gates.as_ref();
         let results: Vec<AppliedGroup> = futures::stream::iter(groups)
             .map(|(ws, os)| async move {
-                let mut batch = vec![record::pending_check(&self.inner.tx_table, &self.id)];
+                let gate = gates.and_then(record::Gates::take);
+                let check = match &gate {
+                    Some(g) => g.pending_check(&self.inner.tx_table, &self.id),
+                    None => record::pending_check(&self.inner.tx_table, &self.id),
+                };
+                let mut batch = vec![check];
                 batch.extend(ws);
                 let out = ddb::transact(c, &batch).await;
                 (batch, os, out)
             })
-            .buffer_unordered(self.inner.settings.concurrency.clamp(1, 8))
+            .buffer_unordered(in_flight)
             .collect()
             .await;
         let mut again = false;
+        // The first failure of the record's check (or of a gate's) that is not transient: acted
+        // on once every batch's outcome is taken in, so that the batches that landed count.
+        let mut check_failed: Option<ddb::Reason> = None;
         for r in results {
             let (batch, os, out) = r;
             let out = match out {
@@ -193,8 +224,14 @@ impl Transaction {
                     }
                 }
                 Transacted::Cancelled(reasons) => {
+                    if reasons[0].is_transient() {
+                        st.transient = Some(crate::settle::cancelled_error(&reasons[0]));
+                        again = true;
+                        continue;
+                    }
                     if !reasons[0].is_ok() {
-                        return self.header_failed(st, &reasons[0]).await;
+                        check_failed.get_or_insert(reasons[0].clone());
+                        continue;
                     }
                     match self.items_failed(st, &batch, &os, &reasons, 1).await? {
                         CommitStep::Again => again = true,
@@ -203,16 +240,29 @@ impl Transaction {
                 }
             }
         }
+        if let Some(reason) = check_failed {
+            if gates.is_some() && reason.is_condition_failed() {
+                // A gate is decided (or gone): so is the record; read it.
+                let header =
+                    record::load_header(&self.inner.client, &self.inner.tx_table, &self.id).await?;
+                return self.header_found(st, header).await;
+            }
+            return self.header_failed(st, &reason).await;
+        }
         if again {
+            if st.transient.is_some() {
+                crate::settings::backoff(&self.inner.settings, 1).await;
+            }
             return Ok(CommitStep::Again);
         }
-        // 2. Flip.
+        // 2. Flip (the record's gates with it: no batch checking one lands after this).
         let flipped = match record::decide(
             c,
             &self.inner.tx_table,
             &self.id,
             meta.version,
             TxState::Committed,
+            meta.gated,
         )
         .await
         {

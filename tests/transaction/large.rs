@@ -63,14 +63,16 @@ async fn thousand_item_transaction_commits_with_chunked_record() {
         header["_TxR"],
         aws_sdk_dynamodb::types::AttributeValue::L(vec![])
     );
-    assert_eq!(rows.len() as i64, 1 + chunks);
+    // And the gate rows its phased commit closed (`_TxN` -1 to -8), named by `_TxQ`.
+    assert_eq!(header["_TxQ"], n(8));
+    assert_eq!(rows.len() as i64, 1 + chunks + 8);
     assert_eq!(env.tx_state(&id).await, Some((TxState::Committed, true)));
     assert!(env.manager.delete_transaction(&id).await.unwrap());
     assert!(
         env.scan_all(env.manager.transactions_table())
             .await
             .is_empty(),
-        "chunk rows deleted too"
+        "chunk and gate rows deleted too"
     );
 }
 
