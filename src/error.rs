@@ -122,6 +122,25 @@ pub enum Error {
         owner: TxId,
     },
 
+    /// DynamoDB refused a request of the transaction because an item it touches is part of
+    /// another `TransactWriteItems` in flight (`TransactionConflictException`, or a
+    /// `TransactionConflict` cancellation), and the library's resends (a few, over about 75 ms) met
+    /// the same refusal. Nothing of that request was written, and the transaction was not decided:
+    /// it is still pending and may hold locks. Retry the call, roll the transaction back, or run the
+    /// work again ([`TransactionManager::run`](crate::TransactionManager::run) does).
+    #[error(
+        "transaction {tx_id} is still pending: DynamoDB refused a request{} because another transaction's write of the item was in flight (TransactionConflict); retry, or roll back",
+        DisplayTarget(table, key)
+    )]
+    Conflict {
+        /// The transaction.
+        tx_id: TxId,
+        /// Table of the request, when it names one.
+        table: Option<String>,
+        /// Key of the item, when the request is on one.
+        key: Option<Item>,
+    },
+
     /// A request's `ConditionExpression` was false. The transaction was rolled back: none of its
     /// writes took effect, which this error alone establishes.
     ///
@@ -325,9 +344,10 @@ impl Error {
     /// [`Transaction::commit`](crate::Transaction::commit)).
     pub fn is_retryable(&self) -> bool {
         match self {
-            Error::RolledBack { .. } | Error::ItemLocked { .. } | Error::ReadContention { .. } => {
-                true
-            }
+            Error::RolledBack { .. }
+            | Error::ItemLocked { .. }
+            | Error::Conflict { .. }
+            | Error::ReadContention { .. } => true,
             Error::DynamoDb {
                 code,
                 ambiguous,
@@ -421,6 +441,7 @@ impl Error {
                 TxOutcome::Undetermined
             }
             Error::ItemLocked { .. }
+            | Error::Conflict { .. }
             | Error::DynamoDb { .. }
             | Error::ReadContention { .. }
             | Error::InvalidRequest { .. }
@@ -431,6 +452,27 @@ impl Error {
             | Error::TransactionNotFound { .. }
             | Error::TableMismatch { .. } => return None,
         })
+    }
+
+    /// `self`, or [`Error::Conflict`] of transaction `tx_id` when `self` is DynamoDB's refusal of a
+    /// request for a conflict with another transaction in flight (which wrote nothing).
+    pub(crate) fn in_transaction(self, tx_id: &TxId) -> Error {
+        match self {
+            Error::DynamoDb {
+                code: Some(code),
+                ambiguous: false,
+                table,
+                key,
+                ..
+            } if code == "TransactionConflictException" || code == "TransactionConflict" => {
+                Error::Conflict {
+                    tx_id: tx_id.clone(),
+                    table,
+                    key,
+                }
+            }
+            other => other,
+        }
     }
 
     /// The DynamoDB error code, if this is a DynamoDB error.
@@ -721,4 +763,48 @@ pub(crate) fn is_transient_code(code: &str) -> bool {
                 | "TransactionConflict"
                 | "ReplicatedWriteConflict"
         )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dynamodb(code: &str, ambiguous: bool) -> Error {
+        Error::DynamoDb {
+            operation: "UpdateItem",
+            table: Some("Accounts".into()),
+            key: None,
+            code: Some(code.into()),
+            message: Some("Transaction is ongoing for the item".into()),
+            ambiguous,
+            source: "refused".into(),
+        }
+    }
+
+    #[test]
+    fn a_conflict_in_a_transaction_says_it_is_pending_and_retryable() {
+        let id = TxId::from("t-1");
+        for code in ["TransactionConflictException", "TransactionConflict"] {
+            let e = dynamodb(code, false).in_transaction(&id);
+            assert!(matches!(e, Error::Conflict { .. }), "{e:?}");
+            assert!(e.is_retryable());
+            assert_eq!(e.transaction_outcome(), Some(TxOutcome::Pending));
+            let text = e.to_string();
+            assert!(
+                text.contains("t-1") && text.contains("still pending"),
+                "{text}"
+            );
+            assert!(text.contains("on table Accounts"), "{text}");
+        }
+        // Anything else, and a refusal of a retry whose first attempt may have landed, stay as
+        // they are.
+        assert!(matches!(
+            dynamodb("ThrottlingException", false).in_transaction(&id),
+            Error::DynamoDb { .. }
+        ));
+        assert!(matches!(
+            dynamodb("TransactionConflictException", true).in_transaction(&id),
+            Error::DynamoDb { .. }
+        ));
+    }
 }

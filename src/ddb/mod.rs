@@ -249,8 +249,30 @@ impl Write {
         Ok(built.build())
     }
 
-    /// Sends the write on its own. `ConditionalCheckFailed` is an outcome, not an error.
+    /// Sends the write on its own. `ConditionalCheckFailed` is an outcome, not an error. A write
+    /// DynamoDB refuses because its item is part of a `TransactWriteItems` in flight
+    /// (`TransactionConflictException`: nothing was written) is sent again after a short pause,
+    /// a bounded number of times (see [`CONFLICT_RETRIES`]).
     pub async fn send(
+        &self,
+        client: &Client,
+        return_values: Option<ReturnValue>,
+    ) -> Result<Written> {
+        let mut attempt = 0;
+        loop {
+            // Boxed: every protocol step awaits this; its future would otherwise be inlined into
+            // theirs, which a debug build's test threads overflow.
+            match Box::pin(self.send_once(client, return_values.clone())).await {
+                Err(e) if is_conflict(&e) && attempt < CONFLICT_RETRIES => {
+                    conflict_pause(attempt).await;
+                    attempt += 1;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn send_once(
         &self,
         client: &Client,
         return_values: Option<ReturnValue>,
@@ -334,9 +356,45 @@ fn build_err(e: aws_sdk_dynamodb::error::BuildError) -> Error {
     Error::invariant(format!("request build failed: {e}"))
 }
 
-/// Runs writes as one `TransactWriteItems` (all or nothing). Cancellation is an outcome.
+/// Runs writes as one `TransactWriteItems` (all or nothing). Cancellation is an outcome, but one
+/// only for conflicts with other transactions in flight or throttling (nothing was written) is
+/// sent again after a short pause, with a new token, a bounded number of times (see
+/// [`CONFLICT_RETRIES`]); the last such cancellation is returned.
 pub(crate) async fn transact(client: &Client, writes: &[Write]) -> Result<Transacted> {
-    transact_with_token(client, writes, None).await
+    let mut attempt = 0;
+    loop {
+        let out = Box::pin(transact_with_token(client, writes, None)).await?;
+        match &out {
+            Transacted::Cancelled(reasons)
+                if attempt < CONFLICT_RETRIES
+                    && reasons.iter().all(|r| r.is_ok() || r.is_transient())
+                    && reasons.iter().any(Reason::is_transient) =>
+            {
+                conflict_pause(attempt).await;
+                attempt += 1;
+            }
+            _ => return Ok(out),
+        }
+    }
+}
+
+/// How many times a write refused for a conflict with a `TransactWriteItems` in flight (or a
+/// transaction cancelled only for conflicts or throttling) is sent again before the refusal is
+/// returned. DynamoDB holds an item for a transaction only while that transaction runs (a few
+/// round trips), so the pauses (5, 10, 20, 40 ms, jittered) outlast most.
+pub(crate) const CONFLICT_RETRIES: u32 = 4;
+
+async fn conflict_pause(attempt: u32) {
+    use rand::Rng;
+    let base = 5u64 << attempt.min(6);
+    let ms = rand::rng().random_range(base / 2..=base);
+    tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+}
+
+/// True for DynamoDB's refusal of a single-item write whose item is part of a
+/// `TransactWriteItems` in flight (nothing was written).
+pub(crate) fn is_conflict(e: &Error) -> bool {
+    matches!(e, Error::DynamoDb { code: Some(c), ambiguous: false, .. } if c == "TransactionConflictException")
 }
 
 /// [`transact`] with an explicit idempotency token: repeating it with the same token and writes

@@ -133,7 +133,11 @@ impl PutItemBuilder<'_> {
     /// Without `ReturnValues` nothing is written, so dropping is harmless. With `AllOld` the item may be
     /// left locked by the transaction; it is released when the transaction ends.
     pub async fn send(self) -> Result<WriteOutput> {
-        self.tx.write(self.req, self.return_values).await
+        let id = self.tx.id().clone();
+        self.tx
+            .write(self.req, self.return_values)
+            .await
+            .map_err(|e| e.in_transaction(&id))
     }
 }
 
@@ -185,7 +189,11 @@ impl UpdateItemBuilder<'_> {
     /// Without `ReturnValues` nothing is written. Otherwise the item may be left locked (and applied)
     /// by the transaction; rollback or commit settles it.
     pub async fn send(self) -> Result<WriteOutput> {
-        self.tx.write(self.req, self.return_values).await
+        let id = self.tx.id().clone();
+        self.tx
+            .write(self.req, self.return_values)
+            .await
+            .map_err(|e| e.in_transaction(&id))
     }
 }
 
@@ -229,7 +237,11 @@ impl DeleteItemBuilder<'_> {
     /// # Cancel safety
     /// As [`PutItemBuilder::send`].
     pub async fn send(self) -> Result<WriteOutput> {
-        self.tx.write(self.req, self.return_values).await
+        let id = self.tx.id().clone();
+        self.tx
+            .write(self.req, self.return_values)
+            .await
+            .map_err(|e| e.in_transaction(&id))
     }
 }
 
@@ -279,7 +291,11 @@ impl GetItemBuilder<'_> {
     /// Dropping midway may leave the item locked by the transaction; it is released when the
     /// transaction ends.
     pub async fn send(self) -> Result<GetOutput> {
-        self.tx.read(self.req, self.projection).await
+        let id = self.tx.id().clone();
+        self.tx
+            .read(self.req, self.projection)
+            .await
+            .map_err(|e| e.in_transaction(&id))
     }
 }
 

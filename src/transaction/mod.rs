@@ -387,7 +387,10 @@ impl Transaction {
     /// [`TransactionManager::resume`]: crate::TransactionManager::resume
     #[instrument(level = "info", skip_all, fields(tx = %self.id, outcome = tracing::field::Empty, error.kind = tracing::field::Empty))]
     pub async fn commit(self) -> Result<()> {
-        let r = self.commit_inner().await;
+        let r = self
+            .commit_inner()
+            .await
+            .map_err(|e| e.in_transaction(&self.id));
         crate::metrics::commit_result(&r);
         crate::metrics::record_outcome(&r, "committed");
         self.finished.store(true, Ordering::SeqCst);
@@ -422,7 +425,8 @@ impl Transaction {
             }
             self.rollback_locked(&mut st).await
         }
-        .await;
+        .await
+        .map_err(|e| e.in_transaction(&self.id));
         self.finished.store(true, Ordering::SeqCst);
         crate::metrics::record_outcome(&r, "rolled_back");
         r

@@ -8,5 +8,6 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod absorbed;
 mod any_size;
 mod engine;
