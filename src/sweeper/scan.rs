@@ -87,9 +87,14 @@ where
     let segment = |s: u32| async move {
         let mut start = None;
         loop {
+            // Consistent: an eventually consistent scan may miss a record or a lock written in
+            // the last second, or show it as it was before (DynamoDB; Local never does), and
+            // `finish_everything_now` promises to settle fresh transactions. Twice the read units
+            // of an eventually consistent scan.
             let page = client
                 .scan()
                 .table_name(spec.table)
+                .consistent_read(true)
                 .segment(s as i32)
                 .total_segments(segments as i32)
                 .set_filter_expression(spec.filter.clone())
