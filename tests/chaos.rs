@@ -8,12 +8,15 @@
 //! work (default 1 in CI).
 mod common;
 
+use std::collections::HashSet;
+use std::sync::Arc;
 use std::time::Duration;
 
+use aws_sdk_dynamodb::types::KeysAndAttributes;
 use common::*;
-use dynamodb_transactions::Error;
 use dynamodb_transactions::fault::{Delayer, FaultMode};
 use dynamodb_transactions::sweeper::SweepOptions;
+use dynamodb_transactions::{Error, IsolationLevel, TxState};
 use rand::{Rng, SeedableRng};
 
 fn balance(item: &dynamodb_transactions::Item) -> i64 {
@@ -147,16 +150,19 @@ async fn transfers_survive_crashes_lost_responses_throttling_and_delays() {
                         if a < amount {
                             return Ok::<_, Error>(false);
                         }
+                        // `by`: the transaction that wrote the balance, for the readers' check.
                         tx.put_item()
                             .table_name(&table)
                             .item("Id", s(&format!("a{from}")))
                             .item("bal", n(a - amount))
+                            .item("by", s(tx.id().as_str()))
                             .send()
                             .await?;
                         tx.put_item()
                             .table_name(&table)
                             .item("Id", s(&format!("a{to}")))
                             .item("bal", n(b + amount))
+                            .item("by", s(tx.id().as_str()))
                             .send()
                             .await?;
                         Ok(true)
@@ -197,9 +203,58 @@ async fn transfers_survive_crashes_lost_responses_throttling_and_delays() {
             st
         }));
     }
+    // Readers at `Committed`, with default (eventually consistent) reads, while the workers run:
+    // every balance they see must have been written by a transaction that committed.
+    let running = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let readers: Vec<_> = (0..2)
+        .map(|_| {
+            let m = env.manager.clone();
+            let table = env.table.clone();
+            let running = running.clone();
+            tokio::spawn(async move {
+                let mut seen: HashSet<String> = HashSet::new();
+                let mut reads = 0u64;
+                while running.load(std::sync::atomic::Ordering::Relaxed) {
+                    let mut keys = KeysAndAttributes::builder();
+                    for i in 0..accounts {
+                        keys = keys.keys(key(&format!("a{i}")));
+                    }
+                    let read = m
+                        .batch_get_item()
+                        .request_items(&table, keys.build().expect("keys"))
+                        .isolation(IsolationLevel::Committed)
+                        .send()
+                        .await;
+                    match read {
+                        Ok(out) => {
+                            for it in out.responses().get(&table).into_iter().flatten() {
+                                reads += 1;
+                                assert!(!has_tx_attrs(it), "a committed read shows a lock: {it:?}");
+                                if let Some(by) = it.get("by").and_then(|v| v.as_s().ok()) {
+                                    seen.insert(by.clone());
+                                }
+                            }
+                        }
+                        // Contention with the workers' locks: try again.
+                        Err(e) if e.is_retryable() => {}
+                        Err(e) => panic!("committed read failed (seed {seed}): {e}"),
+                    }
+                }
+                (reads, seen)
+            })
+        })
+        .collect();
     let mut total = Stats::default();
     for h in handles {
         total += h.await.unwrap();
+    }
+    running.store(false, std::sync::atomic::Ordering::Relaxed);
+    let mut reads = 0;
+    let mut writers: HashSet<String> = HashSet::new();
+    for r in readers {
+        let (n, seen) = r.await.unwrap();
+        reads += n;
+        writers.extend(seen);
     }
     let t = &total;
     println!(
@@ -265,6 +320,25 @@ async fn transfers_survive_crashes_lost_responses_throttling_and_delays() {
         rows.iter()
             .any(|r| r["_TxN"] == n(1) && r["_TxR"].as_l().is_ok_and(|l| l.len() >= 2)),
         "a record was created with its requests in a chunk row (the memo worker's)"
+    );
+    // No dirty read: every writer a committed read showed is committed.
+    for by in &writers {
+        let state = env
+            .tx_state(&dynamodb_transactions::TxId::from(by.as_str()))
+            .await;
+        assert_eq!(
+            state.map(|(s, _)| s),
+            Some(TxState::Committed),
+            "a committed read showed a balance written by {by} (seed {seed})"
+        );
+    }
+    println!(
+        "chaos: {reads} committed reads, balances of {} transactions seen, all committed",
+        writers.len()
+    );
+    assert!(
+        reads > 0 && !writers.is_empty(),
+        "the readers read balances"
     );
     for row in rows {
         if row["_TxId"].as_s().unwrap().starts_with('~') || row["_TxN"] != n(0) {

@@ -40,7 +40,9 @@ fn ordered_with(
                 ticket_at_begin: true,
             };
             s.ticket_source = source;
-            s.lock_wait = Duration::from_millis(400);
+            // Generous: a loaded machine, or DynamoDB's round trips under the profile, make a
+            // resolution (wound, settle) take a few hundred ms.
+            s.lock_wait = Duration::from_secs(2);
             s.wound_grace = Duration::from_millis(50);
             more(s);
         })

@@ -148,6 +148,10 @@ async fn one_run(
                 .table_name(&env.table)
                 .key("Id", s(&ids.id(l)))
                 .isolation(dynamodb_transactions::IsolationLevel::Committed)
+                // Consistent: an eventually consistent read may show an item as it was up to a
+                // second ago, before the commit (docs/ISOLATION.md); what is checked here is
+                // which version is the committed one now.
+                .consistent_read(true)
                 .send()
                 .await
                 .unwrap_or_else(|e| panic!("{label}: committed read of {l}: {e}"));

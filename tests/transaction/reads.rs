@@ -173,11 +173,13 @@ async fn a_committed_delete_not_yet_executed_reads_as_absent() {
         s("D"),
         "the delete is marked, not executed: {raw:?}"
     );
+    // Consistent: an eventually consistent read may show the item as it was before the commit.
     let committed = env
         .manager
         .get_item()
         .table_name(&env.table)
         .key("Id", s("d"))
+        .consistent_read(true)
         .send()
         .await
         .unwrap();
