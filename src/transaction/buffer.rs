@@ -199,10 +199,16 @@ impl Transaction {
     /// Records buffered requests in the TX record.
     #[instrument(level = "debug", name = "record", skip_all, fields(tx = %self.id, new_requests = st.requests.len() - st.recorded))]
     pub(super) async fn flush(&self, st: &mut State) -> Result<()> {
+        self.flush_requests(st, false).await
+    }
+
+    /// [`flush`](Self::flush), or with `all`, every request, reads this handle holds included
+    /// (a hand-off: whoever resumes the transaction must find every lock in its record).
+    pub(super) async fn flush_requests(&self, st: &mut State, all: bool) -> Result<()> {
         let _timer = (st.recorded < st.requests.len())
             .then(|| crate::metrics::PhaseTimer::start(crate::metrics::RECORD));
         for _ in 0..PROTOCOL_ATTEMPTS {
-            if st.recorded == st.requests.len() || self.only_held_reads_unrecorded(st) {
+            if st.recorded == st.requests.len() || (!all && self.only_held_reads_unrecorded(st)) {
                 return Ok(());
             }
             let c = &self.inner.client;

@@ -434,8 +434,70 @@ impl Transaction {
 
     /// Leaves the transaction as it is, without committing or rolling back, as if this process had
     /// died. Its record and locks stay until another coordinator or the sweeper resolves them.
+    ///
+    /// **Buffered writes are lost**: a `put_item`, `update_item` or `delete_item` sent without
+    /// `ReturnValues` is kept in this handle until the commit records it, and `abandon` records
+    /// nothing. A coordinator that resumes the transaction ([`TransactionManager::resume`]) sees
+    /// only what the record holds (reads, and writes that were driven at once), and a commit there
+    /// commits exactly that. To hand the transaction to another process with its writes, use
+    /// [`hand_off`](Self::hand_off).
+    ///
+    /// [`TransactionManager::resume`]: crate::TransactionManager::resume
     pub fn abandon(self) {
         self.finished.store(true, Ordering::SeqCst);
+    }
+
+    /// Records every request of this handle in the transaction's record — buffered writes and
+    /// reads included — and leaves the transaction pending for another coordinator: whoever
+    /// resumes it by id ([`TransactionManager::resume`]) commits or rolls back exactly what this
+    /// handle did. Returns the id to hand over; the handle is then finished (dropping it does
+    /// nothing). Nothing is locked or applied beyond what was already (a write is locked and
+    /// applied by the commit that follows the hand-off).
+    ///
+    /// A pending transaction is rolled back by a contender that needs its items once it has been
+    /// idle for `dead_after` (or by the sweeper after `rollback_after`): resume it soon.
+    ///
+    /// ```no_run
+    /// # async fn demo(manager: dynamodb_transactions::TransactionManager) -> dynamodb_transactions::Result<()> {
+    /// use aws_sdk_dynamodb::types::AttributeValue;
+    /// let tx = manager.begin();
+    /// tx.update_item()
+    ///     .table_name("Accounts")
+    ///     .key("Id", AttributeValue::S("bob".into()))
+    ///     .update_expression("SET balance = balance + :d")
+    ///     .expression_attribute_values(":d", AttributeValue::N("5".into()))
+    ///     .send()
+    ///     .await?;
+    /// let id = tx.hand_off().await?;
+    /// // ... in another process, with `id`:
+    /// manager.resume(&id).await?.commit().await?; // bob gets his 5
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// What recording can fail with: the transaction was then not handed off and the handle stays
+    /// usable (call `hand_off` again — a lost answer is recognised, nothing is recorded twice —
+    /// or roll back); [`Error::TransactionFinished`] on a finished handle.
+    ///
+    /// # Cancel safety
+    /// Dropping the future midway may leave some requests unrecorded and the handle unusable for
+    /// them; the transaction stays pending (rolled back by contenders or the sweeper), never
+    /// half-applied.
+    ///
+    /// [`TransactionManager::resume`]: crate::TransactionManager::resume
+    pub async fn hand_off(&self) -> Result<TxId> {
+        let mut st = self.state.lock().await;
+        if self.finished.load(Ordering::SeqCst) {
+            return Err(Error::TransactionFinished {
+                tx_id: self.id.clone(),
+            });
+        }
+        self.flush_requests(&mut st, true)
+            .await
+            .map_err(|e| e.in_transaction(&self.id))?;
+        self.finished.store(true, Ordering::SeqCst);
+        Ok(self.id.clone())
     }
 
     /// Deletes the transaction's record, which must be finalized (committed or rolled back and

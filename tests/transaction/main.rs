@@ -9,6 +9,7 @@ mod batched_locks;
 mod commit_paths;
 mod drop;
 mod folded_commit;
+mod hand_off;
 mod handles;
 mod images;
 mod in_doubt;
