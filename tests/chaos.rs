@@ -340,6 +340,10 @@ async fn transfers_survive_crashes_lost_responses_throttling_and_delays() {
         reads > 0 && !writers.is_empty(),
         "the readers read balances"
     );
+    if let Some(p) = profile() {
+        // Under the DynamoDB profile: how many items the readers got in an older version.
+        println!("chaos: DynamoDB profile {:?}", p.stats());
+    }
     for row in rows {
         if row["_TxId"].as_s().unwrap().starts_with('~') || row["_TxN"] != n(0) {
             continue;
