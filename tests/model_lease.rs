@@ -27,7 +27,7 @@
 //! both believe they hold the lock. `sometimes` properties show that the lost-response paths are
 //! explored (an acquire adopted after a lost answer, a heartbeat confirmed after a lost answer, a
 //! takeover), and `old_lease_counting_is_caught` puts back the bugs (the lease counted from the
-//! retry that found the holder's own write, issue 13; a heartbeat counted from its retry; the same
+//! retry that found the holder's own write; a heartbeat counted from its retry; the same
 //! owner id reused across ambiguous attempts) and expects a counterexample for each.
 
 mod model_support;
@@ -47,7 +47,7 @@ enum Expiry {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 enum Bug {
     /// The old code: an acquire that finds its own earlier write counts the lease from the send of
-    /// the attempt that found it (issue 13).
+    /// the attempt that found it.
     CountFromRetry,
     /// A heartbeat confirmed after ambiguous attempts counts from its last attempt's send.
     BeatFromRetry,

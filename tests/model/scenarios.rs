@@ -383,8 +383,8 @@ fn transfer_with_the_writes_folded_into_the_commit() {
 }
 
 /// A second handle may resume the transaction at any moment while its first coordinator runs;
-/// records are deleted once finalized. Before session 6 a creation answered ambiguously was
-/// retried as a creation, and the model found the record created anew after a second handle had
+/// records are deleted once finalized. A creation answered ambiguously, if it were retried as a
+/// creation, would be caught here: the model found the record created anew after a second handle had
 /// committed the transaction and its record had been deleted ("committed state is immutable"
 /// failed): a handle now reads a record whose creation is in doubt and, finding none, ends the
 /// transaction under a tombstone.

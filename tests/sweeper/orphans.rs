@@ -193,7 +193,7 @@ async fn orphan_images_and_locks_of_deleted_records_are_cleaned() {
 
 /// With `lock_reads_before_recording`, a read's lock the record never named outlives the
 /// transaction's rollback by another coordinator; a sweep of the items releases it once the record
-/// is finalized (before session 6 it completed the owner and left the lock).
+/// is finalized (completing the owner alone would leave the lock).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sweep_releases_read_locks_a_finalized_record_never_named() {
     let env = TestEnv::with_settings("sweep-unnamed", |s| {

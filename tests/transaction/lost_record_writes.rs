@@ -172,7 +172,7 @@ async fn a_chunked_record_cut_short_then_appended_by_a_second_handle_commits_onc
 /// from the record that did land, commits it, and the finalized record is deleted. The first
 /// handle's retried call must not create the record anew (the transaction would run twice): it
 /// finds no record, ends the transaction under a tombstone and reports `UnknownOutcome`, and the
-/// write stays applied once. Found by the protocol model (session 6).
+/// write stays applied once. Found by the protocol model.
 #[tokio::test]
 async fn a_call_retried_after_its_record_was_committed_elsewhere_and_deleted_is_not_run_again() {
     let env = TestEnv::new("lost-create-del").await;

@@ -38,13 +38,13 @@ const WEIGHT: f64 = 0.3;
 /// A waiter with more entries than this ahead sleeps by the far estimate (below).
 const FAR: usize = 3;
 /// Departures before its turn a far waiter aims to wake at: its next read is then near the head.
-/// (2.0 until session 10; 1.5 pays for the head's faster polls: the same reads per waiter.)
+/// (1.5 rather than 2.0 pays for the head's faster polls: the same reads per waiter.)
 const FAR_MARGIN: f64 = 1.5;
 /// A far waiter's time per departure is at most this multiple of the near estimate. Without the
 /// cap, a far estimate measured while the queue was slow (its first departures, a stall) made far
 /// waiters wake after their turn, which slowed the departures they measured next: about one
 /// benchmark run in five stayed slow throughout (14 reads per waiter per second instead of 18, the
-/// worst wait 2.3–2.5× ideal instead of 1.8×). Measured in session 10.
+/// worst wait 2.3–2.5× ideal instead of 1.8×), measured with the queue-lock benchmark.
 const FAR_CAP: f64 = 1.3;
 /// Fewest departures a read must span to count in the far estimate.
 const FAR_SPAN: u64 = 3;
