@@ -65,6 +65,7 @@ pub mod sweeper;
 mod tables;
 mod ticket;
 mod transaction;
+mod tx_id;
 mod typed;
 
 pub use error::{BoxError, Error, Item, Result, TableRole, TxOutcome};
@@ -82,41 +83,8 @@ pub use transaction::{
     DeleteItemBuilder, GetItemBuilder, GetOutput, PutItemBuilder, Transaction, UpdateItemBuilder,
     WriteOutput,
 };
+pub use tx_id::TxId;
 pub use typed::{from_item, from_items, to_item};
-
-/// The id of a transaction (a UUID string).
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct TxId(pub(crate) String);
-
-impl TxId {
-    /// A fresh random id.
-    pub fn new_random() -> TxId {
-        TxId(uuid::Uuid::new_v4().to_string())
-    }
-
-    /// The id as a string.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl std::fmt::Display for TxId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl From<String> for TxId {
-    fn from(s: String) -> Self {
-        TxId(s)
-    }
-}
-
-impl From<&str> for TxId {
-    fn from(s: &str) -> Self {
-        TxId(s.to_string())
-    }
-}
 
 /// The README's examples, compiled as doc tests.
 #[doc = include_str!("../README.md")]
