@@ -44,6 +44,7 @@ mod expr;
 #[cfg(feature = "fault-injection")]
 #[cfg_attr(docsrs, doc(cfg(feature = "fault-injection")))]
 pub mod fault;
+pub mod guides;
 mod isolation;
 /// Internals the project's own tests check against DynamoDB Local (differential tests); not part of
 /// the API, and not stable.
@@ -90,11 +91,6 @@ pub use typed::{from_item, from_items, to_item};
 #[doc = include_str!("../README.md")]
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
-
-/// docs/LOCKS.md's examples, compiled as doc tests.
-#[doc = include_str!("../docs/LOCKS.md")]
-#[cfg(doctest)]
-pub struct LocksDoctests;
 
 #[cfg(test)]
 mod readme_tests {
