@@ -149,7 +149,9 @@ async fn eventually_consistent_reads_may_return_a_recent_version_and_consistent_
             .unwrap();
     }
     // The versions are observed in the background after each write.
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    while profile.stats().versions_observed < 2 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let v_of =
         |i: Option<&dynamodb_transactions::Item>| i.map(|i| i["v"].as_n().unwrap().to_string());
     let get = |consistent: bool| {
@@ -212,7 +214,9 @@ async fn eventually_consistent_reads_may_return_a_recent_version_and_consistent_
 async fn writes_past_an_items_throughput_are_throttled_and_not_applied() {
     let mut settings = ProfileSettings::none(9);
     settings.throttling = true;
-    settings.write_units_per_second = 5.0;
+    // One unit a second, and a second's worth saved up: the first write goes through, most of
+    // the next ones in quick succession do not (however slow the machine).
+    settings.write_units_per_second = 1.0;
     let profile = DynamoDbProfile::new(settings);
     let guard = TableGuard::default();
     let setup = client_through(&profile, vec![]);
@@ -243,8 +247,7 @@ async fn writes_past_an_items_throughput_are_throttled_and_not_applied() {
             }
         }
     }
-    // A second of units saved up (5), and a few more refilled while the loop ran.
-    assert!(throttled >= 4 && ok >= 5, "ok {ok}, throttled {throttled}");
+    assert!(throttled >= 4 && ok >= 1, "ok {ok}, throttled {throttled}");
     let got = local_client()
         .get_item()
         .table_name(&t)
