@@ -1,8 +1,8 @@
 //! The guides, as pages of this documentation: the same Markdown files as the repository's `docs/`
 //! directory.
 //!
-//! - [`protocol`]: the TX-record protocol — records, locks, images, commit and rollback, recovery,
-//!   and what each step costs.
+//! - [`protocol`]: the TX-record protocol — records, locks, images, commit and rollback,
+//!   recovery, and what each step costs.
 //! - [`isolation`]: what reads outside a transaction see at each [`IsolationLevel`], and what they
 //!   cost.
 //! - [`operations`]: running the library in production — tables, the sweeper, IAM, the operator

@@ -25,16 +25,17 @@
 //!
 //! When a transaction only writes, fewer than 100 items, native `TransactWriteItems` does it in one
 //! request, and so does this library: it takes the same one-request fast path, for the same cost
-//! plus one action that writes its record (2 write units). Native `TransactWriteItems` is enough there, unless the same items also
-//! take part in the library's transactions: a write that bypasses the library ignores its locks.
+//! plus one action that writes its record (2 write units). Native `TransactWriteItems` is enough
+//! there, unless the same items also take part in the library's transactions: a write that
+//! bypasses the library ignores its locks.
 //!
 //! ## What a transaction costs
 //!
 //! | transaction | requests | round trips in sequence | write units |
 //! |---|---|---|---|
 //! | write-only, < 100 items (fast path) | 1 `TransactWriteItems` | 1 | 2N + 2 (native: 2N) |
-//! | N ≤ 98 items, through locks (it reads, asks for `ReturnValues`, meets a lock) | 2 | 2 | about 4N + 4 |
-//! | 1,000 updates (locks in batches of 99) | about 34 | about 9 | about 4N + 4, plus the padding of batched locks |
+//! | N ≤ 98 writes through locks (taken after reads, for `ReturnValues`, or on meeting a lock) | 2 | 2 | about 4N + 4 |
+//! | 1,000 updates (locks in batches of 99) | about 34 | about 9 | about 4N, plus the padding of batched locks |
 //!
 //! A `TransactWriteItems` action costs 2 write units per KB, a plain write 1. Each locked read
 //! costs two round trips in sequence, one with
@@ -58,15 +59,16 @@
 //!
 //! ## Errors and outcomes
 //!
-//! Every call returns [`Result`] with one [`Error`] type, displayed on one line saying what failed
-//! and what it left. After a failed `commit`, `rollback` or `run`,
+//! Transactions and reads return [`Result`] with one [`Error`] type, displayed on one line saying
+//! what failed and what it left (the locks have their own, [`lock::LockError`]). After a failed `commit`, `rollback` or `run`,
 //! [`Error::transaction_outcome`] tells from the error alone what happened to the transaction
 //! ([`TxOutcome`]): `Committed`, `RolledBack` (nothing took effect: safe to run the work again),
-//! `Pending` (nothing decided yet), `CommittedWithout` or `Undetermined` (resume it later to
-//! learn; never applied twice). [`Error::is_retryable`] says whether running the whole unit of work
-//! again may succeed (contention, throttling, transient failures).
-//! [`TransactionManager::run`] does that for you: it runs the closure in a transaction, commits,
-//! and on a retryable error rolls the attempt back and runs it again.
+//! `Pending` (nothing decided yet), `CommittedWithout` (committed without some requests of this
+//! handle) or `Undetermined` (resume it later to learn; applied at most once).
+//! [`Error::is_retryable`] says whether running the whole unit of work again may succeed
+//! (contention, throttling, transient failures). [`TransactionManager::run`] does that for you: it
+//! runs the closure in a transaction, commits, and on a retryable error rolls the attempt back and
+//! runs it again.
 //!
 //! ## Example
 //!
@@ -126,11 +128,12 @@
 //!
 //! ## Observability
 //!
-//! **Tracing.** The library emits [`tracing`] spans and events and installs no subscriber. Each
-//! transaction's `commit`, `rollback` and [`run`](TransactionManager::run) span (level `info`)
-//! carries its id (`tx`) and, when it ends, its `outcome` (`committed`, `rolled_back`, `unknown`,
-//! `failed`) and, on failure, `error.kind` (`condition_failed`, `rolled_back`, `dynamodb`, ...);
-//! the protocol's phases have `debug` spans below it. To see them, install a subscriber, e.g. with
+//! **Tracing.** The library emits [`tracing`](https://docs.rs/tracing) spans and events and
+//! installs no subscriber. Each transaction's `commit`, `rollback` and
+//! [`run`](TransactionManager::run) span (level `info`) carries its id (`tx`) and, when it ends,
+//! its `outcome` (`committed`, `rolled_back`, `unknown`, `failed`) and, on failure, `error.kind`
+//! (`condition_failed`, `rolled_back`, `dynamodb`, ...); the protocol's phases have `debug` spans
+//! below it. To see them, install a subscriber, e.g. with
 //! `tracing-subscriber` (features `fmt`, `env-filter`):
 //!
 //! ```
@@ -141,11 +144,11 @@
 //!
 //! and run with `RUST_LOG=dynamodb_transactions=debug`.
 //!
-//! **Metrics.** Counters and a phase-latency histogram go through the [`metrics`](::metrics)
-//! facade, all named `dynamodb_tx_...`: commits by path, rollbacks by cause, contention waits and
-//! wounds, retries, sweeper actions, lock acquisitions, releases, timeouts and losses. Nothing is
-//! recorded until the application installs a recorder or exporter (for example
-//! `metrics-exporter-prometheus`); `examples/metrics.rs` shows one, and the
+//! **Metrics.** Counters and a phase-latency histogram go through the
+//! [`metrics`](https://docs.rs/metrics) facade, all named `dynamodb_tx_...`: commits by path,
+//! rollbacks by cause, contention waits and wounds, retries, sweeper actions, lock acquisitions,
+//! releases, timeouts and losses. Nothing is recorded until the application installs a recorder or
+//! exporter (for example `metrics-exporter-prometheus`); `examples/metrics.rs` shows one, and the
 //! [operations guide](guides::operations) ("Observability") lists every metric with its labels.
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
