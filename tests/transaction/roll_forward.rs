@@ -193,13 +193,15 @@ async fn readers_see_the_rolled_forward_versions_once_committed_and_another_coor
         "{:?}",
         d.items[0]
     );
-    // Committed readers see each write's result, uncommitted ones the stored item.
+    // Committed readers see each write's result, uncommitted ones the stored item. (Reads here
+    // are consistent: an eventually consistent one may show the item as it was before the lock.)
     let get = |level| {
         env.manager
             .get_item()
             .table_name(&env.table)
             .key("Id", s(&id(3)))
             .isolation(level)
+            .consistent_read(true)
             .send()
     };
     assert_eq!(
@@ -224,6 +226,7 @@ async fn readers_see_the_rolled_forward_versions_once_committed_and_another_coor
         .scan()
         .table_name(&env.table)
         .isolation(IsolationLevel::Committed)
+        .consistent_read(true)
         .filter_expression("hits = :h")
         .expression_attribute_values(":h", n(4))
         .projection_expression("hits")
