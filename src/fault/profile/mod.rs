@@ -16,13 +16,15 @@ use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
 use aws_smithy_types::body::SdkBody;
 use serde_json::{Map, Value, json};
 
+mod admission;
 mod conflicts;
 mod stale;
 mod throughput;
 mod versions;
 mod wire;
 
-use conflicts::{InFlight, Ongoing};
+use admission::Admission;
+use conflicts::InFlight;
 use throughput::Buckets;
 use versions::Versions;
 use wire::ItemId;
@@ -302,14 +304,6 @@ impl HttpConnector for ProfileConnector {
 /// A write's items, for the versions observed after it: table and key of each.
 type Written = Vec<(String, Map<String, Value>)>;
 
-/// What admission decided for one request.
-enum Admission {
-    /// Refused with this answer; Local never sees the request.
-    Refused(Box<HttpResponse>),
-    /// Goes to Local; a transaction's items stay in flight while this lives.
-    Admitted(Option<Ongoing>),
-}
-
 impl Shared {
     fn delays(&self) -> (Duration, Duration) {
         use rand::Rng;
@@ -369,201 +363,6 @@ impl Shared {
         tokio::time::sleep(back).await;
         drop(ongoing);
         Ok(answer)
-    }
-
-    /// Refuses the request as DynamoDB would (a conflict, throttling), or admits it.
-    fn admit(&self, op: &str, body: &Value, touched: &Touched) -> Admission {
-        let s = &self.settings;
-        let mut st = self.state.lock().expect("profile state poisoned");
-        let now = Instant::now();
-        match op {
-            "TransactWriteItems" => {
-                if s.conflicts {
-                    let reasons: Vec<Option<(&str, &str)>> = touched
-                        .ids
-                        .iter()
-                        .map(|id| {
-                            id.as_ref().filter(|id| st.in_flight.holds(id)).map(|_| {
-                                ("TransactionConflict", "Transaction is ongoing for the item")
-                            })
-                        })
-                        .collect();
-                    if reasons.iter().any(Option::is_some) {
-                        bump(&self.counters.transactions_in_conflict);
-                        return Admission::Refused(Box::new(wire::cancelled_answer(&reasons)));
-                    }
-                }
-                if s.throttling {
-                    let wants: Vec<(ItemId, f64)> = touched
-                        .ids
-                        .iter()
-                        .zip(&touched.sizes)
-                        .filter_map(|(id, size)| {
-                            Some((id.clone()?, throughput::write_units(*size, true)))
-                        })
-                        .collect();
-                    let short = st.writes.take(&wants, s.write_units_per_second, now);
-                    if !short.is_empty() {
-                        bump(&self.counters.throttled);
-                        let short_ids: Vec<&ItemId> = short.iter().map(|&i| &wants[i].0).collect();
-                        let reasons: Vec<Option<(&str, &str)>> = touched
-                            .ids
-                            .iter()
-                            .map(|id| {
-                                id.as_ref().filter(|id| short_ids.contains(id)).map(|_| {
-                                    ("ThrottlingError", "Throughput exceeds the current capacity for one or more items")
-                                })
-                            })
-                            .collect();
-                        return Admission::Refused(Box::new(wire::cancelled_answer(&reasons)));
-                    }
-                }
-                let ongoing = s.conflicts.then(|| {
-                    let ids = touched.ids.iter().flatten().cloned().collect();
-                    Ongoing::enter(&self.state, &mut st, ids)
-                });
-                Admission::Admitted(ongoing)
-            }
-            "PutItem" | "UpdateItem" | "DeleteItem" | "BatchWriteItem" => {
-                let ids: Vec<&ItemId> = touched.ids.iter().flatten().collect();
-                if s.conflicts && ids.iter().any(|id| st.in_flight.holds(id)) {
-                    bump(&self.counters.writes_in_conflict);
-                    return Admission::Refused(Box::new(wire::error_answer(
-                        "TransactionConflictException",
-                        "Transaction is ongoing for the item",
-                    )));
-                }
-                if s.throttling && op != "BatchWriteItem" {
-                    let wants: Vec<(ItemId, f64)> = ids
-                        .iter()
-                        .zip(&touched.sizes)
-                        .map(|(id, size)| ((*id).clone(), throughput::write_units(*size, false)))
-                        .collect();
-                    if !st
-                        .writes
-                        .take(&wants, s.write_units_per_second, now)
-                        .is_empty()
-                    {
-                        bump(&self.counters.throttled);
-                        return Admission::Refused(Box::new(throttled()));
-                    }
-                }
-                Admission::Admitted(None)
-            }
-            "GetItem" if s.throttling => {
-                let units = if body.get("ConsistentRead") == Some(&Value::Bool(true)) {
-                    1.0
-                } else {
-                    0.5
-                };
-                let wants: Vec<(ItemId, f64)> = touched
-                    .ids
-                    .iter()
-                    .flatten()
-                    .map(|id| (id.clone(), units))
-                    .collect();
-                if !st
-                    .reads
-                    .take(&wants, s.read_units_per_second, now)
-                    .is_empty()
-                {
-                    bump(&self.counters.throttled);
-                    return Admission::Refused(Box::new(throttled()));
-                }
-                Admission::Admitted(None)
-            }
-            _ => Admission::Admitted(None),
-        }
-    }
-
-    /// The items a request touches: every action's item for a transaction (in order), the
-    /// item of a single-item request, the items of a `BatchWriteItem`; and, for writes, the
-    /// table and key of each item written.
-    async fn touched(
-        &self,
-        inner: &SharedHttpConnector,
-        template: Option<&HttpRequest>,
-        op: &str,
-        body: &Value,
-    ) -> Touched {
-        let mut t = Touched::default();
-        let table_of = |v: &Value| v.get("TableName").and_then(Value::as_str).map(String::from);
-        match op {
-            "TransactWriteItems" => {
-                for a in wire::transact_actions(body) {
-                    let key = match (&a.key, &a.item) {
-                        (Some(k), _) => Some(k.clone()),
-                        (None, Some(item)) => self.key_in(inner, template, &a.table, item).await,
-                        _ => None,
-                    };
-                    t.ids.push(key.as_ref().map(|k| ItemId::new(&a.table, k)));
-                    t.sizes.push(a.size);
-                    if a.writes
-                        && let Some(k) = key
-                    {
-                        t.written.push((a.table.clone(), k));
-                    }
-                }
-            }
-            "PutItem" | "UpdateItem" | "DeleteItem" | "GetItem" => {
-                let Some(table) = table_of(body) else {
-                    return t;
-                };
-                let key = match body.get("Key").and_then(Value::as_object) {
-                    Some(k) => Some(k.clone()),
-                    None => match body.get("Item").and_then(Value::as_object) {
-                        Some(item) => self.key_in(inner, template, &table, item).await,
-                        None => None,
-                    },
-                };
-                t.ids.push(key.as_ref().map(|k| ItemId::new(&table, k)));
-                t.sizes.push(body.to_string().len());
-                if op != "GetItem"
-                    && let Some(k) = key
-                {
-                    t.written.push((table, k));
-                }
-            }
-            "BatchWriteItem" => {
-                let Some(tables) = body.get("RequestItems").and_then(Value::as_object) else {
-                    return t;
-                };
-                for (table, requests) in tables {
-                    for r in requests.as_array().into_iter().flatten() {
-                        let key = if let Some(k) =
-                            r.pointer("/DeleteRequest/Key").and_then(Value::as_object)
-                        {
-                            Some(k.clone())
-                        } else if let Some(item) =
-                            r.pointer("/PutRequest/Item").and_then(Value::as_object)
-                        {
-                            self.key_in(inner, template, table, item).await
-                        } else {
-                            None
-                        };
-                        t.ids.push(key.as_ref().map(|k| ItemId::new(table, k)));
-                        t.sizes.push(r.to_string().len());
-                        if let Some(k) = key {
-                            t.written.push((table.clone(), k));
-                        }
-                    }
-                }
-            }
-            _ => {}
-        }
-        t
-    }
-
-    /// The key of `item` in `table` (`None`: the table's keys are unknown).
-    async fn key_in(
-        &self,
-        inner: &SharedHttpConnector,
-        template: Option<&HttpRequest>,
-        table: &str,
-        item: &Map<String, Value>,
-    ) -> Option<Map<String, Value>> {
-        let schema = self.schema(inner, template, table).await?;
-        wire::key_of(item, &schema.keys)
     }
 
     /// A table's key schema, asked of DynamoDB Local once (`DescribeTable`).
@@ -692,23 +491,6 @@ impl Shared {
             }
         }
     }
-}
-
-/// The items of one request (see [`Shared::touched`]).
-#[derive(Debug, Default)]
-struct Touched {
-    /// One per action or item, in order (`None`: unknown key).
-    ids: Vec<Option<ItemId>>,
-    /// The size in bytes of each action or item's request.
-    sizes: Vec<usize>,
-    written: Written,
-}
-
-fn throttled() -> HttpResponse {
-    wire::error_answer(
-        "ThrottlingException",
-        "Throughput exceeds the current capacity of your table or index. DynamoDB is automatically scaling your table or index so please try again shortly.",
-    )
 }
 
 /// Sends a request of the profile's own to DynamoDB Local (with the headers of `template`, whose
