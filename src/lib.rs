@@ -163,6 +163,9 @@ mod expr;
 #[cfg(feature = "fault-injection")]
 #[cfg_attr(docsrs, doc(cfg(feature = "fault-injection")))]
 pub mod fault;
+#[cfg(feature = "feed")]
+#[cfg_attr(docsrs, doc(cfg(feature = "feed")))]
+pub mod feed;
 pub mod guides;
 mod isolation;
 /// Internals the project's own tests check against DynamoDB Local (differential tests); not part of

@@ -1,0 +1,224 @@
+//! What the feed delivers for each kind of write.
+
+use std::collections::HashMap;
+
+use dynamodb_transactions::feed::Change;
+
+use crate::common::TestEnv;
+use crate::*;
+
+async fn outside_put(env: &TestEnv, id: &str, v: i64) {
+    env.client
+        .put_item()
+        .table_name(&env.table)
+        .item("Id", s(id))
+        .item("v", n(v))
+        .send()
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_committed_transaction_is_delivered_once_and_whole_with_its_items_before_and_after() {
+    let env = TestEnv::new("feed-commit").await;
+    enable_stream(&env.client, &env.table).await;
+    enable_stream(&env.client, &env.range_table).await;
+    outside_put(&env, "a", 1).await;
+    outside_put(&env, "c", 3).await;
+
+    let tx = env.manager.begin();
+    tx.update_item()
+        .table_name(&env.table)
+        .key("Id", s("a"))
+        .update_expression("SET v = v + :d")
+        .expression_attribute_values(":d", n(10))
+        .send()
+        .await
+        .unwrap();
+    tx.put_item()
+        .table_name(&env.table)
+        .item("Id", s("b"))
+        .item("v", n(2))
+        .send()
+        .await
+        .unwrap();
+    tx.delete_item()
+        .table_name(&env.table)
+        .key("Id", s("c"))
+        .send()
+        .await
+        .unwrap();
+    tx.put_item()
+        .table_name(&env.range_table)
+        .item("Id", s("r"))
+        .item("RangeAttr", n(1))
+        .item("v", n(7))
+        .send()
+        .await
+        .unwrap();
+    let id = tx.id().clone();
+    tx.commit().await.unwrap();
+
+    let mut feed = feed(
+        env.manager.transactions_table(),
+        &[&env.table, &env.range_table],
+    )
+    .build()
+    .unwrap();
+    let changes = drain(&mut feed).await;
+    assert_clean(&changes);
+    let txs: Vec<_> = changes
+        .iter()
+        .filter(|c| c.transaction_id().is_some())
+        .collect();
+    assert_eq!(txs.len(), 1, "one transaction: {changes:#?}");
+    let Change::Transaction { id: got, items } = txs[0] else {
+        unreachable!()
+    };
+    assert_eq!(got, &id);
+    assert_eq!(items.len(), 4, "every item it wrote: {items:#?}");
+    let by_key: HashMap<_, _> = items.iter().map(|i| (ident(&i.table, &i.key), i)).collect();
+    let a = by_key[&ident(&env.table, &[("Id".to_string(), s("a"))].into())];
+    assert_eq!(a.before.as_ref().unwrap()["v"], n(1));
+    assert_eq!(a.after.as_ref().unwrap()["v"], n(11));
+    let b = by_key[&ident(&env.table, &[("Id".to_string(), s("b"))].into())];
+    assert_eq!(b.before, None);
+    assert_eq!(b.after.as_ref().unwrap()["v"], n(2));
+    let c = by_key[&ident(&env.table, &[("Id".to_string(), s("c"))].into())];
+    assert_eq!(c.before.as_ref().unwrap()["v"], n(3));
+    assert_eq!(c.after, None);
+    // The two outside writes come first, as single changes.
+    let singles: Vec<_> = changes
+        .iter()
+        .filter(|c| matches!(c, Change::Single(_)))
+        .collect();
+    assert_eq!(singles.len(), 2, "{changes:#?}");
+    // Replaying the feed rebuilds both tables.
+    let mut state = HashMap::new();
+    replay(&mut state, &changes, true);
+    let mut expected = scan(&env.client, &env.table, &["Id"]).await;
+    expected.extend(scan(&env.client, &env.range_table, &["Id", "RangeAttr"]).await);
+    assert_eq!(state, expected);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolled_back_transaction_yields_nothing_not_even_the_values_it_applied() {
+    let env = TestEnv::new("feed-rollback").await;
+    enable_stream(&env.client, &env.table).await;
+    outside_put(&env, "a", 1).await;
+    // Applied at once (it returns the new item), then rolled back: the stream shows 666 on the
+    // item for a while.
+    let tx = env.manager.begin();
+    tx.update_item()
+        .table_name(&env.table)
+        .key("Id", s("a"))
+        .update_expression("SET v = :v")
+        .expression_attribute_values(":v", n(666))
+        .return_values(aws_sdk_dynamodb::types::ReturnValue::AllNew)
+        .send()
+        .await
+        .unwrap();
+    tx.put_item()
+        .table_name(&env.table)
+        .item("Id", s("new"))
+        .item("v", n(666))
+        .return_values(aws_sdk_dynamodb::types::ReturnValue::AllOld)
+        .send()
+        .await
+        .unwrap();
+    tx.rollback().await.unwrap();
+    outside_put(&env, "a", 2).await;
+
+    let mut feed = feed(env.manager.transactions_table(), &[&env.table])
+        .build()
+        .unwrap();
+    let changes = drain(&mut feed).await;
+    assert_clean(&changes);
+    assert!(
+        changes.iter().all(|c| c.transaction_id().is_none()),
+        "no transaction: {changes:#?}"
+    );
+    let text = format!("{changes:?}");
+    assert!(
+        !text.contains("666"),
+        "a value never committed: {changes:#?}"
+    );
+    let afters: Vec<_> = changes
+        .iter()
+        .map(|c| c.items()[0].after.as_ref().map(|a| a["v"].clone()))
+        .collect();
+    assert_eq!(afters, [Some(n(1)), Some(n(2))]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_phased_commit_and_transactions_sharing_an_item_come_in_commit_order() {
+    // Phased commits (no one-request commit), applied before the flip (no roll-forward).
+    let env = TestEnv::with_settings("feed-phased", |s| {
+        s.one_shot_max_items = 0;
+        s.roll_forward = false;
+    })
+    .await;
+    enable_stream(&env.client, &env.table).await;
+    let mut ids = Vec::new();
+    for round in 0..3 {
+        let tx = env.manager.begin();
+        for item in ["x", "y"] {
+            tx.put_item()
+                .table_name(&env.table)
+                .item("Id", s(item))
+                .item("v", n(round))
+                .send()
+                .await
+                .unwrap();
+        }
+        ids.push(tx.id().clone());
+        tx.commit().await.unwrap();
+    }
+    let mut feed = feed(env.manager.transactions_table(), &[&env.table])
+        .build()
+        .unwrap();
+    let changes = drain(&mut feed).await;
+    assert_clean(&changes);
+    let got: Vec<_> = changes
+        .iter()
+        .filter_map(|c| c.transaction_id().cloned())
+        .collect();
+    assert_eq!(got, ids, "in commit order: {changes:#?}");
+    let mut state = HashMap::new();
+    replay(&mut state, &changes, true);
+    assert_eq!(state, scan(&env.client, &env.table, &["Id"]).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fast_path_transactions_arrive_as_single_changes() {
+    let env = TestEnv::with_settings("feed-fast", |s| s.write_only_fast_path = true).await;
+    enable_stream(&env.client, &env.table).await;
+    let tx = env.manager.begin();
+    for item in ["p", "q"] {
+        tx.put_item()
+            .table_name(&env.table)
+            .item("Id", s(item))
+            .item("v", n(1))
+            .send()
+            .await
+            .unwrap();
+    }
+    tx.commit().await.unwrap();
+    let mut feed = feed(env.manager.transactions_table(), &[&env.table])
+        .build()
+        .unwrap();
+    let changes = drain(&mut feed).await;
+    assert_eq!(changes.len(), 2, "{changes:#?}");
+    assert!(changes.iter().all(|c| matches!(c, Change::Single(_))));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_without_a_stream_is_refused() {
+    let env = TestEnv::new("feed-nostream").await;
+    let mut feed = feed(env.manager.transactions_table(), &[&env.table])
+        .build()
+        .unwrap();
+    let e = feed.next().await.unwrap_err();
+    assert!(e.is_invalid_request(), "{e}");
+    assert!(e.to_string().contains("NEW_AND_OLD_IMAGES"), "{e}");
+}

@@ -1,0 +1,161 @@
+//! The change feed (`dynamodb_transactions::feed`) against DynamoDB Local's streams: committed
+//! transactions delivered once and whole with their items before and after, rolled-back ones
+//! never, outside writes as they are; restarts from a checkpoint at every point; a chaos workload
+//! replayed from the start rebuilding every table.
+#[path = "../common/mod.rs"]
+mod common;
+
+mod basic;
+mod chaos;
+mod restart;
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::types::{AttributeValue, StreamSpecification, StreamViewType, TableStatus};
+use dynamodb_transactions::Item;
+use dynamodb_transactions::feed::{Change, ChangeFeed, ChangeFeedBuilder};
+
+/// Turns the table's stream on (`NEW_AND_OLD_IMAGES`) and waits until the table is active.
+pub async fn enable_stream(client: &Client, table: &str) {
+    client
+        .update_table()
+        .table_name(table)
+        .stream_specification(
+            StreamSpecification::builder()
+                .stream_enabled(true)
+                .stream_view_type(StreamViewType::NewAndOldImages)
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .expect("UpdateTable (stream)");
+    for _ in 0..100 {
+        let d = client
+            .describe_table()
+            .table_name(table)
+            .send()
+            .await
+            .unwrap();
+        let t = d.table().unwrap();
+        if t.table_status() == Some(&TableStatus::Active) && t.latest_stream_arn().is_some() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("the stream of {table} did not become active");
+}
+
+/// A DynamoDB Streams client for the test endpoint.
+pub fn streams_client() -> aws_sdk_dynamodbstreams::Client {
+    let conf = aws_sdk_dynamodbstreams::Config::builder()
+        .behavior_version(aws_sdk_dynamodbstreams::config::BehaviorVersion::latest())
+        .endpoint_url(common::endpoint())
+        .region(aws_sdk_dynamodbstreams::config::Region::new("us-east-1"))
+        .credentials_provider(aws_sdk_dynamodbstreams::config::Credentials::new(
+            "local", "local", None, None, "static",
+        ))
+        .build();
+    aws_sdk_dynamodbstreams::Client::from_conf(conf)
+}
+
+/// A feed over `tables` from the start, polling fast, ending after 3 s without a record.
+pub fn feed(tx_table: &str, tables: &[&str]) -> ChangeFeedBuilder {
+    let mut b = ChangeFeed::builder(common::client())
+        .transactions_table(tx_table)
+        .streams_client(streams_client())
+        .from_start()
+        .poll_interval(Duration::from_millis(100))
+        .stop_when_idle(Duration::from_secs(3));
+    for t in tables {
+        b = b.table(*t);
+    }
+    b
+}
+
+/// Every change until the feed stops.
+pub async fn drain(feed: &mut ChangeFeed) -> Vec<Change> {
+    let mut out = Vec::new();
+    while let Some(c) = feed.next().await.expect("next") {
+        out.push(c);
+    }
+    out
+}
+
+/// An item's identity for the replayed state: table and key, printed in a stable order.
+pub fn ident(table: &str, key: &Item) -> String {
+    let sorted: BTreeMap<_, _> = key.iter().collect();
+    format!("{table}/{sorted:?}")
+}
+
+/// Applies changes to a state (table/key → item), checking each `before` against the state.
+pub fn replay(state: &mut HashMap<String, Item>, changes: &[Change], check_before: bool) {
+    for c in changes {
+        for it in c.items() {
+            let id = ident(&it.table, &it.key);
+            if check_before {
+                assert_eq!(
+                    state.get(&id),
+                    it.before.as_ref(),
+                    "the before-image of {id} is the state the feed left it in ({c:?})"
+                );
+            }
+            match &it.after {
+                Some(a) => state.insert(id, a.clone()),
+                None => state.remove(&id),
+            };
+        }
+    }
+}
+
+/// No `_Tx` attribute anywhere in a change.
+pub fn assert_clean(changes: &[Change]) {
+    for c in changes {
+        for it in c.items() {
+            for img in [&it.before, &it.after].into_iter().flatten() {
+                assert!(
+                    img.keys().all(|k| !k.starts_with("_Tx")),
+                    "protocol attributes in {c:?}"
+                );
+            }
+        }
+    }
+}
+
+/// Every item of a table, by identity.
+pub async fn scan(client: &Client, table: &str, keys: &[&str]) -> HashMap<String, Item> {
+    let mut out = HashMap::new();
+    let mut start = None;
+    loop {
+        let page = client
+            .scan()
+            .table_name(table)
+            .consistent_read(true)
+            .set_exclusive_start_key(start)
+            .send()
+            .await
+            .expect("Scan");
+        for item in page.items() {
+            let key: Item = keys
+                .iter()
+                .filter_map(|k| item.get(*k).map(|v| (k.to_string(), v.clone())))
+                .collect();
+            out.insert(ident(table, &key), item.clone());
+        }
+        start = page.last_evaluated_key().cloned();
+        if start.is_none() {
+            break;
+        }
+    }
+    out
+}
+
+pub fn s(v: &str) -> AttributeValue {
+    AttributeValue::S(v.into())
+}
+
+pub fn n(v: i64) -> AttributeValue {
+    AttributeValue::N(v.to_string())
+}
