@@ -2,7 +2,10 @@
 //! (examples/contention.rs's shape, ordered contention policy), once per ticket mode, each mode on
 //! its own tables. Counts the requests on the shared ticket counter per committed transfer. Then
 //! the same transfers without the library (`drivers::optimistic_transfer`: read, conditional
-//! `TransactWriteItems`, retry), the baseline a user would write instead. With `--profile`, each
+//! `TransactWriteItems`, retry), the baseline a user would write instead. Then the hot items: the
+//! transfers with default settings in both read orders (lowest key first, and from-then-to as a
+//! user writes it first), and a hot counter (one item, read-modify-write in `run`) beside its
+//! native optimistic increment, each with its FIFO ideal and physical bound. With `--profile`, each
 //! run again right after through a fresh profile.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -16,7 +19,7 @@ use rand::{Rng, SeedableRng};
 
 use crate::Args;
 use crate::common;
-use crate::drivers::optimistic_transfer;
+use crate::drivers::{optimistic_increment, optimistic_transfer};
 use crate::profile::{Counts, Target};
 use crate::recorder::Recorder;
 use crate::stats::Dist;
@@ -71,7 +74,75 @@ pub struct ContentionFigures {
     pub attempt_bound: Option<u32>,
     /// Through the profile: what it did over the run.
     pub profile: Option<Counts>,
+    /// What the workers did.
+    pub workload: Workload,
+    /// Arrival → the first read of the attempt that committed returned (the library: its first
+    /// lock taken), ms.
+    pub wait: Dist,
+    /// How long a committed attempt held its items: its first read returned → `run` returned,
+    /// mean ms (`None` for the native baselines, which hold nothing).
+    pub hold_mean_ms: Option<f64>,
+    /// The FIFO ideal of each wait: the workers present on a conflicting item at arrival × the mean
+    /// hold, ms (as the lock benchmark computes it).
+    pub ideal: Dist,
+    /// The physical bound of goodput: as many holders at once as disjoint item sets fit (one for
+    /// the counter, accounts / 2 for transfers), each for the mean hold, per second.
+    pub bound_per_s: Option<f64>,
+    /// Reads (`GetItem`, `BatchGetItem`, `Query`) per second of waiting, over the workers.
+    pub reads_per_waiter_s: f64,
 }
+
+/// What the workers of a contention run do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Workload {
+    /// Bank transfers between two of the hot accounts, reading them in this order.
+    Transfer(Order),
+    /// Increments of one counter item: read it, write it + 1.
+    Counter,
+}
+
+/// In which order a transfer reads its two accounts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Order {
+    /// The lower key first, whichever way the money goes (a canonical order).
+    LowestFirst,
+    /// The account debited first, then the one credited: as a user writes it first.
+    FromThenTo,
+}
+
+/// A hot-item run: its name in the report and JSON, who runs it, and what.
+#[derive(Clone, Copy)]
+pub struct Hot {
+    pub name: &'static str,
+    pub how: How,
+    pub workload: Workload,
+}
+
+/// The hot-item runs, in order: the library with default settings (no tuning: `run`'s default
+/// attempts and `lock_wait`), then the native optimistic baseline of the same workload. The
+/// native transfer is the ticket-mode part's (`ContentionResults::native`).
+pub const HOT: &[Hot] = &[
+    Hot {
+        name: "transfer, lowest first",
+        how: How::Library(("defaults", |_| {})),
+        workload: Workload::Transfer(Order::LowestFirst),
+    },
+    Hot {
+        name: "transfer, from then to",
+        how: How::Library(("defaults", |_| {})),
+        workload: Workload::Transfer(Order::FromThenTo),
+    },
+    Hot {
+        name: "hot counter",
+        how: How::Library(("defaults", |_| {})),
+        workload: Workload::Counter,
+    },
+    Hot {
+        name: "hot counter, native optimistic",
+        how: How::Native,
+        workload: Workload::Counter,
+    },
+];
 
 /// The name of the baseline without the library, in the report and JSON.
 pub const NATIVE: &str = "native optimistic";
@@ -81,11 +152,17 @@ pub const NATIVE: &str = "native optimistic";
 pub struct ContentionResults {
     pub modes: Vec<ContentionFigures>,
     pub native: Option<ContentionFigures>,
+    /// The hot-item runs ([`HOT`]).
+    pub hot: Vec<ContentionFigures>,
 }
 
 impl ContentionResults {
     pub fn is_empty(&self) -> bool {
-        self.modes.is_empty() && self.native.is_none()
+        self.modes.is_empty() && self.native.is_none() && self.hot.is_empty()
+    }
+
+    pub fn hot(&self, name: &str) -> Option<&ContentionFigures> {
+        self.hot.iter().find(|f| f.mode == name)
     }
 }
 
@@ -115,14 +192,65 @@ fn account(i: usize) -> String {
     format!("hot{i}")
 }
 
-/// Runs `args.transfers` transfers with `args.workers` coordinators, every client going to
-/// `target`.
-pub async fn measure(args: &Args, prefix: &str, how: How, target: &Target) -> ContentionFigures {
-    let (mode, configure): Mode = match how {
-        How::Library(m) => m,
-        How::Native => (NATIVE, |_| {}),
+/// Which items the workers are on, to tell each arrival its FIFO position: how many workers are
+/// on an item it needs (waiting for it or holding it) when it arrives.
+struct Board(Mutex<Vec<Option<[usize; 2]>>>);
+
+impl Board {
+    fn new(workers: usize) -> Self {
+        Board(Mutex::new(vec![None; workers]))
+    }
+
+    fn arrive(&self, who: usize, items: [usize; 2]) -> usize {
+        let mut on = self.0.lock().expect("board");
+        let position = on
+            .iter()
+            .enumerate()
+            .filter(|&(w, o)| w != who && o.is_some_and(|o| o.iter().any(|i| items.contains(i))))
+            .count();
+        on[who] = Some(items);
+        position
+    }
+
+    fn leave(&self, who: usize) {
+        self.0.lock().expect("board")[who] = None;
+    }
+}
+
+/// What one committed unit of work measured.
+struct Done {
+    at: Instant,
+    attempts: u32,
+    latency: Duration,
+    /// Arrival → the first read of the committing attempt returned.
+    wait: Duration,
+    /// That read → done (`None`: the native baselines hold nothing).
+    hold: Option<Duration>,
+    position: usize,
+}
+
+const COUNTER: &str = "counter";
+
+/// Runs the workload with its coordinators (`args.workers` for transfers, `args.counter_workers`
+/// for the counter), every client going to `target`. `tuned`: the ticket-mode runs' settings
+/// (`run` retries without bound, `lock_wait` 30 s); otherwise the library's defaults.
+pub async fn measure(
+    args: &Args,
+    prefix: &str,
+    run: Hot,
+    tuned: bool,
+    target: &Target,
+) -> ContentionFigures {
+    let Hot {
+        name: mode,
+        how,
+        workload,
+    } = run;
+    let configure: fn(&mut Settings) = match how {
+        How::Library((_, c)) => c,
+        How::Native => |_: &mut Settings| {},
     };
-    let prefix = format!("{prefix}-c{}", mode.replace(' ', "-"));
+    let prefix = format!("{prefix}-c{}", mode.replace([' ', ','], "-"));
     let table = format!("{prefix}-accounts");
     let recorder = Recorder::default();
     let admin = target.client(vec![]).await;
@@ -131,12 +259,14 @@ pub async fn measure(args: &Args, prefix: &str, how: How, target: &Target) -> Co
             .transactions_table(format!("{prefix}-tx"))
             .images_table(format!("{prefix}-img"))
             .configure(|st| {
-                st.contention = ContentionPolicy::Ordered {
-                    dead_after: Duration::from_secs(10),
-                    ticket_at_begin: false,
-                };
-                st.run_attempts = 10_000;
-                st.lock_wait = Duration::from_secs(30);
+                if tuned {
+                    st.contention = ContentionPolicy::Ordered {
+                        dead_after: Duration::from_secs(10),
+                        ticket_at_begin: false,
+                    };
+                    st.run_attempts = 10_000;
+                    st.lock_wait = Duration::from_secs(30);
+                }
                 configure(st);
             })
             .build()
@@ -145,27 +275,42 @@ pub async fn measure(args: &Args, prefix: &str, how: How, target: &Target) -> Co
         mgr(admin.clone()).create_tables().await.expect("tables");
     }
     common::create_table(&admin, &table).await;
-    for i in 0..args.accounts {
-        admin
-            .put_item()
-            .table_name(&table)
-            .item("Id", s(&account(i)))
-            .item("balance", n_val(1000))
-            .send()
-            .await
-            .expect("seed");
-    }
+    let (workers, jobs) = match workload {
+        Workload::Transfer(_) => {
+            for i in 0..args.accounts {
+                admin
+                    .put_item()
+                    .table_name(&table)
+                    .item("Id", s(&account(i)))
+                    .item("balance", n_val(1000))
+                    .send()
+                    .await
+                    .expect("seed");
+            }
+            (args.workers, args.transfers)
+        }
+        Workload::Counter => {
+            admin
+                .put_item()
+                .table_name(&table)
+                .item("Id", s(COUNTER))
+                .item("n", n_val(0))
+                .send()
+                .await
+                .expect("seed");
+            (args.counter_workers, args.increments)
+        }
+    };
     let next = Arc::new(AtomicU64::new(0));
-    // When each transfer committed, and when the first worker found no transfer left.
-    let done_at = Arc::new(Mutex::new(Vec::<Instant>::new()));
+    let done = Arc::new(Mutex::new(Vec::<Done>::new()));
+    // When the first worker found no work left.
     let drained_at = Arc::new(Mutex::new(None::<Instant>));
-    let attempts = Arc::new(Mutex::new(Dist::counts()));
-    let latency = Arc::new(Mutex::new(Dist::millis()));
     let gave_up = Arc::new(AtomicU64::new(0));
-    let mut workers = Vec::new();
-    for _ in 0..args.workers {
+    let board = Arc::new(Board::new(workers));
+    let mut coordinators = Vec::new();
+    for _ in 0..workers {
         let client = target.client(vec![common::shared(recorder.clone())]).await;
-        workers.push(match how {
+        coordinators.push(match how {
             How::Library(_) => Worker::Library(mgr(client)),
             How::Native => Worker::Native(client),
         });
@@ -174,78 +319,115 @@ pub async fn measure(args: &Args, prefix: &str, how: How, target: &Target) -> Co
     recorder.set_tag(1);
     let started = Instant::now();
     let mut handles = Vec::new();
-    for (w, worker) in workers.into_iter().enumerate() {
-        let gave_up = gave_up.clone();
-        let (next, attempts, latency, table, args) = (
+    for (w, worker) in coordinators.into_iter().enumerate() {
+        let (next, done, drained_at, gave_up, board) = (
             next.clone(),
-            attempts.clone(),
-            latency.clone(),
-            table.clone(),
-            args.clone(),
+            done.clone(),
+            drained_at.clone(),
+            gave_up.clone(),
+            board.clone(),
         );
-        let (done_at, drained_at) = (done_at.clone(), drained_at.clone());
+        let (table, args) = (table.clone(), args.clone());
         handles.push(tokio::spawn(async move {
             let mut rng = rand::rngs::StdRng::seed_from_u64(args.seed * 100 + w as u64);
             // The baseline's backoff draws from its own generator: the transfers stay the same.
             let mut jitter = rand::rngs::StdRng::seed_from_u64(!(args.seed * 100 + w as u64));
             loop {
-                if next.fetch_add(1, Ordering::SeqCst) as usize >= args.transfers {
+                if next.fetch_add(1, Ordering::SeqCst) as usize >= jobs {
                     drained_at
                         .lock()
                         .expect("drained")
                         .get_or_insert_with(Instant::now);
                     break;
                 }
-                let from = rng.random_range(0..args.accounts);
-                let to = (from + rng.random_range(1..args.accounts)) % args.accounts;
-                let amount: i64 = rng.random_range(1..10);
+                let (from, to, amount) = match workload {
+                    Workload::Transfer(_) => {
+                        let from = rng.random_range(0..args.accounts);
+                        let to = (from + rng.random_range(1..args.accounts)) % args.accounts;
+                        (from, to, rng.random_range(1..10i64))
+                    }
+                    Workload::Counter => (0, 0, 0),
+                };
+                let position = board.arrive(w, [from, to]);
                 let t0 = Instant::now();
                 let m = match &worker {
                     Worker::Library(m) => m,
                     Worker::Native(client) => {
-                        let o = optimistic_transfer(
-                            client,
-                            &table,
-                            "balance",
-                            (&account(from), &account(to), amount),
-                            args.native_attempts,
-                            &mut jitter,
-                        )
-                        .await;
-                        if o.committed {
-                            latency
-                                .lock()
-                                .expect("latency")
-                                .record_duration(t0.elapsed());
-                            done_at.lock().expect("done").push(Instant::now());
-                            attempts
-                                .lock()
-                                .expect("attempts")
-                                .record(f64::from(o.attempts));
-                        } else {
-                            gave_up.fetch_add(1, Ordering::SeqCst);
+                        let o = match workload {
+                            Workload::Transfer(_) => {
+                                optimistic_transfer(
+                                    client,
+                                    &table,
+                                    "balance",
+                                    (&account(from), &account(to), amount),
+                                    args.native_attempts,
+                                    &mut jitter,
+                                )
+                                .await
+                            }
+                            Workload::Counter => {
+                                optimistic_increment(
+                                    client,
+                                    &table,
+                                    (COUNTER, "n"),
+                                    args.native_attempts,
+                                    &mut jitter,
+                                )
+                                .await
+                            }
+                        };
+                        board.leave(w);
+                        match (o.committed, o.read_at) {
+                            (true, Some(read)) => done.lock().expect("done").push(Done {
+                                at: Instant::now(),
+                                attempts: o.attempts,
+                                latency: t0.elapsed(),
+                                wait: read - t0,
+                                hold: None,
+                                position,
+                            }),
+                            _ => {
+                                gave_up.fetch_add(1, Ordering::SeqCst);
+                            }
                         }
                         continue;
                     }
                 };
                 let tries = Arc::new(AtomicU32::new(0));
-                let (table, tries2) = (table.clone(), tries.clone());
+                let first_read = Arc::new(Mutex::new(None::<Instant>));
+                let (table, tries2, read2) = (table.clone(), tries.clone(), first_read.clone());
                 let ran = m
                     .run(async move |tx| {
                         tries2.fetch_add(1, Ordering::SeqCst);
-                        // Lock in a canonical order (lowest key first), as the protocol's design advises.
-                        let (lo, hi) = (from.min(to), from.max(to));
-                        let mut read = Vec::new();
-                        for k in [lo, hi] {
-                            let out = tx
-                                .get_item()
+                        *read2.lock().expect("read") = None;
+                        let get =
+                            |k: String| tx.get_item().table_name(&table).key("Id", s(&k)).send();
+                        let Workload::Transfer(order) = workload else {
+                            let out = get(COUNTER.to_string()).await?;
+                            read2.lock().expect("read").get_or_insert_with(Instant::now);
+                            let n = out.item().map_or(0, |i| number(i, "n"));
+                            tx.update_item()
                                 .table_name(&table)
-                                .key("Id", s(&account(k)))
+                                .key("Id", s(COUNTER))
+                                .update_expression("SET n = :v")
+                                .expression_attribute_values(":v", n_val(n + 1))
                                 .send()
                                 .await?;
+                            return Ok::<_, Error>(());
+                        };
+                        let first = match order {
+                            // A canonical order, as the protocol's design advises.
+                            Order::LowestFirst => from.min(to),
+                            Order::FromThenTo => from,
+                        };
+                        let second = if first == from { to } else { from };
+                        let mut read = Vec::new();
+                        for k in [first, second] {
+                            let out = get(account(k)).await?;
+                            read2.lock().expect("read").get_or_insert_with(Instant::now);
                             read.push(balance(out.item().expect("account exists")));
                         }
-                        let (a, b) = if lo == from {
+                        let (a, b) = if first == from {
                             (read[0], read[1])
                         } else {
                             (read[1], read[0])
@@ -262,21 +444,23 @@ pub async fn measure(args: &Args, prefix: &str, how: How, target: &Target) -> Co
                         Ok::<_, Error>(())
                     })
                     .await;
+                board.leave(w);
                 if let Err(e) = ran {
                     let short: String = e.to_string().chars().take(300).collect();
-                    eprintln!("  contention {mode}: transfer FAILED: {short}");
+                    eprintln!("  contention {mode}: unit of work FAILED: {short}");
                     gave_up.fetch_add(1, Ordering::SeqCst);
                     continue;
                 }
-                latency
-                    .lock()
-                    .expect("latency")
-                    .record_duration(t0.elapsed());
-                done_at.lock().expect("done").push(Instant::now());
-                attempts
-                    .lock()
-                    .expect("attempts")
-                    .record(f64::from(tries.load(Ordering::SeqCst)));
+                let now = Instant::now();
+                let read = first_read.lock().expect("read").unwrap_or(now);
+                done.lock().expect("done").push(Done {
+                    at: now,
+                    attempts: tries.load(Ordering::SeqCst),
+                    latency: now - t0,
+                    wait: read - t0,
+                    hold: Some(now - read),
+                    position,
+                });
             }
         }));
     }
@@ -287,7 +471,17 @@ pub async fn measure(args: &Args, prefix: &str, how: How, target: &Target) -> Co
     recorder.set_tag(0);
     let profile = target.counts_since(before);
     let recs = recorder.take_all();
-    let total: i64 = common::scan(&admin, &table).await.iter().map(balance).sum();
+    let conserved = match workload {
+        Workload::Transfer(_) => {
+            let total: i64 = common::scan(&admin, &table).await.iter().map(balance).sum();
+            total == 1000 * args.accounts as i64
+        }
+        Workload::Counter => {
+            let items = common::scan(&admin, &table).await;
+            let n = items.first().map_or(0, |i| number(i, "n"));
+            n == done.lock().expect("done").len() as i64
+        }
+    };
     if !args.keep_tables {
         common::drop_tables(
             &admin,
@@ -295,20 +489,42 @@ pub async fn measure(args: &Args, prefix: &str, how: How, target: &Target) -> Co
         )
         .await;
     }
-    let attempts = attempts.lock().expect("attempts").clone();
-    let latency = latency.lock().expect("latency").clone();
-    let committed = attempts.len() as usize;
+    let done = std::mem::take(&mut *done.lock().expect("done"));
+    let (mut attempts, mut latency, mut wait, mut ideal) = (
+        Dist::counts(),
+        Dist::millis(),
+        Dist::millis(),
+        Dist::millis(),
+    );
+    let holds: Vec<f64> = done
+        .iter()
+        .filter_map(|d| d.hold.map(|h| h.as_secs_f64() * 1000.0))
+        .collect();
+    let hold_mean_ms = (!holds.is_empty()).then(|| holds.iter().sum::<f64>() / holds.len() as f64);
+    for d in &done {
+        attempts.record(f64::from(d.attempts));
+        latency.record_duration(d.latency);
+        wait.record_duration(d.wait);
+        if let Some(h) = hold_mean_ms {
+            ideal.record(d.position as f64 * h);
+        }
+    }
+    let committed = done.len();
     let per_tx = |v: usize| v as f64 / committed.max(1) as f64;
     let drained = drained_at
         .lock()
         .expect("drained")
         .unwrap_or_else(Instant::now);
-    let steady = done_at
-        .lock()
-        .expect("done")
+    let steady = done.iter().filter(|d| d.at <= drained).count();
+    let waited: f64 = done.iter().map(|d| d.wait.as_secs_f64()).sum();
+    let reads = recs
         .iter()
-        .filter(|&&t| t <= drained)
+        .filter(|r| matches!(r.op.as_str(), "GetItem" | "BatchGetItem" | "Query"))
         .count();
+    let holders = match workload {
+        Workload::Transfer(_) => (args.accounts / 2) as f64,
+        Workload::Counter => 1.0,
+    };
     ContentionFigures {
         mode,
         committed,
@@ -318,15 +534,29 @@ pub async fn measure(args: &Args, prefix: &str, how: How, target: &Target) -> Co
         latency,
         ticket_requests: per_tx(recs.iter().filter(|r| r.bookkeeping).count()),
         requests: per_tx(recs.len()),
-        total_conserved: total == 1000 * args.accounts as i64,
+        total_conserved: conserved,
         gave_up: gave_up.load(Ordering::SeqCst) as usize,
         attempt_bound: matches!(how, How::Native).then_some(args.native_attempts),
         profile,
+        workload,
+        wait,
+        hold_mean_ms,
+        ideal,
+        bound_per_s: hold_mean_ms.map(|h| holders * 1000.0 / h.max(1e-9)),
+        reads_per_waiter_s: reads as f64 / waited.max(1e-9),
     }
 }
 
-/// Every mode of [`MODES`], one after the other, then the baseline without the library; with
-/// profile settings, each again right after through a fresh profile (the second results).
+fn number(item: &dynamodb_transactions::Item, attr: &str) -> i64 {
+    item.get(attr)
+        .and_then(|v| v.as_n().ok())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Every mode of [`MODES`], one after the other, then the baseline without the library, then the
+/// hot-item runs ([`HOT`]); with profile settings, each again right after through a fresh profile
+/// (the second results).
 pub async fn bench_contention(
     args: &Args,
     prefix: &str,
@@ -335,25 +565,53 @@ pub async fn bench_contention(
     let mut raw = ContentionResults::default();
     let mut profiled = profile.map(|_| ContentionResults::default());
     let profiled_prefix = format!("{prefix}-p");
-    let runs = MODES
+    let transfer = Workload::Transfer(Order::LowestFirst);
+    let modes = MODES.iter().filter(|_| !args.hot_only).map(|&m| {
+        (
+            Hot {
+                name: m.0,
+                how: How::Library(m),
+                workload: transfer,
+            },
+            true,
+        )
+    });
+    let native = (args.native_attempts > 0).then_some((
+        Hot {
+            name: NATIVE,
+            how: How::Native,
+            workload: transfer,
+        },
+        true,
+    ));
+    let hot = HOT
         .iter()
-        .map(|&m| How::Library(m))
-        .chain((args.native_attempts > 0).then_some(How::Native));
-    for how in runs {
-        let name = match how {
-            How::Library((mode, _)) => format!("tickets from {mode}"),
-            How::Native => format!("{NATIVE} (at most {} attempts)", args.native_attempts),
+        .filter(|h| args.native_attempts > 0 || matches!(h.how, How::Library(_)))
+        .map(|&h| (h, false));
+    for (run, tuned) in modes.chain(native).chain(hot) {
+        let name = match (run.how, tuned) {
+            (How::Library((mode, _)), true) => format!("tickets from {mode}"),
+            (How::Native, true) => format!("{NATIVE} (at most {} attempts)", args.native_attempts),
+            (_, false) => run.name.to_string(),
         };
         eprintln!("  contention: {name}");
-        let f = measure(args, prefix, how, &Target::raw()).await;
-        let store = |out: &mut ContentionResults, f| match how {
-            How::Library(_) => out.modes.push(f),
-            How::Native => out.native = Some(f),
+        let store = |out: &mut ContentionResults, f| match (run.how, tuned) {
+            (How::Library(_), true) => out.modes.push(f),
+            (How::Native, true) => out.native = Some(f),
+            (_, false) => out.hot.push(f),
         };
+        let f = measure(args, prefix, run, tuned, &Target::raw()).await;
         store(&mut raw, f);
         if let (Some(settings), Some(out)) = (profile, profiled.as_mut()) {
             eprintln!("  contention: {name}, through the profile");
-            let f = measure(args, &profiled_prefix, how, &Target::profiled(settings)).await;
+            let f = measure(
+                args,
+                &profiled_prefix,
+                run,
+                tuned,
+                &Target::profiled(settings),
+            )
+            .await;
             store(out, f);
         }
     }

@@ -198,6 +198,8 @@ pub struct Optimistic {
     pub conflicts: u32,
     /// Any other failure (throttling, a failed read).
     pub other: u32,
+    /// When the reads of the last attempt returned.
+    pub read_at: Option<std::time::Instant>,
 }
 
 /// The sleep before attempt `attempt + 1`: full jitter up to 2·2^attempt ms, at most 50 ms.
@@ -248,6 +250,7 @@ pub async fn optimistic_transfer(
             continue;
         };
         out.attempts = attempt;
+        out.read_at = Some(std::time::Instant::now());
         let update = |k: &str, read: i64, new: i64| {
             TransactWriteItem::builder()
                 .update(
@@ -293,6 +296,66 @@ pub async fn optimistic_transfer(
                 }
             }
             _ => out.other += 1,
+        }
+    }
+    out
+}
+
+/// An increment as a user writes it without the library: read the item (`GetItem` with
+/// `ConsistentRead`), then one `UpdateItem` that writes the value read + 1, conditioned on the
+/// value read (`attr = :read`, or absent when it was); on any failure, a short jittered sleep and
+/// the whole again, at most `max_attempts` times.
+pub async fn optimistic_increment(
+    client: &Client,
+    table: &str,
+    (key, attr): (&str, &str),
+    max_attempts: u32,
+    rng: &mut impl Rng,
+) -> Optimistic {
+    let mut out = Optimistic::default();
+    for attempt in 1..=max_attempts.max(1) {
+        if attempt > 1 {
+            tokio::time::sleep(backoff(attempt - 1, rng)).await;
+        }
+        let read = client
+            .get_item()
+            .table_name(table)
+            .key("Id", s(key))
+            .consistent_read(true)
+            .send()
+            .await;
+        let Ok(read) = read else {
+            out.other += 1;
+            continue;
+        };
+        let n = number(read.item(), attr);
+        out.attempts = attempt;
+        out.read_at = Some(std::time::Instant::now());
+        let update = client
+            .update_item()
+            .table_name(table)
+            .key("Id", s(key))
+            .update_expression("SET #v = :new")
+            .expression_attribute_names("#v", attr)
+            .expression_attribute_values(":new", n_val(n.unwrap_or(0) + 1));
+        let update = match n {
+            Some(n) => update
+                .condition_expression("#v = :read")
+                .expression_attribute_values(":read", n_val(n)),
+            None => update.condition_expression("attribute_not_exists(#v)"),
+        };
+        match update.send().await {
+            Ok(_) => {
+                out.committed = true;
+                return out;
+            }
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
+            {
+                out.check_failed += 1
+            }
+            Err(_) => out.other += 1,
         }
     }
     out

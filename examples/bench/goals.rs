@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use crate::contention::ContentionFigures;
+use crate::contention::{ContentionFigures, ContentionResults};
 use crate::locks::{self, LockResults};
 use crate::report::num;
 use crate::transactions::{Kind, Row};
@@ -174,3 +174,62 @@ pub fn goals(rows: &[Row], locks: &LockResults, contention: &[ContentionFigures]
     }
     out
 }
+
+/// The hot-item goals (docs/PROTOCOL.md "Contention"), checked against one pass: transfers in
+/// either read order with p99 ≤ 3× p50, goodput ≥ 1.2× `baseline_lowest_first` (the lowest-first
+/// goodput the goals were set against), at most 2 attempts, no `run` giving up, ≤ 20 reads per
+/// waiter per second; the hot counter at ≥ 0.8× its physical bound, p99 wait ≤ 2× its FIFO ideal,
+/// and against its native optimistic equivalent ≥ 1.0× goodput and ≤ 0.5× p99.
+pub fn hot_goals(c: &ContentionResults, baseline_lowest_first: Option<f64>) -> String {
+    let mut out = String::new();
+    for name in ["transfer, lowest first", "transfer, from then to"] {
+        let Some(f) = c.hot(name) else { continue };
+        let ratio = f.latency.pct(99.0) / f.latency.pct(50.0);
+        let base = baseline_lowest_first.unwrap_or(f64::NAN);
+        let ok = ratio <= 3.0
+            && f.tx_per_s >= 1.2 * base
+            && f.attempts.max() <= 2.0
+            && f.gave_up == 0
+            && f.reads_per_waiter_s <= 20.0;
+        let _ = writeln!(
+            out,
+            "- Goal: {name}: p99 ≤ 3× p50, goodput ≥ 1.2× {base:.1} tx/s, max attempts ≤ 2, no `run` giving up, ≤ 20 reads / waiter / s: **{}** (p99 {:.1}× p50, {:.1} tx/s, max {}, {} gave up, {:.1} reads / waiter / s)",
+            mark(ok),
+            ratio,
+            f.tx_per_s,
+            f.attempts.max(),
+            f.gave_up,
+            f.reads_per_waiter_s
+        );
+    }
+    if let Some(f) = c.hot("hot counter") {
+        let bound = f.bound_per_s.unwrap_or(f64::NAN);
+        let ideal = f.ideal.pct(99.0);
+        let native = c.hot("hot counter, native optimistic");
+        let (n_tx, n_p99) =
+            native.map_or((f64::NAN, f64::NAN), |n| (n.tx_per_s, n.latency.pct(99.0)));
+        let ok = f.tx_per_s >= 0.8 * bound
+            && f.wait.pct(99.0) <= 2.0 * ideal
+            && f.tx_per_s >= n_tx
+            && f.latency.pct(99.0) <= 0.5 * n_p99;
+        let _ = writeln!(
+            out,
+            "- Goal: hot counter: goodput ≥ 0.8× the physical bound, p99 wait ≤ 2× the FIFO ideal, goodput ≥ native optimistic's, p99 ≤ 0.5× its: **{}** ({:.1} tx/s vs bound {:.1}; wait p99 {:.0} ms vs ideal {:.0} ms; native {:.1} tx/s, p99 {:.0} ms vs {:.0} ms)",
+            mark(ok),
+            f.tx_per_s,
+            bound,
+            f.wait.pct(99.0),
+            ideal,
+            n_tx,
+            f.latency.pct(99.0),
+            n_p99
+        );
+    }
+    out
+}
+
+/// The lowest-first transfer's goodput (default settings) on DynamoDB Local when the hot-item
+/// goals were set (the run before `run_relocks_reads`; 2 cores shared with other builds).
+pub const HOT_BASELINE_TX_PER_S: Option<f64> = Some(29.1);
+/// The same through the DynamoDB profile.
+pub const HOT_BASELINE_TX_PER_S_PROFILE: Option<f64> = Some(13.6);

@@ -4,7 +4,9 @@
 //!   library's request shape (sequential) and native `TransactWriteItems`; read locks and a bank
 //!   transfer (beside the optimistic transfer a user writes without the library);
 //! - contention: bank transfers over hot accounts, once per ticket mode, then without the library
-//!   (read, conditional `TransactWriteItems`, retry);
+//!   (read, conditional `TransactWriteItems`, retry); then the hot items with default settings:
+//!   transfers in both read orders and a hot counter, each beside the native optimistic
+//!   equivalent, its FIFO ideal and its physical bound;
 //! - locks: the queue and lease locks and the peer `dynamodb-lease` uncontended and under
 //!   contention, in the shape of the peer-lock comparison.
 //!
@@ -81,6 +83,15 @@ pub struct Args {
     /// Contention: transfers per ticket mode.
     #[arg(long, default_value_t = 400)]
     transfers: usize,
+    /// Hot counter: concurrent coordinators incrementing the one item.
+    #[arg(long, default_value_t = 32)]
+    counter_workers: usize,
+    /// Hot counter: increments per run.
+    #[arg(long, default_value_t = 400)]
+    increments: usize,
+    /// Contention: only the hot-item runs (and the native transfer), not every ticket mode.
+    #[arg(long)]
+    hot_only: bool,
     /// Contention: random seed.
     #[arg(long, default_value_t = 11)]
     seed: u64,
@@ -163,6 +174,7 @@ impl Args {
         self.large = self.large.min(1);
         self.warmup = self.warmup.min(1);
         self.transfers = self.transfers.min(40);
+        self.increments = self.increments.min(40);
         self.solo_cycles = self.solo_cycles.min(20);
         self.solo_warmup = self.solo_warmup.min(2);
         self.rounds = self.rounds.min(3);
@@ -233,10 +245,23 @@ async fn main() {
     }
     if !raw.contention.is_empty() {
         println!("### Contention\n");
-        println!("{}", report::contention_table(&args, &raw.contention));
-        if let Some(p) = &profiled {
-            heading("Contention");
-            println!("{}", report::contention_table(&args, &p.contention));
+        if !raw.contention.modes.is_empty() {
+            println!("{}", report::contention_table(&args, &raw.contention));
+            if let Some(p) = &profiled {
+                heading("Contention");
+                println!("{}", report::contention_table(&args, &p.contention));
+            }
+        }
+        if !raw.contention.hot.is_empty() {
+            println!("#### Hot items\n");
+            println!(
+                "{}",
+                report::hot_table(
+                    &args,
+                    &raw.contention,
+                    profiled.as_ref().map(|p| &p.contention)
+                )
+            );
         }
     }
     let locks = &raw.locks;
@@ -256,5 +281,16 @@ async fn main() {
     }
     println!("### Goals\n");
     println!("{}", goals::goals(rows, locks, &raw.contention.modes));
+    println!(
+        "{}",
+        goals::hot_goals(&raw.contention, goals::HOT_BASELINE_TX_PER_S)
+    );
+    if let Some(p) = &profiled {
+        println!("Through the profile:\n");
+        println!(
+            "{}",
+            goals::hot_goals(&p.contention, goals::HOT_BASELINE_TX_PER_S_PROFILE)
+        );
+    }
     println!("{}", report::json(&raw, profiled.as_ref().zip(settings)));
 }

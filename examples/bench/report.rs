@@ -230,6 +230,71 @@ pub fn contention_table(args: &Args, figs: &ContentionResults) -> String {
     out
 }
 
+/// The hot items: the native transfer and the hot-item runs, each cell DynamoDB Local as it
+/// answers, then through the profile when it ran. Goodput beside the physical bound (as many
+/// holders at once as disjoint item sets fit, each for the mean hold); the wait (arrival → the
+/// committing attempt's first read) beside its FIFO ideal (workers on a needed item at arrival ×
+/// the mean hold).
+pub fn hot_table(args: &Args, raw: &ContentionResults, p: Option<&ContentionResults>) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "| hot items ({} workers × {} transfers over {} accounts; {} workers × {} increments of one counter){} | done | goodput tx/s | physical bound tx/s | p50 ms | p99 ms | p99 / p50 | attempts max | gave up | wait p99 ms | FIFO ideal wait p99 ms | mean hold ms | reads / waiter / s | requests / tx | conserved |",
+        args.workers,
+        args.transfers,
+        args.accounts,
+        args.counter_workers,
+        args.increments,
+        if p.is_some() { "; Local / profile" } else { "" },
+    );
+    out.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    for f in raw.native.iter().chain(&raw.hot) {
+        let q = p.and_then(|p| {
+            if f.mode == NATIVE {
+                p.native.as_ref()
+            } else {
+                p.hot(f.mode)
+            }
+        });
+        let cell = |g: &dyn Fn(&ContentionFigures) -> String| match q {
+            Some(q) => format!("{} / {}", g(f), g(q)),
+            None => g(f),
+        };
+        let name = if f.mode == NATIVE {
+            format!(
+                "transfer, {NATIVE} (at most {} attempts)",
+                args.native_attempts
+            )
+        } else {
+            f.mode.to_string()
+        };
+        let opt = |v: Option<f64>| v.map_or("—".to_string(), f1);
+        let _ = writeln!(
+            out,
+            "| {name} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            cell(&|f| f.committed.to_string()),
+            cell(&|f| format!("{:.1}", f.tx_per_s)),
+            cell(&|f| opt(f.bound_per_s)),
+            cell(&|f| f1(f.latency.pct(50.0))),
+            cell(&|f| f1(f.latency.pct(99.0))),
+            cell(&|f| format!("{:.1}", f.latency.pct(99.0) / f.latency.pct(50.0))),
+            cell(&|f| format!("{}", f.attempts.max())),
+            cell(&|f| f.gave_up.to_string()),
+            cell(&|f| f1(f.wait.pct(99.0))),
+            cell(&|f| if f.hold_mean_ms.is_some() {
+                f1(f.ideal.pct(99.0))
+            } else {
+                "—".into()
+            }),
+            cell(&|f| opt(f.hold_mean_ms)),
+            cell(&|f| format!("{:.1}", f.reads_per_waiter_s)),
+            cell(&|f| format!("{:.1}", f.requests)),
+            cell(&|f| f.total_conserved.to_string()),
+        );
+    }
+    out
+}
+
 /// What the profile did in each scenario: requests it saw, `TransactWriteItems` it cancelled for
 /// a conflict, single writes it refused for one, requests it throttled, stale items it served.
 pub fn profile_events_table(p: &Results) -> String {
@@ -270,6 +335,14 @@ pub fn profile_events_table(p: &Results) -> String {
         line(
             "contention",
             &who,
+            f.profile.as_ref(),
+            f.gave_up.to_string(),
+        );
+    }
+    for f in &p.contention.hot {
+        line(
+            "hot items",
+            f.mode,
             f.profile.as_ref(),
             f.gave_up.to_string(),
         );
@@ -630,6 +703,30 @@ fn json_fields(res: &Results) -> Vec<String> {
         );
         fields.push(format!("\"contention_native_optimistic\":{o}"));
     }
+    if !res.contention.hot.is_empty() {
+        let parts: Vec<String> = res
+            .contention
+            .hot
+            .iter()
+            .map(|c| {
+                let mut o = contention_json(c);
+                o.pop();
+                let _ = write!(
+                    o,
+                    ",\"gave_up\":{},\"wait_p99_ms\":{},\"ideal_wait_p99_ms\":{},\"ideal_wait_max_ms\":{},\"hold_mean_ms\":{},\"bound_tx_per_s\":{},\"reads_per_waiter_s\":{}}}",
+                    c.gave_up,
+                    jnum(c.wait.pct(99.0)),
+                    jnum(c.ideal.pct(99.0)),
+                    jnum(c.ideal.max()),
+                    c.hold_mean_ms.map_or("null".into(), jnum),
+                    c.bound_per_s.map_or("null".into(), jnum),
+                    jnum(c.reads_per_waiter_s),
+                );
+                format!("\"{}\":{o}", slug(c.mode))
+            })
+            .collect();
+        fields.push(format!("\"hot\":{{{}}}", parts.join(",")));
+    }
     fields
 }
 
@@ -685,6 +782,7 @@ fn profile_stats_json(p: &Results) -> String {
         .modes
         .iter()
         .chain(&p.contention.native)
+        .chain(&p.contention.hot)
         .filter_map(|f| {
             f.profile
                 .map(|c| format!("\"{}\":{}", slug(f.mode), c.json()))
