@@ -566,6 +566,10 @@ impl Reader {
             s.last_time = Some(t.secs());
         }
         if s.skipped(seq) {
+            // Consumed before a restart: kept in the log as consumed, so that the next position
+            // still skips it.
+            s.log.push_back((seq.to_string(), true));
+            s.mark_done(seq);
             return;
         }
         s.log.push_back((seq.to_string(), false));

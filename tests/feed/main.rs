@@ -159,3 +159,105 @@ pub fn s(v: &str) -> AttributeValue {
 pub fn n(v: i64) -> AttributeValue {
     AttributeValue::N(v.to_string())
 }
+
+/// A random transaction over `tables` (hash `Id`, or `Id` + `RangeAttr`): 1 to `max_items`
+/// writes on items `k0`..`k9`, at least one put of a value never written before (so every
+/// committed transaction changes something). With `roll_back`, the writes are applied at once
+/// (`ReturnValues`) and the transaction rolled back. Returns its id: what became of it, its
+/// record says.
+pub async fn random_transaction(
+    manager: &dynamodb_transactions::TransactionManager,
+    tables: &[(&str, bool)],
+    rng: &mut rand::rngs::StdRng,
+    max_items: usize,
+    roll_back: bool,
+    serial: &std::sync::atomic::AtomicI64,
+) -> dynamodb_transactions::TxId {
+    use aws_sdk_dynamodb::types::ReturnValue;
+    use rand::Rng;
+    use std::sync::atomic::Ordering;
+    let tx = manager.begin();
+    let id = tx.id().clone();
+    let count = rng.random_range(1..=max_items);
+    let mut used = std::collections::HashSet::new();
+    let mut result = Ok(());
+    for i in 0..count {
+        let (table, ranged) = tables[rng.random_range(0..tables.len())];
+        let item = format!("k{}", rng.random_range(0..10));
+        if !used.insert((table, item.clone())) {
+            continue;
+        }
+        let value = serial.fetch_add(1, Ordering::SeqCst);
+        let op = if i == 0 { 0 } else { rng.random_range(0..3) };
+        let r = match op {
+            0 => {
+                let mut b = tx
+                    .put_item()
+                    .table_name(table)
+                    .item("Id", s(&item))
+                    .item("v", n(value));
+                if ranged {
+                    b = b.item("RangeAttr", n(1));
+                }
+                if roll_back {
+                    b = b.return_values(ReturnValue::AllOld);
+                }
+                b.send().await.map(|_| ())
+            }
+            1 => {
+                let mut b = tx
+                    .update_item()
+                    .table_name(table)
+                    .key("Id", s(&item))
+                    .update_expression("SET v = :v")
+                    .expression_attribute_values(":v", n(value));
+                if ranged {
+                    b = b.key("RangeAttr", n(1));
+                }
+                if roll_back {
+                    b = b.return_values(ReturnValue::AllNew);
+                }
+                b.send().await.map(|_| ())
+            }
+            _ => {
+                let mut b = tx.delete_item().table_name(table).key("Id", s(&item));
+                if ranged {
+                    b = b.key("RangeAttr", n(1));
+                }
+                if roll_back {
+                    b = b.return_values(ReturnValue::AllOld);
+                }
+                b.send().await.map(|_| ())
+            }
+        };
+        if let Err(e) = r {
+            result = Err(e);
+            break;
+        }
+    }
+    if result.is_err() || roll_back {
+        let _ = tx.rollback().await;
+    } else {
+        let _ = tx.commit().await;
+    }
+    id
+}
+
+/// The ids among `ids` whose record says committed.
+pub async fn committed_ids(
+    manager: &dynamodb_transactions::TransactionManager,
+    ids: &[dynamodb_transactions::TxId],
+) -> std::collections::HashSet<dynamodb_transactions::TxId> {
+    let mut out = std::collections::HashSet::new();
+    for id in ids {
+        if let Some(st) = manager
+            .transaction_state(id)
+            .await
+            .expect("transaction_state")
+            && st.state == dynamodb_transactions::TxState::Committed
+        {
+            out.insert(id.clone());
+        }
+    }
+    out
+}
