@@ -44,12 +44,13 @@ impl Shared {
                     }
                 }
                 if s.throttling {
+                    let billed = st.billed(touched);
                     let wants: Vec<(ItemId, f64)> = touched
                         .ids
                         .iter()
-                        .zip(&touched.sizes)
+                        .zip(billed)
                         .filter_map(|(id, size)| {
-                            Some((id.clone()?, throughput::write_units(*size, true)))
+                            Some((id.clone()?, throughput::write_units(size, true)))
                         })
                         .collect();
                     let short = st.writes.take(&wants, s.write_units_per_second, now);
@@ -68,6 +69,7 @@ impl Shared {
                         return Admission::Refused(Box::new(wire::cancelled_answer(&reasons)));
                     }
                 }
+                st.note_stored(touched);
                 let ongoing = s.conflicts.then(|| {
                     let ids = touched.ids.iter().flatten().cloned().collect();
                     Ongoing::enter(&self.state, &mut st, ids)
@@ -84,10 +86,14 @@ impl Shared {
                     )));
                 }
                 if s.throttling && op != "BatchWriteItem" {
-                    let wants: Vec<(ItemId, f64)> = ids
+                    let billed = st.billed(touched);
+                    let wants: Vec<(ItemId, f64)> = touched
+                        .ids
                         .iter()
-                        .zip(&touched.sizes)
-                        .map(|(id, size)| ((*id).clone(), throughput::write_units(*size, false)))
+                        .zip(billed)
+                        .filter_map(|(id, size)| {
+                            Some((id.clone()?, throughput::write_units(size, false)))
+                        })
                         .collect();
                     if !st
                         .writes
@@ -98,19 +104,19 @@ impl Shared {
                         return Admission::Refused(Box::new(throttled()));
                     }
                 }
+                st.note_stored(touched);
                 Admission::Admitted(None)
             }
             "GetItem" if s.throttling => {
-                let units = if body.get("ConsistentRead") == Some(&Value::Bool(true)) {
-                    1.0
-                } else {
-                    0.5
-                };
+                let consistent = body.get("ConsistentRead") == Some(&Value::Bool(true));
+                let billed = st.billed(touched);
                 let wants: Vec<(ItemId, f64)> = touched
                     .ids
                     .iter()
-                    .flatten()
-                    .map(|id| (id.clone(), units))
+                    .zip(billed)
+                    .filter_map(|(id, size)| {
+                        Some((id.clone()?, throughput::read_units(size, consistent)))
+                    })
                     .collect();
                 if !st
                     .reads
@@ -148,6 +154,12 @@ impl Shared {
                     };
                     t.ids.push(key.as_ref().map(|k| ItemId::new(&a.table, k)));
                     t.sizes.push(a.size);
+                    t.effects.push(match a.kind.as_str() {
+                        "Put" => Effect::Replaces,
+                        "Update" => Effect::Grows,
+                        "Delete" => Effect::Removes,
+                        _ => Effect::Reads,
+                    });
                     if a.writes
                         && let Some(k) = key
                     {
@@ -167,7 +179,13 @@ impl Shared {
                     },
                 };
                 t.ids.push(key.as_ref().map(|k| ItemId::new(&table, k)));
-                t.sizes.push(body.to_string().len());
+                t.sizes.push(body.as_object().map_or(0, wire::request_size));
+                t.effects.push(match op {
+                    "PutItem" => Effect::Replaces,
+                    "UpdateItem" => Effect::Grows,
+                    "DeleteItem" => Effect::Removes,
+                    _ => Effect::Reads,
+                });
                 if op != "GetItem"
                     && let Some(k) = key
                 {
@@ -180,19 +198,21 @@ impl Shared {
                 };
                 for (table, requests) in tables {
                     for r in requests.as_array().into_iter().flatten() {
-                        let key = if let Some(k) =
+                        let (key, size, effect) = if let Some(k) =
                             r.pointer("/DeleteRequest/Key").and_then(Value::as_object)
                         {
-                            Some(k.clone())
+                            (Some(k.clone()), wire::item_size(k), Effect::Removes)
                         } else if let Some(item) =
                             r.pointer("/PutRequest/Item").and_then(Value::as_object)
                         {
-                            self.key_in(inner, template, table, item).await
+                            let key = self.key_in(inner, template, table, item).await;
+                            (key, wire::item_size(item), Effect::Replaces)
                         } else {
-                            None
+                            (None, 0, Effect::Reads)
                         };
                         t.ids.push(key.as_ref().map(|k| ItemId::new(table, k)));
-                        t.sizes.push(r.to_string().len());
+                        t.sizes.push(size);
+                        t.effects.push(effect);
                         if let Some(k) = key {
                             t.written.push((table.clone(), k));
                         }
@@ -222,8 +242,10 @@ impl Shared {
 pub(super) struct Touched {
     /// One per action or item, in order (`None`: unknown key).
     ids: Vec<Option<ItemId>>,
-    /// The size in bytes of each action or item's request.
+    /// The bytes each action or item's request carries (see [`wire::request_size`]).
     sizes: Vec<usize>,
+    /// What each does to its item's stored size.
+    effects: Vec<Effect>,
     pub(super) written: Written,
 }
 
@@ -232,4 +254,54 @@ pub(super) fn throttled() -> HttpResponse {
         "ThrottlingException",
         "Throughput exceeds the current capacity of your table or index. DynamoDB is automatically scaling your table or index so please try again shortly.",
     )
+}
+
+/// What a request does to the size of an item as stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Effect {
+    /// Writes the whole item (a put).
+    Replaces,
+    /// Sets some attributes (an update): at least as large as before, as far as the profile knows.
+    Grows,
+    /// Deletes it.
+    Removes,
+    /// Reads it or checks a condition on it.
+    Reads,
+}
+
+impl super::State {
+    /// The bytes DynamoDB bills for each item of `touched`: the larger of what the request
+    /// carries and the item as last stored (DynamoDB bills a write by the larger of the item
+    /// before and after, and a read by the item read).
+    fn billed(&self, touched: &Touched) -> Vec<usize> {
+        touched
+            .ids
+            .iter()
+            .zip(&touched.sizes)
+            .map(|(id, &size)| {
+                let stored = id.as_ref().and_then(|id| self.stored.get(id)).copied();
+                size.max(stored.unwrap_or(0))
+            })
+            .collect()
+    }
+
+    /// Notes the size of each item an admitted write leaves.
+    fn note_stored(&mut self, touched: &Touched) {
+        for ((id, &size), effect) in touched.ids.iter().zip(&touched.sizes).zip(&touched.effects) {
+            let Some(id) = id else { continue };
+            match effect {
+                Effect::Replaces => {
+                    self.stored.insert(id.clone(), size);
+                }
+                Effect::Grows => {
+                    let s = self.stored.entry(id.clone()).or_insert(0);
+                    *s = (*s).max(size);
+                }
+                Effect::Removes => {
+                    self.stored.remove(id);
+                }
+                Effect::Reads => {}
+            }
+        }
+    }
 }

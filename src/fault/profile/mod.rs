@@ -161,6 +161,8 @@ struct State {
     writes: Buckets,
     reads: Buckets,
     versions: Versions,
+    /// The size of each item as last written through the profile (for the units it bills).
+    stored: HashMap<ItemId, usize>,
 }
 
 #[derive(Debug)]
@@ -221,6 +223,7 @@ impl DynamoDbProfile {
                     writes: Buckets::default(),
                     reads: Buckets::default(),
                     versions: Versions::default(),
+                    stored: HashMap::new(),
                 })),
                 settings,
                 schemas: Mutex::new(HashMap::new()),

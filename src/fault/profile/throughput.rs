@@ -53,6 +53,12 @@ pub(super) fn write_units(bytes: usize, transactional: bool) -> f64 {
     if transactional { 2.0 * units } else { units }
 }
 
+/// Units of a read of `bytes` (1 per 4 KB started when consistent, half that when not).
+pub(super) fn read_units(bytes: usize, consistent: bool) -> f64 {
+    let units = bytes.div_ceil(4096).max(1) as f64;
+    if consistent { units } else { units / 2.0 }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -51,6 +51,60 @@ pub(super) fn key_of(item: &Map<String, Value>, names: &[String]) -> Option<Map<
         .collect()
 }
 
+/// The size DynamoDB bills an item by: each attribute's name and value (UTF-8 bytes of a string,
+/// about half the digits of a number, 3 bytes plus one per element of a list or map).
+pub(super) fn item_size(item: &Map<String, Value>) -> usize {
+    item.iter().map(|(k, v)| k.len() + value_size(v)).sum()
+}
+
+/// The size of one attribute value in DynamoDB JSON (`{"S": "a"}`).
+fn value_size(v: &Value) -> usize {
+    let Some((kind, inner)) = v.as_object().and_then(|o| o.iter().next()) else {
+        return 0;
+    };
+    let str_len = |v: &Value| v.as_str().map_or(0, str::len);
+    let num = |v: &Value| {
+        v.as_str()
+            .map_or(0, |n| n.trim_start_matches('-').len().div_ceil(2) + 1)
+    };
+    // Binary arrives base64-encoded: 4 characters for 3 bytes.
+    let bin = |v: &Value| str_len(v) * 3 / 4;
+    let each = |f: &dyn Fn(&Value) -> usize| inner.as_array().map_or(0, |a| a.iter().map(f).sum());
+    match kind.as_str() {
+        "S" => str_len(inner),
+        "N" => num(inner),
+        "B" => bin(inner),
+        "BOOL" | "NULL" => 1,
+        "SS" => each(&str_len),
+        "NS" => each(&num),
+        "BS" => each(&bin),
+        "L" => 3 + each(&|v| 1 + value_size(v)),
+        "M" => {
+            3 + inner.as_object().map_or(0, |m| {
+                m.iter().map(|(k, v)| 1 + k.len() + value_size(v)).sum()
+            })
+        }
+        _ => 0,
+    }
+}
+
+/// The bytes one write request (or action) carries to its item: the whole item of a put, or the
+/// key and the values an update sets (the item's stored size is added by whoever knows it).
+pub(super) fn request_size(request: &Map<String, Value>) -> usize {
+    if let Some(item) = request.get("Item").and_then(Value::as_object) {
+        return item_size(item);
+    }
+    let key = request
+        .get("Key")
+        .and_then(Value::as_object)
+        .map_or(0, item_size);
+    let values: usize = request
+        .get("ExpressionAttributeValues")
+        .and_then(Value::as_object)
+        .map_or(0, |m| m.values().map(value_size).sum());
+    key + values
+}
+
 /// What kind of request this is, by the operation named in `x-amz-target`.
 pub(super) fn operation(target: &str) -> &str {
     target.rsplit('.').next().unwrap_or_default()
@@ -59,10 +113,13 @@ pub(super) fn operation(target: &str) -> &str {
 /// One action of a `TransactWriteItems`: its table, its key (absent for a `Put`, whose key is in
 /// its item) or item, and whether it writes (a `ConditionCheck` does not).
 pub(super) struct Action {
+    /// `Put`, `Update`, `Delete` or `ConditionCheck`.
+    pub kind: String,
     pub table: String,
     pub key: Option<Map<String, Value>>,
     pub item: Option<Map<String, Value>>,
     pub writes: bool,
+    /// The bytes it writes: its item for a `Put`, else its key and the values it sets.
     pub size: usize,
 }
 
@@ -75,11 +132,12 @@ pub(super) fn transact_actions(body: &Value) -> Vec<Action> {
         .filter_map(|a| {
             let (kind, inner) = a.as_object()?.iter().next()?;
             Some(Action {
+                kind: kind.clone(),
                 table: inner.get("TableName")?.as_str()?.to_string(),
                 key: inner.get("Key").and_then(Value::as_object).cloned(),
                 item: inner.get("Item").and_then(Value::as_object).cloned(),
                 writes: kind != "ConditionCheck",
-                size: inner.to_string().len(),
+                size: inner.as_object().map_or(0, request_size),
             })
         })
         .collect()
@@ -228,6 +286,30 @@ impl Expressions {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sizes_follow_dynamodb_not_the_json_text() {
+        let item = json!({
+            "Id": {"S": "abc"},
+            "n": {"N": "12345"},
+            "l": {"L": [{"S": "xy"}, {"BOOL": true}]},
+            "m": {"M": {"k": {"S": "v"}}},
+            "b": {"B": "AAAA"},
+        });
+        let item = item.as_object().unwrap();
+        // Id 2+3, n 1+4, l 1+(3+1+2+1+1), m 1+(3+1+1+1), b 1+3.
+        assert_eq!(item_size(item), 5 + 5 + 9 + 7 + 4);
+        assert!(item_size(item) * 3 < Value::Object(item.clone()).to_string().len());
+        let update = json!({
+            "Key": {"Id": {"S": "abc"}},
+            "UpdateExpression": "SET #a = :a",
+            "ExpressionAttributeNames": {"#a": "a"},
+            "ExpressionAttributeValues": {":a": {"S": "0123456789"}},
+        });
+        assert_eq!(request_size(update.as_object().unwrap()), 5 + 10);
+        let put = json!({"Item": item, "ConditionExpression": "attribute_not_exists(Id)"});
+        assert_eq!(request_size(put.as_object().unwrap()), item_size(item));
+    }
 
     #[test]
     fn numbers_in_keys_are_one_item_by_value() {
