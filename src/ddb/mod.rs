@@ -272,6 +272,25 @@ impl Write {
         }
     }
 
+    /// The operation that sends the write on its own.
+    fn operation(&self) -> &'static str {
+        match self.kind {
+            WriteKind::Put { .. } => "PutItem",
+            WriteKind::Update { .. } => "UpdateItem",
+            WriteKind::Delete { .. } => "DeleteItem",
+            WriteKind::Check { .. } => "TransactWriteItems",
+        }
+    }
+
+    /// A failed request's error, naming the write's table and, where the write names it, its
+    /// item's key (a put's key is inside its item, whose key attributes only the table knows).
+    fn locate(&self, e: Error) -> Error {
+        match self.kind_key() {
+            Some(key) => e.on_item(&self.table, key),
+            None => e.on_table(&self.table),
+        }
+    }
+
     async fn send_once(
         &self,
         client: &Client,
@@ -279,10 +298,10 @@ impl Write {
     ) -> Result<Written> {
         let (names, values) = self.ph.used_by(&self.exprs());
         let on_fail = ReturnValuesOnConditionCheckFailure::AllOld;
-        // The three single-item operations differ only in their builder, their key or item and
-        // the error type that carries a failed condition's item.
+        // The three single-item operations differ only in their builder (with its item or key)
+        // and the error type that carries a failed condition's item; the rest is one path.
         macro_rules! send_one {
-            ($builder:expr, $failed:path, $on_error:expr) => {{
+            ($builder:expr, $failed:path) => {{
                 let r = $builder
                     .set_condition_expression(self.condition.clone())
                     .set_expression_attribute_names(names)
@@ -295,7 +314,7 @@ impl Write {
                     Ok(o) => Ok(Written::Ok(o.attributes)),
                     Err(e) => match e.as_service_error() {
                         Some($failed(c)) => Ok(Written::ConditionFailed(c.item.clone())),
-                        _ => Err($on_error(e)),
+                        _ => Err(self.locate(Error::sdk(self.operation(), e))),
                     },
                 }
             }};
@@ -309,8 +328,7 @@ impl Write {
                     .put_item()
                     .table_name(&self.table)
                     .set_item(Some(item.clone())),
-                PutItemError::ConditionalCheckFailedException,
-                |e| Error::sdk("PutItem", e).on_table(&self.table)
+                PutItemError::ConditionalCheckFailedException
             ),
             WriteKind::Update { key, update } => send_one!(
                 client
@@ -318,16 +336,14 @@ impl Write {
                     .table_name(&self.table)
                     .set_key(Some(key.clone()))
                     .update_expression(update),
-                UpdateItemError::ConditionalCheckFailedException,
-                |e| Error::sdk("UpdateItem", e).on_item(&self.table, key)
+                UpdateItemError::ConditionalCheckFailedException
             ),
             WriteKind::Delete { key } => send_one!(
                 client
                     .delete_item()
                     .table_name(&self.table)
                     .set_key(Some(key.clone())),
-                DeleteItemError::ConditionalCheckFailedException,
-                |e| Error::sdk("DeleteItem", e).on_item(&self.table, key)
+                DeleteItemError::ConditionalCheckFailedException
             ),
             WriteKind::Check { .. } => match transact(client, std::slice::from_ref(self)).await? {
                 Transacted::Ok => Ok(Written::Ok(None)),
