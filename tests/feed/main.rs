@@ -7,6 +7,7 @@ mod common;
 
 mod basic;
 mod chaos;
+mod cli;
 mod restart;
 
 use std::collections::{BTreeMap, HashMap};

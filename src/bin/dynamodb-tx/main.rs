@@ -8,9 +8,10 @@
 //!   sweep [--dry-run] [--rollback-after D] [--complete-after D] [--delete-after D] [--scan-table T]...
 //!         [--no-images] [--segments N] [--watch INTERVAL [--max-passes N]]
 //!   lock list NAME --lock-table L
+//!   feed --table T [--table U ...] [--from-start] [--until-idle D] [--checkpoint-table C]
 //! ```
 //!
-//! One module per subcommand group (`tables`, `tx`, `sweep`, `lock`), beside the error handling
+//! One module per subcommand group (`tables`, `tx`, `sweep`, `lock`, `feed`), beside the error handling
 //! (`error`) and the output formatting (`output`). See `docs/OPERATIONS.md`.
 
 /// `println!` that survives a closed stdout (see [`output_failed`]).
@@ -34,6 +35,7 @@ macro_rules! out {
 }
 
 mod error;
+mod feed;
 mod lock;
 mod output;
 mod sweep;
@@ -110,10 +112,15 @@ enum Command {
         #[command(subcommand)]
         action: LockCmd,
     },
+    /// Print the committed changes of user tables from their streams: one JSON object a line,
+    /// a whole transaction or a single write (see docs/FEED.md).
+    Feed(feed::FeedArgs),
 }
 
 struct Ctx {
     cli: Cli,
+    /// The AWS configuration the client was made from (the change feed's Streams client too).
+    sdk: aws_config::SdkConfig,
     client: Client,
     mgr: TransactionManager,
 }
@@ -206,7 +213,7 @@ fn usage_error(e: clap::Error) -> ExitCode {
     ExitCode::from(Exit::Usage as u8)
 }
 
-async fn client_for(cli: &Cli) -> CliResult<Client> {
+async fn client_for(cli: &Cli) -> CliResult<(Client, aws_config::SdkConfig)> {
     let mut loader = aws_config::defaults(BehaviorVersion::latest());
     if let Some(ep) = &cli.endpoint {
         loader = loader.endpoint_url(ep);
@@ -264,22 +271,28 @@ async fn client_for(cli: &Cli) -> CliResult<Client> {
             .exit(Exit::Unreachable));
         }
     }
-    Ok(Client::new(&conf))
+    Ok((Client::new(&conf), conf))
 }
 
 async fn run(cli: Cli) -> CliResult<u8> {
-    let client = client_for(&cli).await?;
+    let (client, sdk) = client_for(&cli).await?;
     let mgr = TransactionManager::builder(client.clone())
         .transactions_table(&cli.transactions_table)
         .images_table(&cli.images_table)
         .configure(|s| s.rollback_on_drop = false)
         .build();
-    let ctx = Ctx { cli, client, mgr };
+    let ctx = Ctx {
+        cli,
+        sdk,
+        client,
+        mgr,
+    };
     match &ctx.cli.command {
         Command::Tables { action } => tables::run(&ctx, action).await,
         Command::Tx { action } => tx::run(&ctx, action).await,
         Command::Sweep(args) => sweep::run(&ctx, args).await,
         Command::Lock { action } => lock::run(&ctx, action).await,
+        Command::Feed(args) => feed::run(&ctx, args).await,
     }
 }
 
