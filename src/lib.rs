@@ -9,6 +9,8 @@
 //! can complete (the [protocol](guides::protocol)). Contending transactions are ordered by tickets
 //! (wound-wait): none starves, none deadlocks. The [`lock`] module has a FIFO queue lock and lease
 //! locks with fencing tokens; the [`sweeper`] finishes what crashed coordinators left.
+//! With the `feed` feature, `feed::ChangeFeed` reads the tables' DynamoDB Streams and yields each
+//! committed transaction once and whole, never a lock or a rolled-back write.
 //!
 //! ## When to use it
 //!
