@@ -2,12 +2,14 @@
 //! as its last line:
 //! - `latency-by-n.svg`: p50 latency of an N-item update through the library (default settings
 //!   and the locking protocol) beside native `TransactWriteItems`, by N;
-//! - `requests-by-n.svg`: requests per N-item update (library, locking protocol, this library's
-//!   requests one at a time, the Java library's 7N + 6, native);
+//! - `requests-by-n.svg`: requests per N-item update (library, locking protocol, native, and the
+//!   Java library's 7N + 6);
 //! - `contention.svg`: goodput and p99 of contended transfers by ticket policy, beside the
 //!   optimistic transfer written without the library;
-//! - `locks.svg`: contended acquisitions per second and handoff of the queue and lease locks beside
-//!   `dynamodb-lease`.
+//! - `hot-items.svg`: goodput and p99 of the hot-item runs (transfers in each read order, a hot
+//!   counter) beside their native optimistic baseline;
+//! - `locks.svg`: acquisitions per second, handoff and re-takes by the releaser of the queue and
+//!   lease locks under contention, beside `dynamodb-lease`.
 //!
 //! With `--profile dynamodb` in the benchmark run, each chart also shows the figures through the
 //! profile. Figures missing from the JSON (a part skipped with `--no-tx`, say) leave their chart
@@ -81,10 +83,11 @@ type Chart = fn(&[Pass], &Area) -> Res<bool>;
 fn draw_all(figures: &Value, dir: &Path, note: &str) -> Res<Vec<PathBuf>> {
     let passes = passes(figures);
     let mut written = Vec::new();
-    let charts: [(&str, Chart); 4] = [
+    let charts: [(&str, Chart); 5] = [
         ("latency-by-n.svg", latency_by_n),
         ("requests-by-n.svg", requests_by_n),
         ("contention.svg", contention),
+        ("hot-items.svg", hot_items),
         ("locks.svg", locks),
     ];
     for (name, draw) in charts {
@@ -341,16 +344,22 @@ fn bar_panel(
         .fold(0.0, f64::max);
     let y_hi = if top > 0.0 { top * 1.2 } else { 1.0 };
     let n = categories.len() as f64;
+    let lines = categories
+        .iter()
+        .map(|c| c.lines().count())
+        .max()
+        .unwrap_or(1);
     let mut chart = ChartBuilder::on(area)
         .caption(title, (FONT, 18))
         .margin(12)
-        .x_label_area_size(40)
+        .x_label_area_size(25 + 15 * lines as u32)
         .y_label_area_size(56)
         .build_cartesian_2d(-0.5..n - 0.5, 0.0..y_hi)?;
     chart
         .configure_mesh()
         .disable_x_mesh()
         .x_labels(0)
+        .y_labels(6)
         .y_desc(y_desc)
         .y_label_formatter(&|v| label(*v))
         .label_style((FONT, 13))
@@ -407,6 +416,14 @@ fn two_panels(root: &Area, title: &str, draw: impl FnOnce(&Area, &Area) -> Res) 
     let root = root.titled(title, (FONT, 22))?;
     let (left, right) = root.split_horizontally(SIZE.0 / 2);
     draw(&left, &right)
+}
+
+/// Two bar panels, one above the other, under one title.
+fn two_rows(root: &Area, title: &str, draw: impl FnOnce(&Area, &Area) -> Res) -> Res {
+    let root = root.titled(title, (FONT, 22))?;
+    let height = root.dim_in_pixel().1;
+    let (top, bottom) = root.split_vertically(height / 2);
+    draw(&top, &bottom)
 }
 
 /// Three bar panels side by side under one title.
@@ -478,6 +495,81 @@ fn contention(passes: &[Pass], area: &Area) -> Res<bool> {
                 l,
                 "goodput",
                 "committed transfers per second",
+                &categories,
+                &goodput,
+                &|v| format!("{v:.1}"),
+            )?;
+            bar_panel(r, "p99 latency", "seconds", &categories, &p99, &|v| {
+                format!("{v:.2}")
+            })
+        },
+    )?;
+    Ok(true)
+}
+
+/// `text` in lines of at most about `width` characters, broken between words.
+fn wrap(text: &str, width: usize) -> String {
+    let mut out = String::new();
+    let mut line = 0;
+    for word in text.split_whitespace() {
+        if line > 0 && line + 1 + word.len() > width {
+            out.push('\n');
+            line = 0;
+        } else if line > 0 {
+            out.push(' ');
+            line += 1;
+        }
+        out.push_str(word);
+        line += word.len();
+    }
+    out
+}
+
+fn hot_items(passes: &[Pass], area: &Area) -> Res<bool> {
+    // The runs of the first pass (the JSON map comes back sorted by name, which keeps a run
+    // beside its native baseline), named as the bench's report names them.
+    let Some(runs) = passes[0].1.get("hot").and_then(Value::as_object) else {
+        return Ok(false);
+    };
+    let keys: Vec<&String> = runs.keys().collect();
+    let run = |f: &Value, k: &str| f.get("hot")?.get(k).cloned();
+    let categories: Vec<String> = keys
+        .iter()
+        .map(|k| {
+            let gave_up: Vec<String> = passes
+                .iter()
+                .filter_map(|(_, f)| run(f, k)?.get("gave_up")?.as_u64())
+                .map(|n| n.to_string())
+                .collect();
+            let name = wrap(&k.replace('_', " "), 26);
+            if gave_up.iter().all(|n| n == "0") {
+                name
+            } else {
+                format!("{name}\n({} gave up)", gave_up.join(" / "))
+            }
+        })
+        .collect();
+    let series = |key: &str, scale: f64| -> Vec<(String, Vec<Option<f64>>)> {
+        passes
+            .iter()
+            .map(|(pass, f)| {
+                let values = keys
+                    .iter()
+                    .map(|k| run(f, k).and_then(|r| field(&r, key)).map(|v| v * scale))
+                    .collect();
+                (pass.to_string(), values)
+            })
+            .collect()
+    };
+    let (goodput, p99) = (series("tx_per_s", 1.0), series("p99_ms", 0.001));
+    two_rows(
+        area,
+        "Hot items: transfers and a counter beside native optimistic",
+        |l, r| {
+            bar_panel(
+                l,
+                "goodput",
+                "committed per second",
                 &categories,
                 &goodput,
                 &|v| format!("{v:.1}"),
@@ -587,6 +679,8 @@ mod tests {
         "dynamodb_lease_acquisitions_per_s":96.2,"dynamodb_lease_handoff_p50_ms":2.2,
         "contention":{"counter":{"tx_per_s":80.0,"p99_ms":900.0},"clock":{"tx_per_s":85.0,"p99_ms":1000.0}},
         "contention_native_optimistic":{"tx_per_s":46.8,"p99_ms":1400.0},
+        "hot":{"hot_counter":{"tx_per_s":19.8,"p99_ms":6800.0,"gave_up":0},
+        "transfer_from_then_to":{"tx_per_s":6.0,"p99_ms":8900.0,"gave_up":2}},
         "profile":{"p50_ms":{"1":14.8},"native_p50_ms":{"1":12.8},
         "contention":{"counter":{"tx_per_s":18.0,"p99_ms":4000.0}},"queue_acquisitions_per_s":19.5}}"#;
 
@@ -596,7 +690,7 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let figures: Value = serde_json::from_str(FIXTURE).unwrap();
         let written = draw_all(&figures, &dir, "a note").unwrap();
-        assert_eq!(written.len(), 4, "{written:?}");
+        assert_eq!(written.len(), 5, "{written:?}");
         for file in &written {
             let svg = std::fs::read_to_string(file).unwrap();
             assert!(svg.starts_with("<svg"), "{}", file.display());
@@ -628,6 +722,10 @@ mod tests {
         assert_eq!(
             log_ticks(1.0, 100.0),
             vec![1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0]
+        );
+        assert_eq!(
+            wrap("hot counter native optimistic", 17),
+            "hot counter\nnative optimistic"
         );
     }
 }
