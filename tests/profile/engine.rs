@@ -261,3 +261,120 @@ async fn writes_past_an_items_throughput_are_throttled_and_not_applied() {
     assert_eq!(got["v"], n(ok), "only the writes served were applied");
     assert_eq!(profile.stats().throttled, throttled);
 }
+
+#[tokio::test]
+async fn batches_past_an_items_throughput_come_back_unprocessed() {
+    use aws_sdk_dynamodb::types::{KeysAndAttributes, PutRequest, WriteRequest};
+    let mut settings = ProfileSettings::none(10);
+    settings.throttling = true;
+    // One unit a second each way: an item written (or read) once has none left for a while.
+    settings.write_units_per_second = 1.0;
+    settings.read_units_per_second = 1.0;
+    let profile = DynamoDbProfile::new(settings);
+    let guard = TableGuard::default();
+    let setup = client_through(&profile, vec![]);
+    let t = table(&setup, &guard, "prof-batch").await;
+    let conf = setup
+        .config()
+        .to_builder()
+        .retry_config(RetryConfig::disabled())
+        .build();
+    let c = Client::from_conf(conf);
+    let mut hot = key("hot");
+    hot.insert("v".into(), s("first"));
+    c.put_item()
+        .table_name(&t)
+        .set_item(Some(hot.clone()))
+        .send()
+        .await
+        .unwrap();
+    let put = |id: &str| {
+        let mut it = key(id);
+        it.insert("v".into(), s("batch"));
+        WriteRequest::builder()
+            .put_request(PutRequest::builder().set_item(Some(it)).build().unwrap())
+            .build()
+    };
+    let out = c
+        .batch_write_item()
+        .request_items(&t, vec![put("hot"), put("a"), put("b")])
+        .send()
+        .await
+        .unwrap();
+    let left = out.unprocessed_items.unwrap_or_default();
+    let left: Vec<_> = left[&t]
+        .iter()
+        .map(|w| w.put_request().unwrap().item()["Id"].clone())
+        .collect();
+    assert_eq!(
+        left,
+        vec![s("hot")],
+        "the item short of units comes back unprocessed"
+    );
+    let stored = |id: &'static str| {
+        let t = t.clone();
+        async move {
+            local_client()
+                .get_item()
+                .table_name(&t)
+                .set_key(Some(key(id)))
+                .consistent_read(true)
+                .send()
+                .await
+                .unwrap()
+                .item
+                .unwrap()["v"]
+                .clone()
+        }
+    };
+    assert_eq!(
+        stored("hot").await,
+        s("first"),
+        "the unprocessed put was not applied"
+    );
+    assert_eq!(stored("a").await, s("batch"));
+    assert_eq!(stored("b").await, s("batch"));
+
+    // Reads: one consistent read of hot takes its unit.
+    c.get_item()
+        .table_name(&t)
+        .set_key(Some(key("hot")))
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap();
+    let keys = KeysAndAttributes::builder()
+        .set_keys(Some(vec![key("hot"), key("a"), key("b")]))
+        .consistent_read(true)
+        .build()
+        .unwrap();
+    let out = c
+        .batch_get_item()
+        .request_items(&t, keys)
+        .send()
+        .await
+        .unwrap();
+    let mut got: Vec<_> = out.responses.unwrap_or_default()[&t]
+        .iter()
+        .map(|i| i["Id"].clone())
+        .collect();
+    got.sort_by_key(|v| v.as_s().unwrap().clone());
+    assert_eq!(got, vec![s("a"), s("b")]);
+    let left = out.unprocessed_keys.unwrap_or_default();
+    assert_eq!(
+        left[&t].keys(),
+        &[key("hot")],
+        "the key short of units comes back unprocessed"
+    );
+
+    // A batch of which no item has units is refused whole.
+    let err = c
+        .batch_write_item()
+        .request_items(&t, vec![put("hot")])
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some("ProvisionedThroughputExceededException"));
+    assert_eq!(stored("hot").await, s("first"));
+    assert_eq!(profile.stats().throttled, 3);
+}

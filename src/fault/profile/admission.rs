@@ -18,6 +18,9 @@ pub(super) enum Admission {
     Refused(Box<HttpResponse>),
     /// Goes to Local; a transaction's items stay in flight while this lives.
     Admitted(Option<Ongoing>),
+    /// A batch of which only part goes to Local (`body`); the rest comes back unprocessed
+    /// (`unprocessed`, the value of the answer's `UnprocessedItems` or `UnprocessedKeys`).
+    Partial { body: Value, unprocessed: Value },
 }
 
 impl Shared {
@@ -85,7 +88,10 @@ impl Shared {
                         "Transaction is ongoing for the item",
                     )));
                 }
-                if s.throttling && op != "BatchWriteItem" {
+                if s.throttling && op == "BatchWriteItem" {
+                    return self.admit_batch(&mut st, op, body, touched, now);
+                }
+                if s.throttling {
                     let billed = st.billed(touched);
                     let wants: Vec<(ItemId, f64)> = touched
                         .ids
@@ -107,6 +113,7 @@ impl Shared {
                 st.note_stored(touched);
                 Admission::Admitted(None)
             }
+            "BatchGetItem" if s.throttling => self.admit_batch(&mut st, op, body, touched, now),
             "GetItem" if s.throttling => {
                 let consistent = body.get("ConsistentRead") == Some(&Value::Bool(true));
                 let billed = st.billed(touched);
@@ -129,6 +136,132 @@ impl Shared {
                 Admission::Admitted(None)
             }
             _ => Admission::Admitted(None),
+        }
+    }
+
+    /// A batch past some items' throughput: DynamoDB serves the items that have units and returns
+    /// the others unprocessed, or refuses the whole batch when none has.
+    fn admit_batch(
+        &self,
+        st: &mut super::State,
+        op: &str,
+        body: &Value,
+        touched: &Touched,
+        now: Instant,
+    ) -> Admission {
+        let s = &self.settings;
+        let writes = op == "BatchWriteItem";
+        let (list, entries) = if writes {
+            ("RequestItems", None)
+        } else {
+            ("RequestItems", Some("Keys"))
+        };
+        let billed = st.billed(touched);
+        // Whether each key of a `BatchGetItem` is read consistently (its table's setting), in
+        // the order `touched` lists them.
+        let consistent: Vec<bool> = body
+            .get(list)
+            .and_then(Value::as_object)
+            .into_iter()
+            .flatten()
+            .flat_map(|(_, ka)| {
+                let c = ka.get("ConsistentRead") == Some(&Value::Bool(true));
+                let n = ka.get("Keys").and_then(Value::as_array).map_or(0, Vec::len);
+                std::iter::repeat_n(c, n)
+            })
+            .collect();
+        // Per item, in the order `touched` lists them (tables, then their requests or keys).
+        let mut served = Vec::with_capacity(billed.len());
+        for (pos, (id, size)) in touched.ids.iter().zip(billed).enumerate() {
+            let Some(id) = id else {
+                served.push(true);
+                continue;
+            };
+            let ok = if writes {
+                let units = throughput::write_units(size, false);
+                st.writes
+                    .take(&[(id.clone(), units)], s.write_units_per_second, now)
+                    .is_empty()
+            } else {
+                let c = consistent.get(pos).copied().unwrap_or(false);
+                let units = throughput::read_units(size, c);
+                st.reads
+                    .take(&[(id.clone(), units)], s.read_units_per_second, now)
+                    .is_empty()
+            };
+            served.push(ok);
+        }
+        if served.iter().all(|&ok| ok) {
+            if writes {
+                st.note_stored(touched);
+            }
+            return Admission::Admitted(None);
+        }
+        bump(&self.counters.throttled);
+        if !served.iter().any(|&ok| ok) {
+            return Admission::Refused(Box::new(wire::error_answer(
+                "ProvisionedThroughputExceededException",
+                "The level of configured provisioned throughput for one or more global secondary indexes of the table was exceeded. Consider increasing your provisioning level for the under-provisioned global secondary indexes with the UpdateTable API",
+            )));
+        }
+        let Some(tables) = body.get(list).and_then(Value::as_object) else {
+            return Admission::Admitted(None);
+        };
+        let mut sent = Map::new();
+        let mut unprocessed = Map::new();
+        let mut i = 0;
+        for (table, requests) in tables {
+            let items: &[Value] = match entries {
+                None => requests.as_array().map_or(&[], Vec::as_slice),
+                Some(k) => requests
+                    .get(k)
+                    .and_then(Value::as_array)
+                    .map_or(&[], Vec::as_slice),
+            };
+            let (mut yes, mut no) = (Vec::new(), Vec::new());
+            for it in items {
+                if served.get(i).copied().unwrap_or(true) {
+                    yes.push(it.clone());
+                } else {
+                    no.push(it.clone());
+                }
+                i += 1;
+            }
+            let wrap = |list: Vec<Value>| match entries {
+                None => Value::Array(list),
+                Some(k) => {
+                    let mut ka = requests.as_object().cloned().unwrap_or_default();
+                    ka.insert(k.to_string(), Value::Array(list));
+                    Value::Object(ka)
+                }
+            };
+            if !yes.is_empty() {
+                sent.insert(table.clone(), wrap(yes));
+            }
+            if !no.is_empty() {
+                unprocessed.insert(table.clone(), wrap(no));
+            }
+        }
+        let mut body = body.clone();
+        body[list] = Value::Object(sent);
+        if writes {
+            // Only what goes to Local is stored.
+            let kept = Touched {
+                ids: touched
+                    .ids
+                    .iter()
+                    .zip(&served)
+                    .map(|(id, &ok)| id.clone().filter(|_| ok))
+                    .collect(),
+                sizes: touched.sizes.clone(),
+                effects: touched.effects.clone(),
+                written: Vec::new(),
+            };
+            st.note_stored(&kept);
+        }
+        Admission::Partial {
+            body,
+            unprocessed: Value::Object(unprocessed),
         }
     }
 
@@ -190,6 +323,24 @@ impl Shared {
                     && let Some(k) = key
                 {
                     t.written.push((table, k));
+                }
+            }
+            "BatchGetItem" => {
+                let Some(tables) = body.get("RequestItems").and_then(Value::as_object) else {
+                    return t;
+                };
+                for (table, ka) in tables {
+                    for k in ka
+                        .get("Keys")
+                        .and_then(Value::as_array)
+                        .into_iter()
+                        .flatten()
+                    {
+                        let key = k.as_object();
+                        t.ids.push(key.map(|k| ItemId::new(table, k)));
+                        t.sizes.push(key.map_or(0, wire::item_size));
+                        t.effects.push(Effect::Reads);
+                    }
                 }
             }
             "BatchWriteItem" => {

@@ -346,11 +346,25 @@ impl Shared {
         };
         let template = request.try_clone();
         let touched = self.touched(&inner, template.as_ref(), &op, &body).await;
+        let mut request = request;
+        let mut unprocessed = None;
         let ongoing = match self.admit(&op, &body, &touched) {
             Admission::Admitted(ongoing) => ongoing,
             Admission::Refused(answer) => {
                 tokio::time::sleep(back).await;
                 return Ok(*answer);
+            }
+            Admission::Partial {
+                body: part,
+                unprocessed: rest,
+            } => {
+                let bytes = serde_json::to_vec(&part).expect("JSON serialises");
+                request
+                    .headers_mut()
+                    .insert("content-length", bytes.len().to_string());
+                *request.body_mut() = SdkBody::from(bytes);
+                unprocessed = Some(rest);
+                None
             }
         };
         let mut answer = inner.call(request).await?;
@@ -362,6 +376,11 @@ impl Shared {
                     .stale_answer(&inner, template.as_ref(), &op, &body, answer)
                     .await?;
             }
+        }
+        if let Some(rest) = unprocessed
+            && answer.status().is_success()
+        {
+            answer = with_unprocessed(&op, answer, rest).await?;
         }
         tokio::time::sleep(back).await;
         drop(ongoing);
@@ -519,6 +538,43 @@ async fn side_call(
     }
     let bytes = read_body(&mut answer).await.ok()?;
     serde_json::from_slice(&bytes).ok()
+}
+
+/// A batch's answer with the items the profile held back added as unprocessed.
+async fn with_unprocessed(
+    op: &str,
+    mut answer: HttpResponse,
+    rest: Value,
+) -> Result<HttpResponse, ConnectorError> {
+    let field = if op == "BatchGetItem" {
+        "UnprocessedKeys"
+    } else {
+        "UnprocessedItems"
+    };
+    let bytes = read_body(&mut answer).await?;
+    let mut body: Value =
+        serde_json::from_slice(&bytes).map_err(|e| ConnectorError::io(e.into()))?;
+    let merged = body
+        .as_object_mut()
+        .map(|o| o.entry(field).or_insert_with(|| json!({})));
+    if let (Some(Value::Object(into)), Value::Object(rest)) = (merged, rest) {
+        for (table, v) in rest {
+            match (into.get_mut(&table), v) {
+                (Some(Value::Array(a)), Value::Array(b)) => a.extend(b),
+                (Some(Value::Object(a)), Value::Object(b)) => {
+                    if let (Some(Value::Array(ka)), Some(Value::Array(kb))) =
+                        (a.get_mut("Keys"), b.get("Keys"))
+                    {
+                        ka.extend(kb.iter().cloned());
+                    }
+                }
+                (_, v) => {
+                    into.insert(table, v);
+                }
+            }
+        }
+    }
+    Ok(wire::answer(answer.status().as_u16(), body))
 }
 
 /// The whole body of an answer (leaving it empty).
