@@ -5,7 +5,7 @@ use std::sync::Arc;
 use aws_sdk_dynamodb::Client;
 
 use crate::TxId;
-use crate::error::{Error, Result, TableRole};
+use crate::error::{Error, Item, Result, TableRole};
 use crate::keys::SchemaCache;
 use crate::record::{self, TxState};
 use crate::settings::{self, ContentionPolicy, Inner, Settings};
@@ -298,6 +298,10 @@ impl TransactionManager {
     /// # Ok(()) }
     /// ```
     ///
+    /// A retry keeps the unit of work's contention ticket, and first takes locked reads of the
+    /// items the failed attempt read, in key order ([`Settings::run_relocks_reads`]), before it
+    /// runs `work` again.
+    ///
     /// # Errors
     /// The last error when it is not retryable or attempts ran out. After a failed commit `run`
     /// rolls the attempt back (a commit that landed after all makes `run` return `Ok`) before it
@@ -327,12 +331,21 @@ impl TransactionManager {
         // One ticket for every attempt: a retried unit of work only gets older.
         let ticket: Arc<tokio::sync::OnceCell<u64>> = Arc::default();
         let mut attempt = 0;
+        // What the failed attempt read, locked first by the next one (`run_relocks_reads`).
+        let mut relock: Vec<(String, Item)> = Vec::new();
         loop {
             attempt += 1;
             let tx =
                 Transaction::with_ticket(self.inner.clone(), TxId::new_random(), ticket.clone());
             let id = tx.id().clone();
-            let err = match work(&tx).await {
+            let worked = match tx.lock_reads(&relock).await {
+                Ok(()) => work(&tx).await,
+                Err(e) => Err(e),
+            };
+            if self.inner.settings.run_relocks_reads {
+                relock = tx.read_items().await;
+            }
+            let err = match worked {
                 Ok(v) => match tx.commit().await {
                     Ok(()) => return crate::metrics::run_result(Ok(v), attempt),
                     // Undetermined, or committed without some requests: retrying the work is

@@ -47,6 +47,16 @@ pub struct Settings {
     pub lock_reads_before_recording: bool,
     /// Attempts of [`TransactionManager::run`](crate::TransactionManager::run) before it gives up.
     pub run_attempts: u32,
+    /// When [`TransactionManager::run`](crate::TransactionManager::run) retries a unit of work,
+    /// the new attempt first takes locked reads of the items the failed attempt read, in key order
+    /// (table, then key), before it runs the closure again; the closure's own reads of those items
+    /// then cost nothing. Two units of work that read the same items in opposite orders then lock
+    /// them in one order from their second attempt on, so wound-wait no longer has to break that
+    /// cycle again and again: the order a user reads in stops mattering after the first conflict.
+    /// An item the new attempt no longer reads stays locked (read) until it ends, which is safe
+    /// (a read lock) and costs only its request. Default on; off, a retry runs the closure with
+    /// nothing locked.
+    pub run_relocks_reads: bool,
     /// First backoff of retries; doubles each attempt, with full jitter.
     pub backoff_base: Duration,
     /// Longest backoff of retries.
@@ -124,6 +134,7 @@ impl Default for Settings {
             write_only_fast_path: true,
             lock_reads_before_recording: false,
             run_attempts: 10,
+            run_relocks_reads: true,
             backoff_base: Duration::from_millis(10),
             backoff_max: Duration::from_millis(500),
             committed_read_attempts: 4,

@@ -132,6 +132,12 @@ pub const HOT: &[Hot] = &[
         how: How::Library(("defaults", |_| {})),
         workload: Workload::Transfer(Order::FromThenTo),
     },
+    // The behaviour before `run_relocks_reads`: a retry starts with nothing locked.
+    Hot {
+        name: "transfer, from then to, retries relock nothing",
+        how: How::Library(("no relock", |s| s.run_relocks_reads = false)),
+        workload: Workload::Transfer(Order::FromThenTo),
+    },
     Hot {
         name: "hot counter",
         how: How::Library(("defaults", |_| {})),

@@ -299,6 +299,11 @@ impl GetItemBuilder<'_> {
     }
 }
 
+/// A locked read's request without its table and key.
+pub(super) fn blank_get() -> Request {
+    blank(Op::Get)
+}
+
 fn blank(op: Op) -> Request {
     Request {
         op,

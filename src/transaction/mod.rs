@@ -240,6 +240,33 @@ impl Transaction {
         }
     }
 
+    /// The items this handle read (a locked read of them was asked), in key order (table, then
+    /// key): what a retry of its unit of work locks first (`Settings::run_relocks_reads`).
+    pub(crate) async fn read_items(&self) -> Vec<(String, Item)> {
+        let st = self.state.lock().await;
+        let read: BTreeSet<ItemRef> = st
+            .requests
+            .iter()
+            .filter(|q| q.op == crate::request::Op::Get)
+            .map(Request::item_ref)
+            .collect();
+        read.iter()
+            .filter_map(|r| st.items.get(r).map(|e| (e.table.clone(), e.key.clone())))
+            .collect()
+    }
+
+    /// Takes locked reads of `items`, one after the other in the order given (key order, so that
+    /// every coordinator doing this takes them in the same order).
+    pub(crate) async fn lock_reads(&self, items: &[(String, Item)]) -> Result<()> {
+        for (table, key) in items {
+            let mut req = builders::blank_get();
+            req.table = table.clone();
+            req.key = key.clone();
+            self.read(req, None).await?;
+        }
+        Ok(())
+    }
+
     pub(crate) fn from_record(inner: Arc<Inner>, id: TxId, rec: record::Record) -> Transaction {
         // A resumed handle is the transaction others see in the record: it contends with the
         // record's ticket (a fresh one would make it younger in its own eyes only).

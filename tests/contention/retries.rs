@@ -1,0 +1,185 @@
+//! `run`'s retries: a new attempt locks what the failed one read, in key order, before the
+//! closure runs again (`Settings::run_relocks_reads`).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use dynamodb_transactions::{Item, TicketSource, TxId, TxState};
+use tokio::sync::Mutex;
+
+use crate::common::*;
+use crate::ordered_with;
+
+/// Who holds each of `keys` right now (the raw `_TxId`, `None` when unlocked).
+async fn holders(env: &TestEnv, keys: &[&str]) -> Vec<Option<String>> {
+    let mut out = Vec::new();
+    for k in keys {
+        let raw = env.raw_get(&env.table, &key(k)).await.unwrap();
+        out.push(raw.get("_TxId").map(|v| v.as_s().unwrap().clone()));
+    }
+    out
+}
+
+fn number(item: Option<&Item>) -> i64 {
+    item.and_then(|i| i.get("v"))
+        .and_then(|v| v.as_n().ok())
+        .and_then(|v| v.parse().ok())
+        .unwrap()
+}
+
+/// Runs a unit of work that reads `b`, then `a`, then moves 1 from `b` to `a`; its first attempt
+/// is rolled back from outside after both reads. Returns, per attempt, the transaction's id and
+/// who held `a` and `b` when its closure started.
+async fn retried_transfer(relock: bool) -> (TestEnv, Vec<(TxId, Vec<Option<String>>)>) {
+    let env = TestEnv::new("ct-relock").await;
+    for k in ["a", "b"] {
+        env.raw_put(&env.table, item(&[("Id", s(k)), ("v", n(10))]))
+            .await;
+    }
+    let m = ordered_with(&env, TicketSource::Counter, Duration::from_secs(30), |s| {
+        s.run_relocks_reads = relock;
+        s.backoff_base = Duration::from_millis(1);
+    });
+    let other = env.manager.clone();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let attempts = AtomicU32::new(0);
+    let (seen2, table) = (seen.clone(), env.table.clone());
+    let env_ref = &env;
+    m.run(async |tx| {
+        let attempt = attempts.fetch_add(1, Ordering::SeqCst) + 1;
+        seen2
+            .lock()
+            .await
+            .push((tx.id().clone(), holders(env_ref, &["a", "b"]).await));
+        let mut v = Vec::new();
+        for k in ["b", "a"] {
+            let out = tx
+                .get_item()
+                .table_name(&table)
+                .key("Id", s(k))
+                .send()
+                .await?;
+            v.push(number(out.item()));
+        }
+        if attempt == 1 {
+            // A competitor rolls this attempt back after both reads.
+            other.rollback_transaction(tx.id()).await.unwrap();
+        }
+        for (k, val) in [("b", v[0] - 1), ("a", v[1] + 1)] {
+            tx.update_item()
+                .table_name(&table)
+                .key("Id", s(k))
+                .update_expression("SET v = :v")
+                .expression_attribute_values(":v", n(val))
+                .send()
+                .await?;
+        }
+        Ok(())
+    })
+    .await
+    .unwrap();
+    let seen = seen.lock().await.clone();
+    (env, seen)
+}
+
+#[tokio::test]
+async fn a_retry_locks_what_the_failed_attempt_read_before_its_closure_runs() {
+    let (env, seen) = retried_transfer(true).await;
+    assert_eq!(seen.len(), 2, "one retry: {seen:?}");
+    let (first, at_first) = &seen[0];
+    assert_eq!(
+        at_first,
+        &vec![None, None],
+        "nothing locked before the first attempt"
+    );
+    let (second, at_second) = &seen[1];
+    let mine = Some(second.as_str().to_string());
+    assert_eq!(
+        at_second,
+        &vec![mine.clone(), mine],
+        "the retry holds both items it read before its closure runs"
+    );
+    assert_eq!(
+        env.tx_state(first).await.map(|s| s.0),
+        Some(TxState::RolledBack)
+    );
+    assert_eq!(
+        env.tx_state(second).await.map(|s| s.0),
+        Some(TxState::Committed)
+    );
+    // The closure's reads of the relocked items returned them as they are: the transfer is exact,
+    // and nothing stays locked.
+    for (k, v) in [("a", 11), ("b", 9)] {
+        assert_eq!(
+            env.raw_get(&env.table, &key(k)).await.unwrap(),
+            item(&[("Id", s(k)), ("v", n(v))])
+        );
+    }
+}
+
+#[tokio::test]
+async fn without_the_setting_a_retry_starts_with_nothing_locked() {
+    let (env, seen) = retried_transfer(false).await;
+    assert_eq!(seen.len(), 2, "one retry: {seen:?}");
+    assert_eq!(seen[1].1, vec![None, None]);
+    for (k, v) in [("a", 11), ("b", 9)] {
+        assert_eq!(
+            env.raw_get(&env.table, &key(k)).await.unwrap(),
+            item(&[("Id", s(k)), ("v", n(v))])
+        );
+    }
+}
+
+/// Units of work reading two items in opposite orders, concurrently: every one commits, and the
+/// transfers are exact.
+#[tokio::test]
+async fn opposite_read_orders_all_commit_with_relocked_retries() {
+    let env = TestEnv::new("ct-relock-orders").await;
+    for k in ["a", "b"] {
+        env.raw_put(&env.table, item(&[("Id", s(k)), ("v", n(100))]))
+            .await;
+    }
+    let m = ordered_with(&env, TicketSource::Counter, Duration::from_secs(30), |s| {
+        s.lock_wait = Duration::from_secs(10);
+    });
+    let mut tasks = Vec::new();
+    for w in 0..6 {
+        let (m, table) = (m.clone(), env.table.clone());
+        tasks.push(async move {
+            let (from, to) = if w % 2 == 0 { ("a", "b") } else { ("b", "a") };
+            m.run(async |tx| {
+                let mut v = Vec::new();
+                for k in [from, to] {
+                    let out = tx
+                        .get_item()
+                        .table_name(&table)
+                        .key("Id", s(k))
+                        .send()
+                        .await?;
+                    v.push(number(out.item()));
+                }
+                for (k, val) in [(from, v[0] - 1), (to, v[1] + 1)] {
+                    tx.update_item()
+                        .table_name(&table)
+                        .key("Id", s(k))
+                        .update_expression("SET v = :v")
+                        .expression_attribute_values(":v", n(val))
+                        .send()
+                        .await?;
+                }
+                Ok(())
+            })
+            .await
+        });
+    }
+    for r in futures::future::join_all(tasks).await {
+        r.unwrap();
+    }
+    let mut total = 0;
+    for k in ["a", "b"] {
+        total += number(env.raw_get(&env.table, &key(k)).await.as_ref());
+    }
+    assert_eq!(total, 200);
+    assert_eq!(holders(&env, &["a", "b"]).await, vec![None, None]);
+}
