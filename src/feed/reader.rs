@@ -98,6 +98,9 @@ struct Shard {
     /// Creation time (epoch s) of the last record read.
     last_time: Option<i64>,
     caught_up: bool,
+    /// When `GetRecords` was last sent for this shard: a shard is read at most once per poll
+    /// interval.
+    read_at: Option<Instant>,
 }
 
 impl Shard {
@@ -268,11 +271,26 @@ impl Reader {
             {
                 return Ok(None);
             }
-            let got = self.round().await?;
-            if !got && self.ready.is_empty() {
-                tokio::time::sleep(self.cfg.poll_interval).await;
+            self.round().await?;
+            if self.ready.is_empty() {
+                tokio::time::sleep(self.pause()).await;
             }
         }
+    }
+
+    /// How long until a shard may be read again (at most the poll interval; at least 10 ms).
+    fn pause(&self) -> Duration {
+        let now = Instant::now();
+        self.shards
+            .iter()
+            .filter(|s| s.state == State::Reading)
+            .filter_map(|s| {
+                s.read_at
+                    .map(|t| (t + self.cfg.poll_interval).saturating_duration_since(now))
+            })
+            .min()
+            .unwrap_or(self.cfg.poll_interval)
+            .clamp(Duration::from_millis(10), self.cfg.poll_interval)
     }
 
     /// Lists the streams' shards (new ones join, in lineage order).
@@ -362,6 +380,7 @@ impl Reader {
                 failures: 0,
                 last_time: None,
                 caught_up: false,
+                read_at: None,
             });
         }
         self.listed_once = true;
@@ -478,11 +497,16 @@ impl Reader {
                 s.state == State::Reading
                     && s.iterator.is_some()
                     && s.retry_at.is_none_or(|t| now >= t)
+                    && s.read_at
+                        .is_none_or(|t| now.duration_since(t) >= self.cfg.poll_interval)
                     && (s.caught_up
                         || s.last_time.is_none()
                         || slowest.is_none_or(|m| s.last_time.is_some_and(|t| t <= m + window)))
             })
             .collect();
+        for &i in &due {
+            self.shards[i].read_at = Some(now);
+        }
         let streams = self.streams();
         let answers = join_all(due.iter().map(|&i| {
             let it = self.shards[i].iterator.clone().unwrap_or_default();
@@ -661,6 +685,7 @@ mod tests {
             failures: 0,
             last_time: None,
             caught_up: false,
+            read_at: None,
         }
     }
 

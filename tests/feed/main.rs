@@ -8,6 +8,7 @@ mod common;
 mod basic;
 mod chaos;
 mod cli;
+mod lag;
 mod restart;
 
 use std::collections::{BTreeMap, HashMap};
