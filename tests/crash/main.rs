@@ -65,6 +65,9 @@ async fn count_requests(env: &TestEnv, w: Workload, one_shot: bool) -> u64 {
         p: format!("count-{}", uuid::Uuid::new_v4().simple()),
     };
     setup(env, &ids).await;
+    if w.extra() {
+        setup_extra(env, &ids).await;
+    }
     warm(&m, &env.table).await;
     counter.reset();
     let tx = m.begin();
@@ -76,6 +79,11 @@ async fn count_requests(env: &TestEnv, w: Workload, one_shot: bool) -> u64 {
         let id = tx.id().clone();
         tx.commit().await.unwrap();
         assert_eq!(raw_view(env, &ids).await, committed_view(&ids, w));
+        if w.extra() {
+            assert_eq!(extra_view(env, &ids).await, (EXTRA_ITEMS, vec![]));
+            let gates = env.record_rows(&id).await.len();
+            assert!(gates > 8, "the record has its gate rows: {gates} rows");
+        }
         if w.chunked() {
             // The header holds no request; chunk rows hold them all (later appends add rows).
             let rows = env.record_rows(&id).await;
@@ -115,6 +123,9 @@ async fn one_run(
         p: format!("r{}", uuid::Uuid::new_v4().simple()),
     };
     setup(&env, &ids).await;
+    if w.extra() {
+        setup_extra(&env, &ids).await;
+    }
     warm(&m, &env.table).await;
     match fault {
         Fault::CrashBefore => faults.crash_at(k, FaultMode::BeforeSend),
@@ -202,6 +213,13 @@ async fn one_run(
             expect,
             "{label}: state after success"
         );
+        if w.extra() {
+            assert_eq!(
+                extra_view(&env, &ids).await.0,
+                EXTRA_ITEMS,
+                "{label}: extra items after success"
+            );
+        }
     } else {
         let (m2, _) = env.second_coordinator();
         match rec {
@@ -288,6 +306,19 @@ async fn one_run(
         .await
         .unwrap()
         .map(|s| (s.state, s.finalized));
+    if w.extra() {
+        let (updated, locked) = extra_view(&env, &ids).await;
+        assert!(
+            locked.is_empty(),
+            "{label}: extra items left locked: {locked:?}"
+        );
+        let committed = matches!(state, Some((TxState::Committed, _)));
+        let expect = if committed { EXTRA_ITEMS } else { 0 };
+        assert_eq!(
+            updated, expect,
+            "{label}: extra items updated (committed: {committed})"
+        );
+    }
     match state {
         Some((TxState::Committed, fin)) => {
             assert!(fin, "{label}: committed record not finalized");
@@ -325,6 +356,7 @@ async fn sweep_matrix(w: Workload, one_shot: bool) {
     let env =
         Arc::new(TestEnv::new(&format!("crash-{}", if one_shot { "os" } else { "ph" })).await);
     let total = count_requests(&env, w, one_shot).await;
+    let started = std::time::Instant::now();
     if matches!(w, Workload::BatchedWrites | Workload::BatchedChunked) && one_shot {
         // The record (with its chunk row) and every lock, cancelled because the put of b assumes
         // a create; the same with b locked as existing; the commit.
@@ -384,6 +416,10 @@ async fn sweep_matrix(w: Workload, one_shot: bool) {
     }
     let images = env.scan_all(env.manager.images_table()).await;
     assert!(images.is_empty(), "images left: {images:?}");
+    eprintln!(
+        "{w:?} one_shot={one_shot}: {total} requests, every fault at each, in {:.1?}",
+        started.elapsed()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -479,4 +515,18 @@ async fn crash_buffered_chunked_phased() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crash_batched_chunked_one_shot() {
     sweep_matrix(Workload::BatchedChunked, true).await;
+}
+
+/// Through the DynamoDB profile only (`DDB_PROFILE=dynamodb`, a configuration of `scripts/test`):
+/// the hundred-item transaction's concurrent batches are what DynamoDB's conflict rule tests, and
+/// the sweep is the suite's longest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_gated_phased() {
+    if profile().is_none() {
+        eprintln!(
+            "crash_gated_phased runs through the DynamoDB profile only (DDB_PROFILE=dynamodb)"
+        );
+        return;
+    }
+    sweep_matrix(Workload::Gated, false).await;
 }

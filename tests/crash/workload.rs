@@ -50,6 +50,10 @@ pub(crate) enum Workload {
     BufferedChunked,
     /// `BatchedWrites` with the same put: the header, every lock and the chunk row in one request.
     BatchedChunked,
+    /// The buffered writes of a, b, c and d with [`EXTRA_ITEMS`] more updates and no read, with
+    /// `Settings::batch_locks` (the default): the record is created with a hundred items, so with
+    /// gate rows, and its lock and apply batches run concurrently, each checking its own gate.
+    Gated,
 }
 
 impl Workload {
@@ -72,6 +76,7 @@ impl Workload {
                 | Workload::ReadsThenWrites
                 | Workload::LockedReadsThenWrites
                 | Workload::BatchedChunked
+                | Workload::Gated
         )
     }
 
@@ -85,6 +90,11 @@ impl Workload {
             self,
             Workload::ReadsThenWrites | Workload::LockedReadsThenWrites
         )
+    }
+
+    /// Updates [`EXTRA_ITEMS`] more items (see [`extra_view`]).
+    pub(crate) fn extra(self) -> bool {
+        self == Workload::Gated
     }
 
     /// No insert and no read of an absent item (items c and f stay absent).
@@ -150,6 +160,7 @@ pub(crate) async fn work(
                 | Workload::LockedReadsThenWrites
                 | Workload::BufferedChunked
                 | Workload::BatchedChunked
+                | Workload::Gated
         ) {
             ReturnValue::None
         } else {
@@ -207,6 +218,19 @@ pub(crate) async fn work(
         .return_values(rv(ReturnValue::AllOld))
         .send()
         .await?;
+    if w.extra() {
+        for i in 0..EXTRA_ITEMS {
+            tx.update_item()
+                .table_name(table)
+                .key("Id", s(&ids.id(&format!("g{i}"))))
+                .update_expression("SET hits = hits + :one")
+                .expression_attribute_values(":one", n(1))
+                .send()
+                .await?;
+        }
+        // No read: the commit creates the record with every request.
+        return Ok(());
+    }
     if !matches!(w, Workload::BatchedWrites | Workload::BatchedChunked) && !w.reads_first() {
         tx.get_item()
             .table_name(table)
@@ -313,4 +337,79 @@ pub(crate) async fn raw_view(env: &TestEnv, ids: &Ids) -> View {
         out.push(env.raw_get(&env.table, &key(&ids.id(l))).await);
     }
     out
+}
+
+/// The items the gated workload updates beside a, b, c and d: a hundred items in all.
+pub(crate) const EXTRA_ITEMS: usize = 96;
+
+fn extra_key(ids: &Ids, i: usize) -> String {
+    ids.id(&format!("g{i}"))
+}
+
+/// Writes the extra items with `hits = 0`, 25 to a request.
+pub(crate) async fn setup_extra(env: &TestEnv, ids: &Ids) {
+    use aws_sdk_dynamodb::types::{PutRequest, WriteRequest};
+    let puts: Vec<WriteRequest> = (0..EXTRA_ITEMS)
+        .map(|i| {
+            let it = item(&[("Id", s(&extra_key(ids, i))), ("hits", n(0))]);
+            WriteRequest::builder()
+                .put_request(PutRequest::builder().set_item(Some(it)).build().unwrap())
+                .build()
+        })
+        .collect();
+    for chunk in puts.chunks(25) {
+        let mut batch = chunk.to_vec();
+        while !batch.is_empty() {
+            let out = env
+                .client
+                .batch_write_item()
+                .request_items(&env.table, batch)
+                .send()
+                .await
+                .expect("BatchWriteItem");
+            batch = out
+                .unprocessed_items
+                .and_then(|mut u| u.remove(&env.table))
+                .unwrap_or_default();
+        }
+    }
+}
+
+/// The extra items as stored (read consistently, one `BatchGetItem`): how many the transaction
+/// updated, and any still carrying a protocol attribute.
+pub(crate) async fn extra_view(env: &TestEnv, ids: &Ids) -> (usize, Vec<Item>) {
+    use aws_sdk_dynamodb::types::KeysAndAttributes;
+    let mut keys: Vec<Item> = (0..EXTRA_ITEMS).map(|i| key(&extra_key(ids, i))).collect();
+    let mut items = Vec::new();
+    while !keys.is_empty() {
+        let ka = KeysAndAttributes::builder()
+            .set_keys(Some(keys))
+            .consistent_read(true)
+            .build()
+            .unwrap();
+        let out = env
+            .client
+            .batch_get_item()
+            .request_items(&env.table, ka)
+            .send()
+            .await
+            .expect("BatchGetItem");
+        items.extend(
+            out.responses
+                .and_then(|mut r| r.remove(&env.table))
+                .unwrap_or_default(),
+        );
+        keys = out
+            .unprocessed_keys
+            .and_then(|mut u| u.remove(&env.table))
+            .map(|ka| ka.keys)
+            .unwrap_or_default();
+    }
+    assert_eq!(items.len(), EXTRA_ITEMS, "an extra item went missing");
+    let updated = items
+        .iter()
+        .filter(|it| it.get("hits") == Some(&n(1)))
+        .count();
+    let locked = items.into_iter().filter(has_tx_attrs).collect();
+    (updated, locked)
 }
