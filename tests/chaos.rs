@@ -206,7 +206,7 @@ async fn transfers_survive_crashes_lost_responses_throttling_and_delays() {
     // Readers at `Committed`, with default (eventually consistent) reads, while the workers run:
     // every balance they see must have been written by a transaction that committed.
     let running = Arc::new(std::sync::atomic::AtomicBool::new(true));
-    let readers: Vec<_> = (0..2)
+    let readers: Vec<_> = (0..4)
         .map(|_| {
             let m = env.manager.clone();
             let table = env.table.clone();
