@@ -65,7 +65,12 @@ pub fn streams_client() -> aws_sdk_dynamodbstreams::Client {
 
 /// A feed over `tables` from the start, polling fast, ending after 3 s without a record.
 pub fn feed(tx_table: &str, tables: &[&str]) -> ChangeFeedBuilder {
-    let mut b = ChangeFeed::builder(common::client())
+    feed_through(common::client(), tx_table, tables)
+}
+
+/// [`feed`], with its DynamoDB requests (table descriptions, TX records) through `client`.
+pub fn feed_through(client: Client, tx_table: &str, tables: &[&str]) -> ChangeFeedBuilder {
+    let mut b = ChangeFeed::builder(client)
         .transactions_table(tx_table)
         .streams_client(streams_client())
         .from_start()

@@ -54,15 +54,22 @@ async fn workload(env: &TestEnv, seed: u64) -> Vec<dynamodb_transactions::TxId> 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_consumer_killed_anywhere_resumes_from_its_checkpoint_without_loss_or_split() {
     let env = TestEnv::new("feed-restart").await;
+    killed_and_resumed(&env, 11).await;
+}
+
+/// The workload, a reference run of the feed, then a consumer killed after every few changes.
+async fn killed_and_resumed(env: &TestEnv, seed: u64) {
     enable_stream(&env.client, &env.table).await;
     enable_stream(&env.client, &env.range_table).await;
-    let ids = workload(&env, 7).await;
+    let ids = workload(env, seed).await;
     let committed = committed_ids(&env.manager, &ids).await;
     let tables = [env.table.as_str(), env.range_table.as_str()];
     let tx_table = env.manager.transactions_table();
 
     // Once through, without a restart.
-    let mut whole = feed(tx_table, &tables).build().unwrap();
+    let mut whole = feed_through(env.client.clone(), tx_table, &tables)
+        .build()
+        .unwrap();
     let reference = drain(&mut whole).await;
     assert_clean(&reference);
     let by_id: HashMap<_, _> = reference
@@ -81,11 +88,11 @@ async fn a_consumer_killed_anywhere_resumes_from_its_checkpoint_without_loss_or_
 
     // Killed after 0 to 3 changes, each time, checkpointing after some of them.
     let checkpoint = MemoryCheckpoint::new();
-    let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let mut effective: Vec<Change> = Vec::new();
     let mut restarts = 0;
     loop {
-        let mut f = feed(tx_table, &tables)
+        let mut f = feed_through(env.client.clone(), tx_table, &tables)
             .checkpoint(checkpoint.clone())
             .build()
             .unwrap();
