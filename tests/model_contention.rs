@@ -61,6 +61,10 @@
 //! `_TxD`), and a tie taken for "older" (`t <= mine`, which clock tickets could meet), and expects
 //! a counterexample for each.
 //!
+//! `fifo` (tests/model_contention/fifo.rs) models the waiting in ticket order at one item
+//! (docs/PROTOCOL.md "Waiting in ticket order"), its own model with its own properties and broken
+//! variants.
+//!
 //! Abstractions: a lock attempt, and the `_TxW` clear that follows a successful one, are one step;
 //! a handle learns that its transaction was decided at its next step (the protocol model covers the
 //! late locks such a handle may take); `wound_grace`, `lock_wait` timeouts and backoff only delay
@@ -70,6 +74,8 @@ mod model_support;
 
 #[path = "model_contention/checks.rs"]
 mod checks;
+#[path = "model_contention/fifo.rs"]
+mod fifo;
 
 use stateright::{Model, Property};
 
