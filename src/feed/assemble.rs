@@ -56,6 +56,8 @@ struct Entry {
 
 struct Group {
     decision: Option<Decision>,
+    /// The items settled so far.
+    settled: HashSet<ItemRef>,
     first_at: Instant,
     last_at: Instant,
     checked_at: Option<Instant>,
@@ -220,11 +222,13 @@ impl Assembler {
                 }
                 let g = self.groups.entry(tx.clone()).or_insert(Group {
                     decision: None,
+                    settled: HashSet::new(),
                     first_at: now,
                     last_at: now,
                     checked_at: None,
                 });
                 g.last_at = now;
+                g.settled.insert(item.clone());
                 self.entries.push_back(Entry {
                     item,
                     tx: Some(tx),
@@ -287,9 +291,7 @@ impl Assembler {
         match &g.decision {
             Some(Decision::Committed(None)) => now.duration_since(g.last_at) >= self.grace,
             Some(Decision::Committed(Some(expected))) => expected.iter().all(|item| {
-                self.entries
-                    .iter()
-                    .any(|e| e.tx.as_deref() == Some(tx) && &e.item == item)
+                g.settled.contains(item)
                     || (!self
                         .open_locks
                         .contains_key(&(item.clone(), tx.to_string()))

@@ -1,6 +1,6 @@
 //! Chaos, replayed: coordinators crash at random requests, answers are lost, transactions contend
 //! and some roll back, through every commit path (one request, phased with the writes applied
-//! before the decision, phased rolled forward, a transaction of 150 items); the sweeper finishes
+//! before the decision, phased rolled forward, transactions of 1,000 and 150 items); the sweeper finishes
 //! what the crashed ones left. Then the feed, read from the start, must rebuild both tables exactly
 //! as they end, yield exactly the transactions whose record says committed, each once and whole,
 //! and never a `_Tx` attribute.
@@ -103,7 +103,8 @@ async fn replaying_the_feed_from_the_start_rebuilds_every_table_after_chaos() {
                     faults.disarm();
                 }
                 let id = if w == 0 && (i == 5 || i == 10) {
-                    large_transaction(&m, &tables.0, 150, &serial).await
+                    let size = if i == 5 { 1_000 } else { 150 };
+                    large_transaction(&m, &tables.0, size, &serial).await
                 } else {
                     let roll_back = rng.random_bool(0.2);
                     random_transaction(
@@ -219,9 +220,13 @@ async fn replaying_the_feed_from_the_start_rebuilds_every_table_after_chaos() {
         .filter(|c| c.transaction_id().is_none())
         .count();
     println!(
-        "{} changes; transactions of 150 items: {big}; single writes: {singles}",
+        "{} changes; transactions of 150 items or more: {big}; single writes: {singles}",
         changes.len()
     );
-    assert!(big >= 1, "the large transaction committed");
+    assert!(big >= 1, "a large transaction committed");
+    assert!(
+        changes.iter().any(|c| c.items().len() == 1_000),
+        "the 1,000-item transaction, whole"
+    );
     assert_eq!(singles, outside_writes, "every outside write");
 }
