@@ -33,6 +33,8 @@ pub(crate) struct StreamRec {
     pub key: Item,
     pub old: Option<Item>,
     pub new: Option<Item>,
+    /// Its approximate creation time (epoch s).
+    pub time: Option<i64>,
 }
 
 /// What a transaction's record says, as far as the feed needs it.
@@ -58,6 +60,8 @@ struct Group {
     decision: Option<Decision>,
     /// The items settled so far.
     settled: HashSet<ItemRef>,
+    /// Creation time (epoch s) of its latest settling record.
+    settled_time: Option<i64>,
     first_at: Instant,
     last_at: Instant,
     checked_at: Option<Instant>,
@@ -81,6 +85,10 @@ pub(crate) struct Assembler {
     pub grace: Duration,
     /// How often an undecided transaction's record is read again.
     pub recheck: Duration,
+    /// Creation time (epoch s) every shard still catching up has been read to (`None`: every
+    /// shard is caught up). A transaction's missing item may be given up only once every shard
+    /// is read past the transaction's settling records: its lock came before them.
+    pub horizon: Option<i64>,
 }
 
 /// The protocol owner of an image (`_TxId`), if any.
@@ -141,6 +149,7 @@ impl Assembler {
             finished_order: VecDeque::new(),
             grace: Duration::from_secs(10),
             recheck: Duration::from_millis(500),
+            horizon: None,
         }
     }
 
@@ -223,12 +232,14 @@ impl Assembler {
                 let g = self.groups.entry(tx.clone()).or_insert(Group {
                     decision: None,
                     settled: HashSet::new(),
+                    settled_time: None,
                     first_at: now,
                     last_at: now,
                     checked_at: None,
                 });
                 g.last_at = now;
                 g.settled.insert(item.clone());
+                g.settled_time = g.settled_time.max(rec.time);
                 self.entries.push_back(Entry {
                     item,
                     tx: Some(tx),
@@ -288,13 +299,20 @@ impl Assembler {
     }
 
     fn complete(&self, tx: &str, g: &Group, now: Instant) -> bool {
+        let read_past = match (self.horizon, g.settled_time) {
+            (Some(h), Some(t)) => h > t,
+            _ => true,
+        };
         match &g.decision {
-            Some(Decision::Committed(None)) => now.duration_since(g.last_at) >= self.grace,
+            Some(Decision::Committed(None)) => {
+                read_past && now.duration_since(g.last_at) >= self.grace
+            }
             Some(Decision::Committed(Some(expected))) => expected.iter().all(|item| {
                 g.settled.contains(item)
                     || (!self
                         .open_locks
                         .contains_key(&(item.clone(), tx.to_string()))
+                        && read_past
                         && now.duration_since(g.first_at) >= self.grace)
             }),
             _ => false,
@@ -416,6 +434,7 @@ mod tests {
             key: item(&[("Id", s(id))]),
             old,
             new,
+            time: None,
         }
     }
 
@@ -574,5 +593,26 @@ mod tests {
             })
             .collect();
         assert_eq!(ids, ["x", "y"]);
+    }
+
+    #[test]
+    fn an_item_never_seen_locked_is_given_up_only_once_every_shard_is_read_past_the_commit() {
+        let mut a = Assembler::new();
+        a.grace = Duration::ZERO;
+        let now = Instant::now();
+        let mut settle = rec(2, "a", Some(locked("a", "0", "x")), Some(plain("a", "1")));
+        settle.time = Some(100);
+        a.push(settle, now);
+        a.decide(
+            &TxId("x".into()),
+            Decision::Committed(expected(&["a", "b"])),
+            now,
+        );
+        // A shard is still at second 100: b's lock may be in it.
+        a.horizon = Some(100);
+        assert!(a.release(now).is_empty());
+        a.horizon = Some(101);
+        let out = a.release(now);
+        assert_eq!(out.len(), 1);
     }
 }

@@ -572,6 +572,12 @@ impl Reader {
             self.refresh_at = Some(now);
         }
         self.decide().await?;
+        self.assembler.horizon = self
+            .shards
+            .iter()
+            .filter(|s| s.state == State::Reading && !s.caught_up)
+            .map(|s| s.last_time.unwrap_or(i64::MIN))
+            .min();
         let released = self.assembler.release(Instant::now());
         self.ready.extend(released);
         Ok(got)
@@ -606,6 +612,7 @@ impl Reader {
             key: d.keys().map(convert::item).unwrap_or_default(),
             old: d.old_image().map(convert::item),
             new: d.new_image().map(convert::item),
+            time: d.approximate_creation_date_time().map(|t| t.secs()),
         };
         for done in self.assembler.push(rec, now) {
             self.mark_done(&done);
