@@ -178,6 +178,8 @@ pub(crate) struct Reader {
     restored: FeedPosition,
     listed_once: bool,
     refresh_at: Option<Instant>,
+    /// The shards were listed after the last one closed (its children would be known).
+    listed_since_close: bool,
     started_at: Option<Instant>,
     last_record_at: Option<Instant>,
 }
@@ -208,6 +210,7 @@ impl Reader {
             restored: FeedPosition::default(),
             listed_once: false,
             refresh_at: None,
+            listed_since_close: true,
             started_at: None,
             last_record_at: None,
         }
@@ -267,7 +270,7 @@ impl Reader {
             if self.listed_once
                 && self.shards.iter().all(|s| s.state == State::Finished)
                 && self.assembler.buffered() == 0
-                && self.refresh_at.is_none()
+                && self.listed_since_close
             {
                 return Ok(None);
             }
@@ -297,9 +300,15 @@ impl Reader {
     async fn refresh(&mut self) -> Result<()> {
         let mut found = Vec::new();
         for table in &self.cfg.tables {
-            let desc = crate::tables::describe(&self.cfg.client, table)
-                .await?
-                .ok_or_else(|| Error::table_not_found(table))?;
+            // A table deleted, or its stream turned off, after the feed listed its shards: those
+            // are read to their end (the stream is closed), and nothing new is listed.
+            let known = self.shards.iter().any(|s| &s.table == table);
+            let Some(desc) = crate::tables::describe(&self.cfg.client, table).await? else {
+                if known {
+                    continue;
+                }
+                return Err(Error::table_not_found(table));
+            };
             let spec = desc.stream_specification();
             let (Some(arn), true) = (
                 desc.latest_stream_arn(),
@@ -308,6 +317,9 @@ impl Reader {
                         && s.stream_view_type() == Some(&StreamViewType::NewAndOldImages)
                 }),
             ) else {
+                if known {
+                    continue;
+                }
                 return Err(Error::invalid(format!(
                     "table {table} has no stream with NEW_AND_OLD_IMAGES: a change feed reads it \
                      (UpdateTable with StreamSpecification StreamEnabled=true, \
@@ -385,6 +397,7 @@ impl Reader {
         }
         self.listed_once = true;
         self.refresh_at = Some(Instant::now() + Duration::from_secs(30));
+        self.listed_since_close = true;
         Ok(())
     }
 
@@ -570,6 +583,7 @@ impl Reader {
         if ended {
             // A closed shard's children may be listed by now.
             self.refresh_at = Some(now);
+            self.listed_since_close = false;
         }
         self.decide().await?;
         self.assembler.horizon = self

@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use dynamodb_transactions::feed::Change;
+use dynamodb_transactions::feed::{Change, ChangeFeed};
 
 use crate::common::TestEnv;
 use crate::*;
@@ -221,4 +221,31 @@ async fn a_table_without_a_stream_is_refused() {
     let e = feed.next().await.unwrap_err();
     assert!(e.is_invalid_request(), "{e}");
     assert!(e.to_string().contains("NEW_AND_OLD_IMAGES"), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_feed_ends_when_its_table_is_deleted() {
+    let env = TestEnv::new("feed-end").await;
+    enable_stream(&env.client, &env.table).await;
+    outside_put(&env, "a", 1).await;
+    let mut feed = ChangeFeed::builder(crate::common::client())
+        .table(&env.table)
+        .transactions_table(env.manager.transactions_table())
+        .streams_client(streams_client())
+        .from_start()
+        .poll_interval(std::time::Duration::from_millis(100))
+        .build()
+        .unwrap();
+    let first = feed.next().await.unwrap();
+    assert!(matches!(first, Some(Change::Single(_))), "{first:?}");
+    env.client
+        .delete_table()
+        .table_name(&env.table)
+        .send()
+        .await
+        .unwrap();
+    let end = tokio::time::timeout(std::time::Duration::from_secs(60), drain(&mut feed))
+        .await
+        .expect("the feed ends once its stream is closed and read");
+    assert!(end.is_empty(), "{end:?}");
 }
