@@ -84,7 +84,7 @@ async fn commit_updates(n_items: usize) {
         "committed on its first attempt"
     );
     assert_eq!(
-        after.transactions_in_conflict - before.transactions_in_conflict,
+        after.since(&before).transactions_in_conflict,
         0,
         "no batch of the transaction conflicted (with itself: nothing else runs)"
     );

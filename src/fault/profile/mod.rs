@@ -139,6 +139,46 @@ pub struct ProfileStats {
     pub versions_observed: u64,
 }
 
+impl ProfileStats {
+    /// What the profile did between `earlier` (stats taken before) and these: each count's
+    /// difference.
+    ///
+    /// ```
+    /// # use dynamodb_transactions::fault::{DynamoDbProfile, ProfileSettings};
+    /// let profile = DynamoDbProfile::new(ProfileSettings::all(1));
+    /// let before = profile.stats();
+    /// // ... requests through the profile's client ...
+    /// let during = profile.stats().since(&before);
+    /// assert_eq!(during.transactions_in_conflict, 0);
+    /// ```
+    pub fn since(&self, earlier: &ProfileStats) -> ProfileStats {
+        let d = |now: u64, then: u64| now.saturating_sub(then);
+        ProfileStats {
+            requests: d(self.requests, earlier.requests),
+            transactions_in_conflict: d(
+                self.transactions_in_conflict,
+                earlier.transactions_in_conflict,
+            ),
+            writes_in_conflict: d(self.writes_in_conflict, earlier.writes_in_conflict),
+            throttled: d(self.throttled, earlier.throttled),
+            stale_items: d(self.stale_items, earlier.stale_items),
+            versions_observed: d(self.versions_observed, earlier.versions_observed),
+        }
+    }
+}
+
+impl std::ops::AddAssign for ProfileStats {
+    /// Adds another period's counts (for totals over several profiles or scenarios).
+    fn add_assign(&mut self, o: ProfileStats) {
+        self.requests += o.requests;
+        self.transactions_in_conflict += o.transactions_in_conflict;
+        self.writes_in_conflict += o.writes_in_conflict;
+        self.throttled += o.throttled;
+        self.stale_items += o.stale_items;
+        self.versions_observed += o.versions_observed;
+    }
+}
+
 #[derive(Debug, Default)]
 struct Counters {
     requests: AtomicU64,
