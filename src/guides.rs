@@ -8,6 +8,8 @@
 //! - [`operations`]: running the library in production — tables, the sweeper, IAM, the operator
 //!   CLI, tracing and metrics.
 //! - [`locks`]: the queue lock and the lease lock of the [`lock`](crate::lock) module.
+//! - [`feed`]: the change feed — committed transactions, whole, from DynamoDB Streams (the
+//!   `feed` feature).
 //! - [`architecture`]: how the crate is laid out.
 //!
 //! A link from one guide to another (`PROTOCOL.md`, `ISOLATION.md`, ...) names the Markdown file:
@@ -34,6 +36,11 @@ pub mod operations {}
 ///
 #[doc = include_str!("../docs/LOCKS.md")]
 pub mod locks {}
+
+/// The change feed (docs/FEED.md): what it delivers, in what order, restarts, bounds and cost.
+///
+#[doc = include_str!("../docs/FEED.md")]
+pub mod feed {}
 
 /// The crate's layout (docs/ARCHITECTURE.md).
 ///
