@@ -65,7 +65,7 @@ pub fn client_with(interceptors: Vec<SharedInterceptor>) -> Client {
 }
 
 /// The number rewriter every client of this test process answers through, when numbers are
-/// canonicalised: with `DDB_CANONICAL_NUMBERS=1` (the second configuration of `scripts/test`), or
+/// canonicalised: with `DDB_CANONICAL_NUMBERS=1`, under the profile (`scripts/test`'s profile steps), or
 /// after [`canonical_numbers_always`]. Then every lock stamp also ends in 0
 /// (`fault::zero_ended_lock_stamps`), so that the rewriter changes every stamp DynamoDB Local
 /// returns as written.
@@ -91,7 +91,7 @@ pub fn canonical_numbers_always() -> &'static CanonicalNumbers {
 static NUMBERS: OnceLock<Option<CanonicalNumbers>> = OnceLock::new();
 
 /// The DynamoDB profile every client of this test process answers through: with
-/// `DDB_PROFILE=dynamodb` (the third configuration of `scripts/test`), or after
+/// `DDB_PROFILE=dynamodb` (the profile steps of `scripts/test`), or after
 /// [`profile_always`]. Every behaviour is on (transaction conflicts, stale reads, throttling) with
 /// a round trip of `DDB_PROFILE_RTT_MS` (default 5) plus up to 2 ms of jitter, seeded from
 /// `DDB_PROFILE_SEED` (default 1; printed). Numbers are canonicalised too.
