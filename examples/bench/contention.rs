@@ -144,6 +144,11 @@ pub const HOT: &[Hot] = &[
         workload: Workload::Counter,
     },
     Hot {
+        name: "hot counter, retries relock nothing",
+        how: How::Library(("no relock", |s| s.run_relocks_reads = false)),
+        workload: Workload::Counter,
+    },
+    Hot {
         name: "hot counter, native optimistic",
         how: How::Native,
         workload: Workload::Counter,
