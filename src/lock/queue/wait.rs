@@ -13,6 +13,12 @@ use crate::Error;
 use crate::lock::util::*;
 use crate::lock::{Expiry, LockError, Wait};
 
+/// Most reads of the queue a waiter at its head has in flight at once.
+const HEAD_READS_IN_FLIGHT: usize = 3;
+/// At the head, reads go out this many `poll_interval.head`s apart, whether or not the last one
+/// came back.
+const HEAD_READ_SPACING: f64 = 1.5;
+
 /// The entries ahead of a waiter after dead ones were removed.
 pub(super) struct Ahead {
     /// Live entries ahead (the first one holds the lock).
@@ -44,6 +50,11 @@ impl QueueLock {
         let inner = &self.inner;
         let mut failures = 0u32;
         let mut waited = false;
+        // Reads of the queue in flight. At the head, polls go out every `poll_interval.head`
+        // without waiting for the one before to come back (at most `HEAD_READS_IN_FLIGHT`), so
+        // the release is seen about a one-way trip after it lands rather than up to a round trip
+        // plus the interval later.
+        let mut polls = futures::stream::FuturesUnordered::new();
         loop {
             let hb = entry
                 .heartbeat
@@ -109,9 +120,41 @@ impl QueueLock {
             }
             tracing::trace!(lock = %entry.name, ticket = entry.ticket, ahead = ahead.live, ?pause, "waiting in queue");
             waited = true;
-            tokio::time::sleep(pause).await;
+            // Polling fast at the head: the next read goes out on time even if the last one is
+            // still on its way; whichever answers first is taken (any read that shows no live
+            // entry ahead proves our turn, however old: entries ahead only ever leave).
+            let polling = ahead.live == 1 && pause <= inner.poll_head * 2;
+            let first = if polling {
+                if polls.is_empty() {
+                    polls.push(self.read_queue(&entry.name));
+                }
+                let mut tick = std::pin::pin!(tokio::time::sleep(pause));
+                loop {
+                    tokio::select! {
+                        Some(read) = futures::StreamExt::next(&mut polls) => break Some(read),
+                        () = &mut tick => {
+                            if polls.len() < HEAD_READS_IN_FLIGHT {
+                                polls.push(self.read_queue(&entry.name));
+                            }
+                            tick.set(tokio::time::sleep(jitter(inner.poll_head.mul_f64(HEAD_READ_SPACING))));
+                        }
+                    }
+                }
+            } else if let Some(read) = futures::StreamExt::next(&mut polls).await {
+                // Reads sent while at the head and not yet back: take the next one instead of
+                // sending another.
+                Some(read)
+            } else {
+                tokio::time::sleep(pause).await;
+                None
+            };
+            let mut first = first;
             state = loop {
-                match self.read_queue(&entry.name).await {
+                let read = match first.take() {
+                    Some(read) => read,
+                    None => self.read_queue(&entry.name).await,
+                };
+                match read {
                     Ok(s) => {
                         failures = 0;
                         break s;
