@@ -456,6 +456,41 @@ impl TestEnv {
         out
     }
 
+    /// Raw puts of many items, bypassing the library: 25 to a `BatchWriteItem`, eight batches
+    /// at a time, unprocessed items sent again.
+    pub async fn raw_put_all(&self, table: &str, items: Vec<Item>) {
+        use aws_sdk_dynamodb::types::{PutRequest, WriteRequest};
+        use futures::{StreamExt, TryStreamExt};
+        let puts: Vec<WriteRequest> = items
+            .into_iter()
+            .map(|it| {
+                WriteRequest::builder()
+                    .put_request(PutRequest::builder().set_item(Some(it)).build().unwrap())
+                    .build()
+            })
+            .collect();
+        futures::stream::iter(puts.chunks(25).map(<[WriteRequest]>::to_vec))
+            .map(|mut batch| async move {
+                while !batch.is_empty() {
+                    let out = self
+                        .client
+                        .batch_write_item()
+                        .request_items(table, batch)
+                        .send()
+                        .await?;
+                    batch = out
+                        .unprocessed_items
+                        .and_then(|mut u| u.remove(table))
+                        .unwrap_or_default();
+                }
+                Ok::<_, aws_sdk_dynamodb::Error>(())
+            })
+            .buffer_unordered(8)
+            .try_collect::<()>()
+            .await
+            .expect("BatchWriteItem");
+    }
+
     /// Raw put, bypassing the library.
     pub async fn raw_put(&self, table: &str, item: Item) {
         self.client

@@ -346,33 +346,12 @@ fn extra_key(ids: &Ids, i: usize) -> String {
     ids.id(&format!("g{i}"))
 }
 
-/// Writes the extra items with `hits = 0`, 25 to a request.
+/// Writes the extra items with `hits = 0`.
 pub(crate) async fn setup_extra(env: &TestEnv, ids: &Ids) {
-    use aws_sdk_dynamodb::types::{PutRequest, WriteRequest};
-    let puts: Vec<WriteRequest> = (0..EXTRA_ITEMS)
-        .map(|i| {
-            let it = item(&[("Id", s(&extra_key(ids, i))), ("hits", n(0))]);
-            WriteRequest::builder()
-                .put_request(PutRequest::builder().set_item(Some(it)).build().unwrap())
-                .build()
-        })
+    let items = (0..EXTRA_ITEMS)
+        .map(|i| item(&[("Id", s(&extra_key(ids, i))), ("hits", n(0))]))
         .collect();
-    for chunk in puts.chunks(25) {
-        let mut batch = chunk.to_vec();
-        while !batch.is_empty() {
-            let out = env
-                .client
-                .batch_write_item()
-                .request_items(&env.table, batch)
-                .send()
-                .await
-                .expect("BatchWriteItem");
-            batch = out
-                .unprocessed_items
-                .and_then(|mut u| u.remove(&env.table))
-                .unwrap_or_default();
-        }
-    }
+    env.raw_put_all(&env.table, items).await;
 }
 
 /// The extra items as stored (read consistently, one `BatchGetItem`): how many the transaction

@@ -9,43 +9,6 @@ use dynamodb_transactions::fault::{DynamoDbProfile, ProfileSettings};
 
 use crate::common::*;
 
-/// Writes items `k0..k{n}` with `hits = 0`, 25 to a `BatchWriteItem`, eight batches at a time.
-async fn seed(env: &TestEnv, n_items: usize) {
-    use aws_sdk_dynamodb::types::{PutRequest, WriteRequest};
-    use futures::{StreamExt, TryStreamExt};
-    let batches: Vec<Vec<WriteRequest>> = (0..n_items)
-        .map(|i| {
-            let it = item(&[("Id", s(&format!("k{i}"))), ("hits", n(0))]);
-            WriteRequest::builder()
-                .put_request(PutRequest::builder().set_item(Some(it)).build().unwrap())
-                .build()
-        })
-        .collect::<Vec<_>>()
-        .chunks(25)
-        .map(<[WriteRequest]>::to_vec)
-        .collect();
-    futures::stream::iter(batches)
-        .map(|mut batch| async move {
-            while !batch.is_empty() {
-                let out = env
-                    .client
-                    .batch_write_item()
-                    .request_items(&env.table, batch)
-                    .send()
-                    .await?;
-                batch = out
-                    .unprocessed_items
-                    .and_then(|mut u| u.remove(&env.table))
-                    .unwrap_or_default();
-            }
-            Ok::<_, aws_sdk_dynamodb::Error>(())
-        })
-        .buffer_unordered(8)
-        .try_collect::<()>()
-        .await
-        .expect("BatchWriteItem");
-}
-
 /// `n` updates in one `run` under DynamoDB's conflict rule and latency: the attempts it took, and
 /// what the profile refused.
 async fn commit_updates(n_items: usize) {
@@ -54,7 +17,10 @@ async fn commit_updates(n_items: usize) {
     settings.stale_reads = false;
     let profile = DynamoDbProfile::new(settings);
     let env = TestEnv::through_profile(&format!("any{n_items}"), &profile, |_| {}).await;
-    seed(&env, n_items).await;
+    let items = (0..n_items)
+        .map(|i| item(&[("Id", s(&format!("k{i}"))), ("hits", n(0))]))
+        .collect();
+    env.raw_put_all(&env.table, items).await;
     let before = profile.stats();
     env.counter.reset();
     let attempts = Arc::new(AtomicU32::new(0));

@@ -221,13 +221,7 @@ async fn writes_past_an_items_throughput_are_throttled_and_not_applied() {
     let guard = TableGuard::default();
     let setup = client_through(&profile, vec![]);
     let t = table(&setup, &guard, "prof-throttle").await;
-    // No SDK retries: every refusal reaches the caller.
-    let conf = setup
-        .config()
-        .to_builder()
-        .retry_config(RetryConfig::disabled())
-        .build();
-    let c = Client::from_conf(conf);
+    let c = without_retries(&setup);
     let mut ok = 0;
     let mut throttled = 0;
     for _ in 0..12 {
@@ -274,12 +268,7 @@ async fn batches_past_an_items_throughput_come_back_unprocessed() {
     let guard = TableGuard::default();
     let setup = client_through(&profile, vec![]);
     let t = table(&setup, &guard, "prof-batch").await;
-    let conf = setup
-        .config()
-        .to_builder()
-        .retry_config(RetryConfig::disabled())
-        .build();
-    let c = Client::from_conf(conf);
+    let c = without_retries(&setup);
     let mut hot = key("hot");
     hot.insert("v".into(), s("first"));
     c.put_item()
@@ -377,4 +366,14 @@ async fn batches_past_an_items_throughput_come_back_unprocessed() {
     assert_eq!(err.code(), Some("ProvisionedThroughputExceededException"));
     assert_eq!(stored("hot").await, s("first"));
     assert_eq!(profile.stats().throttled, 3);
+}
+
+/// The same client without the SDK's retries: every refusal reaches the caller.
+fn without_retries(c: &Client) -> Client {
+    Client::from_conf(
+        c.config()
+            .to_builder()
+            .retry_config(RetryConfig::disabled())
+            .build(),
+    )
 }

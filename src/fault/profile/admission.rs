@@ -47,15 +47,7 @@ impl Shared {
                     }
                 }
                 if s.throttling {
-                    let billed = st.billed(touched);
-                    let wants: Vec<(ItemId, f64)> = touched
-                        .ids
-                        .iter()
-                        .zip(billed)
-                        .filter_map(|(id, size)| {
-                            Some((id.clone()?, throughput::write_units(size, true)))
-                        })
-                        .collect();
+                    let wants = st.wants(touched, |size| throughput::write_units(size, true));
                     let short = st.writes.take(&wants, s.write_units_per_second, now);
                     if !short.is_empty() {
                         bump(&self.counters.throttled);
@@ -92,15 +84,7 @@ impl Shared {
                     return self.admit_batch(&mut st, op, body, touched, now);
                 }
                 if s.throttling {
-                    let billed = st.billed(touched);
-                    let wants: Vec<(ItemId, f64)> = touched
-                        .ids
-                        .iter()
-                        .zip(billed)
-                        .filter_map(|(id, size)| {
-                            Some((id.clone()?, throughput::write_units(size, false)))
-                        })
-                        .collect();
+                    let wants = st.wants(touched, |size| throughput::write_units(size, false));
                     if !st
                         .writes
                         .take(&wants, s.write_units_per_second, now)
@@ -116,15 +100,7 @@ impl Shared {
             "BatchGetItem" if s.throttling => self.admit_batch(&mut st, op, body, touched, now),
             "GetItem" if s.throttling => {
                 let consistent = body.get("ConsistentRead") == Some(&Value::Bool(true));
-                let billed = st.billed(touched);
-                let wants: Vec<(ItemId, f64)> = touched
-                    .ids
-                    .iter()
-                    .zip(billed)
-                    .filter_map(|(id, size)| {
-                        Some((id.clone()?, throughput::read_units(size, consistent)))
-                    })
-                    .collect();
+                let wants = st.wants(touched, |size| throughput::read_units(size, consistent));
                 if !st
                     .reads
                     .take(&wants, s.read_units_per_second, now)
@@ -151,11 +127,9 @@ impl Shared {
     ) -> Admission {
         let s = &self.settings;
         let writes = op == "BatchWriteItem";
-        let (list, entries) = if writes {
-            ("RequestItems", None)
-        } else {
-            ("RequestItems", Some("Keys"))
-        };
+        let list = "RequestItems";
+        // A `BatchGetItem` lists its keys under `Keys` in each table's entry.
+        let entries = (!writes).then_some("Keys");
         let billed = st.billed(touched);
         // Whether each key of a `BatchGetItem` is read consistently (its table's setting), in
         // the order `touched` lists them.
@@ -433,6 +407,16 @@ impl super::State {
                 let stored = id.as_ref().and_then(|id| self.stored.get(id)).copied();
                 size.max(stored.unwrap_or(0))
             })
+            .collect()
+    }
+
+    /// Each item of `touched` whose key is known, with the units `units` bills for its size.
+    fn wants(&self, touched: &Touched, units: impl Fn(usize) -> f64) -> Vec<(ItemId, f64)> {
+        touched
+            .ids
+            .iter()
+            .zip(self.billed(touched))
+            .filter_map(|(id, size)| Some((id.clone()?, units(size))))
             .collect()
     }
 
