@@ -124,7 +124,7 @@ impl QueueLock {
             // still on its way; whichever answers first is taken (any read that shows no live
             // entry ahead proves our turn, however old: entries ahead only ever leave).
             let polling = ahead.live == 1 && pause <= inner.poll_head * 2;
-            let first = if polling {
+            let mut first = if polling {
                 if polls.is_empty() {
                     polls.push(self.read_queue(&entry.name));
                 }
@@ -148,7 +148,6 @@ impl QueueLock {
                 tokio::time::sleep(pause).await;
                 None
             };
-            let mut first = first;
             state = loop {
                 let read = match first.take() {
                     Some(read) => read,
