@@ -101,98 +101,41 @@ impl Target {
     pub fn counts(&self) -> Counts {
         self.profile
             .as_ref()
-            .map(|p| Counts::of(p.stats()))
+            .map(DynamoDbProfile::stats)
             .unwrap_or_default()
     }
 
     /// What the profile did since `before`; `None` when raw.
     pub fn counts_since(&self, before: Counts) -> Option<Counts> {
-        self.is_profiled().then(|| self.counts().since(before))
+        self.is_profiled().then(|| self.counts().since(&before))
     }
 }
 
-/// What a profile did over a scenario: `ProfileStats`' counts, which can be subtracted and summed.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Counts {
-    pub requests: u64,
-    pub transactions_in_conflict: u64,
-    pub writes_in_conflict: u64,
-    pub throttled: u64,
-    pub stale_items: u64,
-    pub versions_observed: u64,
+/// What a profile did over a scenario (subtracted with `since`, summed with `+=`).
+pub type Counts = ProfileStats;
+
+/// A profile's counts as a JSON object.
+pub fn counts_json(c: &Counts) -> String {
+    let fields = [
+        ("requests", c.requests),
+        ("transactions_in_conflict", c.transactions_in_conflict),
+        ("writes_in_conflict", c.writes_in_conflict),
+        ("throttled", c.throttled),
+        ("stale_items", c.stale_items),
+        ("versions_observed", c.versions_observed),
+    ];
+    let parts: Vec<String> = fields.iter().map(|(k, v)| format!("\"{k}\":{v}")).collect();
+    format!("{{{}}}", parts.join(","))
 }
 
-impl Counts {
-    fn of(s: ProfileStats) -> Self {
-        Counts {
-            requests: s.requests,
-            transactions_in_conflict: s.transactions_in_conflict,
-            writes_in_conflict: s.writes_in_conflict,
-            throttled: s.throttled,
-            stale_items: s.stale_items,
-            versions_observed: s.versions_observed,
-        }
-    }
-
-    fn fields(&self) -> [(&'static str, u64); 6] {
-        [
-            ("requests", self.requests),
-            ("transactions_in_conflict", self.transactions_in_conflict),
-            ("writes_in_conflict", self.writes_in_conflict),
-            ("throttled", self.throttled),
-            ("stale_items", self.stale_items),
-            ("versions_observed", self.versions_observed),
-        ]
-    }
-
-    pub fn since(self, before: Counts) -> Counts {
-        Counts {
-            requests: self.requests.saturating_sub(before.requests),
-            transactions_in_conflict: self
-                .transactions_in_conflict
-                .saturating_sub(before.transactions_in_conflict),
-            writes_in_conflict: self
-                .writes_in_conflict
-                .saturating_sub(before.writes_in_conflict),
-            throttled: self.throttled.saturating_sub(before.throttled),
-            stale_items: self.stale_items.saturating_sub(before.stale_items),
-            versions_observed: self
-                .versions_observed
-                .saturating_sub(before.versions_observed),
-        }
-    }
-
-    pub fn add(&mut self, o: Counts) {
-        self.requests += o.requests;
-        self.transactions_in_conflict += o.transactions_in_conflict;
-        self.writes_in_conflict += o.writes_in_conflict;
-        self.throttled += o.throttled;
-        self.stale_items += o.stale_items;
-        self.versions_observed += o.versions_observed;
-    }
-
-    pub fn json(&self) -> String {
-        let parts: Vec<String> = self
-            .fields()
-            .iter()
-            .map(|(k, v)| format!("\"{k}\":{v}"))
-            .collect();
-        format!("{{{}}}", parts.join(","))
-    }
-
-    /// `requests seen / TWI in conflict / writes in conflict / throttled / stale items`.
-    pub fn brief(&self) -> String {
-        format!(
-            "{} / {} / {} / {} / {}",
-            self.requests,
-            self.transactions_in_conflict,
-            self.writes_in_conflict,
-            self.throttled,
-            self.stale_items
-        )
-    }
+/// `requests seen / TWI in conflict / writes in conflict / throttled / stale items`.
+pub fn counts_brief(c: &Counts) -> String {
+    format!(
+        "{} / {} / {} / {} / {}",
+        c.requests, c.transactions_in_conflict, c.writes_in_conflict, c.throttled, c.stale_items
+    )
 }
 
-/// The header of [`Counts::brief`].
+/// The header of [`counts_brief`].
 pub const BRIEF_HEADER: &str =
     "profile: requests / TWI cancelled for conflict / writes in conflict / throttled / stale items";

@@ -306,7 +306,11 @@ pub fn profile_events_table(p: &Results) -> String {
     out.push_str("|---|---|---|---|\n");
     let mut line = |scenario: &str, who: &str, c: Option<&Counts>, failed: String| {
         if let Some(c) = c {
-            let _ = writeln!(out, "| {scenario} | {who} | {} | {failed} |", c.brief());
+            let _ = writeln!(
+                out,
+                "| {scenario} | {who} | {} | {failed} |",
+                profile::counts_brief(c)
+            );
         }
     };
     for r in &p.rows {
@@ -773,7 +777,7 @@ fn profile_stats_json(p: &Results) -> String {
             let key = kind.label().replace(' ', "_");
             fields.push(format!(
                 "\"{key}\":{}",
-                json_map(&of, |r| r.profile.map(|c| c.json()))
+                json_map(&of, |r| r.profile.map(|c| profile::counts_json(&c)))
             ));
         }
     }
@@ -785,12 +789,15 @@ fn profile_stats_json(p: &Results) -> String {
         .chain(&p.contention.hot)
         .filter_map(|f| {
             f.profile
-                .map(|c| format!("\"{}\":{}", slug(f.mode), c.json()))
+                .map(|c| format!("\"{}\":{}", slug(f.mode), profile::counts_json(&c)))
         })
         .collect();
     fields.push(format!("\"contention\":{{{}}}", runs.join(",")));
     if let Some(c) = p.locks.uncontended_profile {
-        fields.push(format!("\"locks_uncontended\":{}", c.json()));
+        fields.push(format!(
+            "\"locks_uncontended\":{}",
+            profile::counts_json(&c)
+        ));
     }
     let runs: Vec<String> = p
         .locks
@@ -798,7 +805,7 @@ fn profile_stats_json(p: &Results) -> String {
         .iter()
         .filter_map(|l| {
             l.profile
-                .map(|c| format!("\"{}\":{}", slug(&l.name), c.json()))
+                .map(|c| format!("\"{}\":{}", slug(&l.name), profile::counts_json(&c)))
         })
         .collect();
     fields.push(format!("\"locks_contended\":{{{}}}", runs.join(",")));

@@ -350,7 +350,7 @@ impl TxBench {
             recs,
             elapsed,
             outcome,
-            counts: self.target.counts().since(before),
+            counts: self.target.counts().since(&before),
         }
     }
 
@@ -395,7 +395,7 @@ impl TxBench {
                         Ok(()) => st.add(&one.recs, one.elapsed),
                         Err(_) => st.errors += 1,
                     }
-                    st.profile.add(one.counts);
+                    st.profile += one.counts;
                 }
             }
         }
