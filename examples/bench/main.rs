@@ -36,6 +36,7 @@ mod common;
 mod contention;
 mod drivers;
 mod goals;
+mod json;
 mod locks;
 mod profile;
 mod recorder;
@@ -292,5 +293,5 @@ async fn main() {
             goals::hot_goals(&p.contention, goals::HOT_BASELINE_TX_PER_S_PROFILE)
         );
     }
-    println!("{}", report::json(&raw, profiled.as_ref().zip(settings)));
+    println!("{}", json::json(&raw, profiled.as_ref().zip(settings)));
 }
