@@ -142,6 +142,10 @@ pub struct Args {
     /// The profile's random seed (jitter, stale versions).
     #[arg(long, default_value_t = 1)]
     profile_seed: u64,
+    /// The profile without DynamoDB's service time: a request takes the round trip plus DynamoDB
+    /// Local's own time.
+    #[arg(long)]
+    local_service_time: bool,
 }
 
 /// What one pass measured: against DynamoDB Local as it answers, or through the profile.

@@ -21,21 +21,28 @@ pub enum ProfileName {
 }
 
 /// The settings of the `--profile` run, if any: every behaviour on, the round trip of
-/// `--rtt-ms`, the seed of `--profile-seed`.
+/// `--rtt-ms`, the seed of `--profile-seed`, DynamoDB's service time unless
+/// `--local-service-time`.
 pub fn settings(args: &Args) -> Option<ProfileSettings> {
     args.profile?;
     let mut s = ProfileSettings::all(args.profile_seed);
     s.round_trip = Duration::from_millis(args.rtt_ms);
+    s.service_time = !args.local_service_time;
     Some(s)
 }
 
 /// One line describing the settings, for the report's headings.
 pub fn describe(s: &ProfileSettings) -> String {
     format!(
-        "round trip {} ms + up to {} ms jitter, conflicts {}, stale reads {} (window {} ms, p {}), \
+        "round trip {} ms + up to {} ms jitter, service time {}, conflicts {}, stale reads {} (window {} ms, p {}), \
          throttling {} ({} WCU / {} RCU per item per s), seed {}",
         s.round_trip.as_millis(),
         s.jitter.as_millis(),
+        if s.service_time {
+            "DynamoDB's"
+        } else {
+            "Local's"
+        },
         on(s.conflicts),
         on(s.stale_reads),
         s.stale_window.as_millis(),
@@ -54,9 +61,10 @@ fn on(b: bool) -> &'static str {
 /// The settings as a JSON object.
 pub fn settings_json(s: &ProfileSettings) -> String {
     format!(
-        "{{\"round_trip_ms\":{},\"jitter_ms\":{},\"conflicts\":{},\"stale_reads\":{},\"stale_window_ms\":{},\"stale_probability\":{},\"throttling\":{},\"write_units_per_second\":{},\"read_units_per_second\":{},\"seed\":{}}}",
+        "{{\"round_trip_ms\":{},\"jitter_ms\":{},\"service_time\":{},\"conflicts\":{},\"stale_reads\":{},\"stale_window_ms\":{},\"stale_probability\":{},\"throttling\":{},\"write_units_per_second\":{},\"read_units_per_second\":{},\"seed\":{}}}",
         s.round_trip.as_secs_f64() * 1e3,
         s.jitter.as_secs_f64() * 1e3,
+        s.service_time,
         s.conflicts,
         s.stale_reads,
         s.stale_window.as_secs_f64() * 1e3,

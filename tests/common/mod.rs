@@ -92,7 +92,8 @@ static NUMBERS: OnceLock<Option<CanonicalNumbers>> = OnceLock::new();
 
 /// The DynamoDB profile every client of this test process answers through: with
 /// `DDB_PROFILE=dynamodb` (the profile steps of `scripts/test`), or after
-/// [`profile_always`]. Every behaviour is on (transaction conflicts, stale reads, throttling) with
+/// [`profile_always`]. Every behaviour is on (transaction conflicts, stale reads, throttling,
+/// DynamoDB's service time) with
 /// a round trip of `DDB_PROFILE_RTT_MS` (default 5) plus up to 2 ms of jitter, seeded from
 /// `DDB_PROFILE_SEED` (default 1; printed). Numbers are canonicalised too.
 pub fn profile() -> Option<&'static DynamoDbProfile> {
@@ -127,6 +128,10 @@ fn profile_setup() -> DynamoDbProfile {
         settings.conflicts = on("conflicts");
         settings.stale_reads = on("stale");
         settings.throttling = on("throttling");
+    }
+    // `DDB_PROFILE_SERVICE_TIME=0`: requests take Local's time instead of DynamoDB's.
+    if std::env::var("DDB_PROFILE_SERVICE_TIME").as_deref() == Ok("0") {
+        settings.service_time = false;
     }
     if let Some(ms) = std::env::var("DDB_PROFILE_RTT_MS")
         .ok()

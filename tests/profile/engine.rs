@@ -377,3 +377,42 @@ fn without_retries(c: &Client) -> Client {
             .build(),
     )
 }
+
+#[tokio::test]
+async fn answers_take_dynamodbs_service_time_not_locals() {
+    // Round trip and jitter off: what is left is DynamoDB's time, which the profile waits out
+    // where DynamoDB Local answers sooner. Lower bounds only (the profile never answers earlier).
+    let mut settings = ProfileSettings::none(12);
+    settings.service_time = true;
+    let profile = DynamoDbProfile::new(settings);
+    let guard = TableGuard::default();
+    let client = client_through(&profile, vec![]);
+    let t = table(&client, &guard, "prof-service").await;
+    let started = std::time::Instant::now();
+    let mut twi = client.transact_write_items();
+    for i in 0..25 {
+        twi = twi.transact_items(put(&t, &format!("k{i}"), i));
+    }
+    twi.send().await.expect("25 puts commit");
+    let transaction = started.elapsed();
+    // 18.6 ms + 0.34 ms per action.
+    assert!(
+        transaction >= Duration::from_micros(18_600 + 25 * 340),
+        "a 25-action TransactWriteItems answered in {transaction:?}"
+    );
+    let started = std::time::Instant::now();
+    let got = client
+        .get_item()
+        .table_name(&t)
+        .key("Id", s("k3"))
+        .consistent_read(true)
+        .send()
+        .await
+        .expect("get");
+    assert_eq!(got.item().and_then(|i| i.get("v")), Some(&n(3)));
+    let single = started.elapsed();
+    assert!(
+        single >= Duration::from_micros(2_550),
+        "a GetItem answered in {single:?}"
+    );
+}

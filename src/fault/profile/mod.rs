@@ -18,6 +18,7 @@ use serde_json::{Map, Value, json};
 
 mod admission;
 mod conflicts;
+mod service;
 mod stale;
 mod throughput;
 mod versions;
@@ -80,6 +81,17 @@ pub struct ProfileSettings {
     pub round_trip: Duration,
     /// Up to this much more, drawn at random per request and split the same way (default 2 ms).
     pub jitter: Duration,
+    /// DynamoDB's own time per request in place of DynamoDB Local's: an answer that Local gives
+    /// sooner is held until DynamoDB's service time for the request has passed since it reached
+    /// Local (a later one is passed on as it comes). Without it a request takes the round trip
+    /// plus Local's time, which follows the items written, one transaction at a time. The
+    /// figures are public p50s from a client in the table's region less the default round trip
+    /// (a `PutItem` 2.55 ms; a batch 3.1 ms + 0.1 ms per item; a transaction 18.6 ms + 0.34 ms
+    /// per action), so with the default round trip a `PutItem` takes 7.55 ms and a
+    /// `TransactWriteItems` of 25 actions 32.1 ms, as measured on DynamoDB. A transaction in
+    /// flight for longer meets more conflicts, as on DynamoDB. Refused requests (a conflict,
+    /// throttling) are answered after the round trip alone.
+    pub service_time: bool,
     /// Seeds every random choice (jitter, stale versions), so a failing run can be replayed.
     pub seed: u64,
 }
@@ -97,6 +109,7 @@ impl ProfileSettings {
             read_units_per_second: 3000.0,
             round_trip: Duration::from_millis(5),
             jitter: Duration::from_millis(2),
+            service_time: true,
             seed,
         }
     }
@@ -110,6 +123,7 @@ impl ProfileSettings {
             throttling: false,
             round_trip: Duration::ZERO,
             jitter: Duration::ZERO,
+            service_time: false,
             ..Self::all(seed)
         }
     }
@@ -407,6 +421,13 @@ impl Shared {
                 None
             }
         };
+        // DynamoDB's time (when modelled) counts from the request reaching it.
+        let served_by = tokio::time::Instant::now()
+            + if self.settings.service_time {
+                service::service_time(&op, &body)
+            } else {
+                Duration::ZERO
+            };
         let mut answer = inner.call(request).await?;
         if self.settings.stale_reads {
             if answer.status().is_success() && !touched.written.is_empty() {
@@ -422,6 +443,7 @@ impl Shared {
         {
             answer = with_unprocessed(&op, answer, rest).await?;
         }
+        tokio::time::sleep_until(served_by).await;
         tokio::time::sleep(back).await;
         drop(ongoing);
         Ok(answer)
