@@ -64,6 +64,9 @@ fn json_fields(res: &Results) -> Vec<String> {
     let contention = &res.contention.modes;
     let updates: Vec<&Row> = rows.iter().filter(|r| r.kind == Kind::Update).collect();
     let mut fields = Vec::new();
+    if let Some(f) = &res.feed {
+        fields.extend(crate::feed::json_fields(f));
+    }
     driver_fields(&mut fields, "", &updates, |r| Some(&r.lib));
     fields.push(format!(
         "\"p99_ms\":{}",
@@ -272,6 +275,9 @@ fn profile_stats_json(p: &Results) -> String {
         })
         .collect();
     fields.push(format!("\"contention\":{{{}}}", runs.join(",")));
+    if let Some(c) = p.feed.as_ref().and_then(|f| f.profile) {
+        fields.push(format!("\"feed\":{}", profile::counts_json(&c)));
+    }
     if let Some(c) = p.locks.uncontended_profile {
         fields.push(format!(
             "\"locks_uncontended\":{}",

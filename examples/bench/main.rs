@@ -8,11 +8,14 @@
 //!   transfers in both read orders and a hot counter, each beside the native optimistic
 //!   equivalent, its FIFO ideal and its physical bound;
 //! - locks: the queue and lease locks and the peer `dynamodb-lease` uncontended and under
-//!   contention, in the shape of the peer-lock comparison.
+//!   contention, in the shape of the peer-lock comparison;
+//! - change feed: the lag from a transaction's commit to the feed yielding it, and `GetRecords`
+//!   per shard per second.
 //!
 //! With `--profile dynamodb`, every scenario runs a second time right after the first, through
 //! `fault::DynamoDbProfile` (DynamoDB's transaction conflicts, stale eventually consistent reads,
-//! per-item throttling and a network round trip of `--rtt-ms`), and the report shows both.
+//! per-item throttling, a network round trip of `--rtt-ms` and DynamoDB's service time per
+//! request), and the report shows both.
 //!
 //! ```text
 //! export AWS_ENDPOINT_URL_DYNAMODB=$(scripts/dynamodb-local start)
@@ -35,6 +38,7 @@ mod common;
 
 mod contention;
 mod drivers;
+mod feed;
 mod goals;
 mod json;
 mod locks;
@@ -123,6 +127,12 @@ pub struct Args {
     /// Skip the contention benchmark.
     #[arg(long)]
     no_contention: bool,
+    /// Skip the change feed's lag.
+    #[arg(long)]
+    no_feed: bool,
+    /// Change feed: transactions committed (one every 100 ms) while the feed follows.
+    #[arg(long, default_value_t = 100)]
+    feed_transactions: usize,
     /// Skip the lock benchmark.
     #[arg(long)]
     no_locks: bool,
@@ -154,6 +164,7 @@ pub struct Results {
     pub rows: Vec<Row>,
     pub contention: ContentionResults,
     pub locks: LockResults,
+    pub feed: Option<feed::FeedFigures>,
 }
 
 impl Args {
@@ -183,6 +194,7 @@ impl Args {
         self.solo_cycles = self.solo_cycles.min(20);
         self.solo_warmup = self.solo_warmup.min(2);
         self.rounds = self.rounds.min(3);
+        self.feed_transactions = self.feed_transactions.min(10);
     }
 }
 
@@ -233,6 +245,13 @@ async fn main() {
             out.locks = p;
         }
     }
+    if !args.no_feed {
+        let (r, p) = feed::bench_feed(&args, &prefix, settings).await;
+        raw.feed = r;
+        if let Some(out) = profiled.as_mut() {
+            out.feed = p;
+        }
+    }
     let heading = |what: &str| println!("#### {what} through the DynamoDB profile\n");
 
     let rows = &raw.rows;
@@ -277,6 +296,13 @@ async fn main() {
             heading("Locks");
             println!("{}", report::lock_tables(&args, &p.locks));
         }
+    }
+    if let Some(f) = &raw.feed {
+        println!("### Change feed\n");
+        println!(
+            "{}",
+            feed::table(f, profiled.as_ref().and_then(|p| p.feed.as_ref()))
+        );
     }
     if let (Some(p), Some(st)) = (&profiled, settings) {
         println!("### What the profile did\n");
