@@ -416,3 +416,54 @@ async fn answers_take_dynamodbs_service_time_not_locals() {
         "a GetItem answered in {single:?}"
     );
 }
+
+#[tokio::test]
+async fn queries_and_scans_past_an_items_read_throughput_are_throttled() {
+    let mut settings = ProfileSettings::none(13);
+    settings.throttling = true;
+    // Three read units a second (and a second's worth saved up); the hot item's 8 KB cost two a
+    // consistent read: the first page is served, the next ones in quick succession are not.
+    settings.read_units_per_second = 3.0;
+    let profile = DynamoDbProfile::new(settings);
+    let guard = TableGuard::default();
+    let setup = client_through(&profile, vec![]);
+    let t = table(&setup, &guard, "prof-scan-throttle").await;
+    setup
+        .put_item()
+        .table_name(&t)
+        .set_item(Some(item(&[
+            ("Id", s("hot")),
+            ("pad", s(&"x".repeat(8000))),
+        ])))
+        .send()
+        .await
+        .unwrap();
+    let c = without_retries(&setup);
+    let scan = || c.scan().table_name(&t).consistent_read(true).send();
+    let first = scan().await.expect("the first scan has the units");
+    assert_eq!(first.items().len(), 1);
+    let refused = scan().await.expect_err("the second scan is short of units");
+    assert_eq!(refused.code(), Some("ThrottlingException"));
+    let query = c
+        .query()
+        .table_name(&t)
+        .key_condition_expression("Id = :h")
+        .expression_attribute_values(":h", s("hot"))
+        .consistent_read(true)
+        .send()
+        .await
+        .expect_err("a query of the hot item is short of units too");
+    assert_eq!(query.code(), Some("ThrottlingException"));
+    assert_eq!(profile.stats().throttled, 2);
+    // A page without the hot item bills nothing to it: another item reads freely.
+    let cold = c
+        .query()
+        .table_name(&t)
+        .key_condition_expression("Id = :c")
+        .expression_attribute_values(":c", s("cold"))
+        .consistent_read(true)
+        .send()
+        .await
+        .expect("an empty page has nothing to bill");
+    assert!(cold.items().is_empty());
+}
