@@ -8,6 +8,7 @@ mod common;
 mod basic;
 mod chaos;
 mod cli;
+mod faults;
 mod lag;
 mod restart;
 
