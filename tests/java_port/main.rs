@@ -402,5 +402,6 @@ mod locks;
 mod recovery;
 mod request_validation;
 mod return_values;
+mod rollback_races;
 mod state_machine;
 mod transient;
