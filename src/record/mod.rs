@@ -143,6 +143,8 @@ pub(crate) struct Header {
     /// The record has gate rows (see [`gate`](mod@gate)).
     pub gated: bool,
     /// The items the write-only fast path wrote (`_TxL`; key-only requests), when it marked them.
+    /// Only the change feed reads them.
+    #[cfg_attr(not(feature = "feed"), allow(dead_code))]
     pub written: Vec<Request>,
 }
 
