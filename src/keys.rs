@@ -15,6 +15,8 @@ use crate::tables;
 pub(crate) struct KeySchema {
     pub hash: (String, ScalarAttributeType),
     pub range: Option<(String, ScalarAttributeType)>,
+    /// The table had a stream with both images (what the change feed reads) when described.
+    pub streamed: bool,
 }
 
 impl KeySchema {
@@ -159,7 +161,16 @@ impl SchemaCache {
         }
         let hash =
             hash.ok_or_else(|| Error::invariant(format!("table {table} has no hash key")))?;
-        let schema = Arc::new(KeySchema { hash, range });
+        let streamed = desc.stream_specification().is_some_and(|s| {
+            s.stream_enabled()
+                && s.stream_view_type()
+                    == Some(&aws_sdk_dynamodb::types::StreamViewType::NewAndOldImages)
+        });
+        let schema = Arc::new(KeySchema {
+            hash,
+            range,
+            streamed,
+        });
         self.map
             .write()
             .expect("schema cache poisoned")

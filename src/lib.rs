@@ -203,7 +203,7 @@ pub use manager::{
     TransactionManagerBuilder, TransactionStatus,
 };
 pub use record::TxState;
-pub use settings::{ContentionPolicy, Settings, TicketSource};
+pub use settings::{ContentionPolicy, FastPathStamps, Settings, TicketSource};
 pub use transaction::{
     DeleteItemBuilder, GetItemBuilder, GetOutput, PutItemBuilder, Transaction, UpdateItemBuilder,
     WriteOutput,

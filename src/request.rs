@@ -370,6 +370,7 @@ mod tests {
         KeySchema {
             hash: ("Id".into(), ScalarAttributeType::S),
             range: None,
+            streamed: false,
         }
     }
 

@@ -33,6 +33,23 @@ pub struct Settings {
     /// locked, plus the record written as committed. Falls back to the locking protocol when an item
     /// is locked.
     pub write_only_fast_path: bool,
+    /// Whether the write-only fast path marks what it writes so that the change feed
+    /// (`dynamodb_transactions::feed`) delivers its transactions whole: each put and update carries
+    /// the transaction's id in `_TxM` (about 40 bytes per item; library reads never show it), and
+    /// the record, created in the same request, names the items written (`_TxL`: table and key of
+    /// each). A transaction that deletes an item then takes the locking path instead (two
+    /// requests instead of one): a delete leaves no item to mark. Unmarked, the fast path's writes
+    /// reach the feed as single changes. Default [`FastPathStamps::WhenStreamed`]: marked when a
+    /// table the transaction writes has a stream with both images, as the table was described when
+    /// this manager first used it.
+    ///
+    /// ```
+    /// use dynamodb_transactions::{FastPathStamps, Settings};
+    /// let mut s = Settings::default();
+    /// // A stream turned on after the coordinators started: mark every fast-path transaction.
+    /// s.fast_path_stamps = FastPathStamps::Always;
+    /// ```
+    pub fast_path_stamps: FastPathStamps,
     /// Locked reads ([`Transaction::get_item`](crate::Transaction::get_item)) in one round trip
     /// each: once the transaction's record exists, a read sends only its lock, and its request is
     /// recorded with the record's next write (a commit that has only held reads left to record
@@ -132,6 +149,7 @@ impl Default for Settings {
             lock_attempts: 6,
             one_shot_max_items: 98,
             write_only_fast_path: true,
+            fast_path_stamps: FastPathStamps::WhenStreamed,
             lock_reads_before_recording: false,
             run_attempts: 10,
             run_relocks_reads: true,
@@ -150,6 +168,23 @@ impl Default for Settings {
             judge_conditions: true,
         }
     }
+}
+
+/// When the write-only fast path ([`Settings::write_only_fast_path`]) marks its writes for the
+/// change feed ([`Settings::fast_path_stamps`]; docs/FEED.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum FastPathStamps {
+    /// When a table the transaction writes has a DynamoDB stream with `NEW_AND_OLD_IMAGES` (what
+    /// the feed reads), as `DescribeTable` said when the manager first used the table (once per
+    /// table and manager): a stream turned on later is seen by managers built after it.
+    #[default]
+    WhenStreamed,
+    /// Always.
+    Always,
+    /// Never: the fast path's writes reach the feed as single changes, and deletes keep the fast
+    /// path.
+    Never,
 }
 
 /// How a transaction treats another, pending transaction that holds an item it needs.

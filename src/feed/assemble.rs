@@ -12,7 +12,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 
 use crate::error::Item;
 use crate::expr::value_eq;
-use crate::item_lock::{APPLIED, IMAGE, OWNER, TRANSIENT};
+use crate::item_lock::{APPLIED, IMAGE, MADE, OWNER, TRANSIENT};
 use crate::keys::ItemRef;
 use crate::tx_id::TxId;
 
@@ -99,6 +99,14 @@ fn owner(image: Option<&Item>) -> Option<&str> {
         .map(String::as_str)
 }
 
+/// The fast-path transaction that marked an image (`_TxM`), if any.
+fn made_by(image: Option<&Item>) -> Option<&str> {
+    image
+        .and_then(|i| i.get(MADE))
+        .and_then(|v| v.as_s().ok())
+        .map(String::as_str)
+}
+
 /// The user attributes of an item: every `_Tx` attribute removed.
 pub(crate) fn strip(mut item: Item) -> Item {
     item.retain(|k, _| !k.starts_with("_Tx"));
@@ -176,6 +184,26 @@ impl Assembler {
         let old_owner = owner(rec.old.as_ref()).map(str::to_string);
         let new_owner = owner(rec.new.as_ref()).map(str::to_string);
         match (old_owner, new_owner) {
+            // A write of a fast-path transaction that marked it: the new image carries its id, the
+            // old one does not (an update outside the library keeps the mark it found). One of a
+            // transaction already delivered can only be a copy of a marked item made outside the
+            // library: a single change.
+            (None, None)
+                if made_by(rec.new.as_ref()).is_some_and(|x| {
+                    made_by(rec.old.as_ref()) != Some(x) && !self.finished.contains(x)
+                }) =>
+            {
+                let tx = made_by(rec.new.as_ref()).unwrap_or_default().to_string();
+                let before = rec.old.map(strip);
+                let after = rec.new.map(strip);
+                let change = ItemChange {
+                    table: rec.table,
+                    key: rec.key,
+                    before,
+                    after,
+                };
+                self.settle(item, tx, change, vec![rec.id], rec.time, now)
+            }
             // A write made outside the library.
             (None, None) => {
                 self.entries.push_back(Entry {
@@ -184,8 +212,8 @@ impl Assembler {
                     change: ItemChange {
                         table: rec.table,
                         key: rec.key,
-                        before: rec.old,
-                        after: rec.new,
+                        before: rec.old.map(strip),
+                        after: rec.new.map(strip),
                     },
                     recs: vec![rec.id],
                 });
@@ -218,42 +246,54 @@ impl Assembler {
                     None => rec.old.as_ref().and_then(before_from_settled),
                 };
                 recs.push(rec.id);
-                let after = rec.new.map(strip);
-                if self.finished.contains(&tx) {
-                    // A late lock's release (or a repeat) after the transaction was delivered or
-                    // dropped: it changes nothing the feed has not said.
-                    return recs;
-                }
-                if let Some(Decision::RolledBack) =
-                    self.groups.get(&tx).and_then(|g| g.decision.as_ref())
-                {
-                    return recs;
-                }
-                let g = self.groups.entry(tx.clone()).or_insert(Group {
-                    decision: None,
-                    settled: HashSet::new(),
-                    settled_time: None,
-                    first_at: now,
-                    last_at: now,
-                    checked_at: None,
-                });
-                g.last_at = now;
-                g.settled.insert(item.clone());
-                g.settled_time = g.settled_time.max(rec.time);
-                self.entries.push_back(Entry {
-                    item,
-                    tx: Some(tx),
-                    change: ItemChange {
-                        table: rec.table,
-                        key: rec.key,
-                        before,
-                        after,
-                    },
-                    recs,
-                });
-                Vec::new()
+                let change = ItemChange {
+                    table: rec.table,
+                    key: rec.key,
+                    after: rec.new.map(strip),
+                    before,
+                };
+                self.settle(item, tx, change, recs, rec.time, now)
             }
         }
+    }
+
+    /// `tx` settled `item` with `change` (from the records `recs`, the latest created at `time`).
+    /// Returns the records consumed at once.
+    fn settle(
+        &mut self,
+        item: ItemRef,
+        tx: String,
+        change: ItemChange,
+        recs: Vec<RecId>,
+        time: Option<i64>,
+        now: Instant,
+    ) -> Vec<RecId> {
+        if self.finished.contains(&tx) {
+            // A late lock's release (or a repeat) after the transaction was delivered or
+            // dropped: it changes nothing the feed has not said.
+            return recs;
+        }
+        if let Some(Decision::RolledBack) = self.groups.get(&tx).and_then(|g| g.decision.as_ref()) {
+            return recs;
+        }
+        let g = self.groups.entry(tx.clone()).or_insert(Group {
+            decision: None,
+            settled: HashSet::new(),
+            settled_time: None,
+            first_at: now,
+            last_at: now,
+            checked_at: None,
+        });
+        g.last_at = now;
+        g.settled.insert(item.clone());
+        g.settled_time = g.settled_time.max(time);
+        self.entries.push_back(Entry {
+            item,
+            tx: Some(tx),
+            change,
+            recs,
+        });
+        Vec::new()
     }
 
     /// Transactions whose record should be read now: some item settled, not decided yet (or
@@ -593,6 +633,82 @@ mod tests {
             })
             .collect();
         assert_eq!(ids, ["x", "y"]);
+    }
+
+    fn marked(id: &str, v: &str, tx: &str) -> Item {
+        item(&[("Id", s(id)), ("v", s(v)), ("_TxM", s(tx))])
+    }
+
+    #[test]
+    fn marked_fast_path_writes_are_one_transaction_and_a_later_outside_update_is_single() {
+        let mut a = Assembler::new();
+        let now = Instant::now();
+        a.push(
+            rec(1, "a", Some(plain("a", "0")), Some(marked("a", "1", "x"))),
+            now,
+        );
+        a.push(rec(2, "b", None, Some(marked("b", "2", "x"))), now);
+        // An outside update of a keeps the mark: not x's.
+        a.push(
+            rec(
+                3,
+                "a",
+                Some(marked("a", "1", "x")),
+                Some(marked("a", "5", "x")),
+            ),
+            now,
+        );
+        // A second fast-path transaction re-marks b.
+        a.push(
+            rec(
+                4,
+                "b",
+                Some(marked("b", "2", "x")),
+                Some(marked("b", "3", "y")),
+            ),
+            now,
+        );
+        assert!(a.release(now).is_empty(), "everything waits for x");
+        let mut checked: Vec<_> = a.to_check(now).into_iter().map(|t| t.0).collect();
+        checked.sort();
+        assert_eq!(checked, ["x", "y"]);
+        a.decide(
+            &TxId("x".into()),
+            Decision::Committed(expected(&["a", "b"])),
+            now,
+        );
+        a.decide(
+            &TxId("y".into()),
+            Decision::Committed(expected(&["b"])),
+            now,
+        );
+        let out = a.release(now);
+        assert_eq!(out.len(), 3, "{out:?}");
+        let Some(Change::Transaction { id, items }) = &out[0].0 else {
+            panic!("x first: {out:?}")
+        };
+        assert_eq!(id.as_str(), "x");
+        assert_eq!(items.len(), 2);
+        assert_eq!(items[0].before, Some(plain("a", "0")));
+        assert_eq!(items[0].after, Some(plain("a", "1")));
+        assert_eq!(items[1].before, None);
+        assert_eq!(items[1].after, Some(plain("b", "2")));
+        let singles: Vec<_> = out
+            .iter()
+            .filter_map(|(c, _)| match c {
+                Some(Change::Single(c)) => Some(c),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(singles.len(), 1);
+        assert_eq!(singles[0].before, Some(plain("a", "1")), "stripped");
+        assert_eq!(singles[0].after, Some(plain("a", "5")), "stripped");
+        assert!(
+            out.iter().any(
+                |(c, _)| matches!(c, Some(Change::Transaction { id, .. }) if id.as_str() == "y")
+            )
+        );
+        assert_eq!(a.buffered(), 0);
     }
 
     #[test]

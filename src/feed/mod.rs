@@ -11,9 +11,8 @@
 //!   changed in the tables the feed follows, with the item's user attributes before the
 //!   transaction (the old image of its lock) and after it (the new image of the write that settled
 //!   it), `_Tx` attributes removed;
-//! - [`Change::Single`] for every write made outside the library (no `_Tx` attribute on either
-//!   image), and for the writes of the library's write-only fast path, which are native
-//!   `TransactWriteItems` without locks (see below);
+//! - [`Change::Single`] for every write made outside the library (no lock on either image), and
+//!   for the writes of the library's write-only fast path when it did not mark them (see below);
 //! - nothing for locks, applies and releases, nothing for a rolled-back transaction, never a value
 //!   that was not committed.
 //!
@@ -24,12 +23,18 @@
 //! says what is delivered, the bounds, the cost and the differences of DynamoDB Local.
 //!
 //! **Fast-path transactions.** A write-only transaction of fewer than 100 items commits by default
-//! with one native `TransactWriteItems` and no lock ([`Settings::write_only_fast_path`]); its items
-//! carry no `_Tx` attribute and its record names none, so the stream cannot tell its writes from
-//! outside writes: each arrives as a [`Change::Single`] (each committed, none rolled back). Turn
-//! the fast path off on the coordinators when consumers need those transactions grouped.
+//! with one native `TransactWriteItems` and no lock ([`Settings::write_only_fast_path`]). By
+//! default ([`FastPathStamps::WhenStreamed`]) it marks its writes when a table it writes has a
+//! stream with both images: each put and update carries its id (`_TxM`) and its record names the
+//! items, and the feed delivers it whole like any other (a transaction with a delete then takes
+//! the locking path). Unmarked (a stream turned on after the coordinator first used the table, or
+//! [`FastPathStamps::Never`]), its writes arrive as [`Change::Single`]s, each committed; set
+//! [`FastPathStamps::Always`] on coordinators that may run while a stream is turned on.
 //!
 //! [`Settings::write_only_fast_path`]: crate::Settings::write_only_fast_path
+//! [`FastPathStamps::WhenStreamed`]: crate::FastPathStamps::WhenStreamed
+//! [`FastPathStamps::Never`]: crate::FastPathStamps::Never
+//! [`FastPathStamps::Always`]: crate::FastPathStamps::Always
 //!
 //! # Example
 //!

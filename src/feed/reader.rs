@@ -647,9 +647,12 @@ impl Reader {
                     // items can tell; a rollback left each as it was.
                     None => Decision::Committed(None),
                     Some(r) => match r.header.state {
+                        // The items a locking transaction recorded, or those the fast path
+                        // named when it marked its writes.
                         TxState::Committed => Decision::Committed(Some(
                             r.requests
                                 .iter()
+                                .chain(&r.header.written)
                                 .filter(|q| q.op != Op::Get && followed.contains(&q.table))
                                 .map(|q| q.item_ref())
                                 .collect(),

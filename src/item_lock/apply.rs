@@ -12,8 +12,8 @@ use crate::request::{Op, Request};
 
 use super::release::release_write;
 use super::{
-    APPLIED, IMAGE, IMAGE_REF, LOCK_DATE, LockInfo, OWNER, PAD, ROLL, TRANSIENT, applied_condition,
-    me_condition, new_stamp,
+    APPLIED, IMAGE, IMAGE_REF, LOCK_DATE, LockInfo, MADE, OWNER, PAD, ROLL, TRANSIENT,
+    applied_condition, me_condition, new_stamp,
 };
 
 impl Placeholders {
@@ -230,7 +230,8 @@ pub(crate) fn roll_forward_write(
 
 /// A user's write applied directly, without a lock, conditional on the item not being locked
 /// (and on the request's own condition): the write-only fast path.
-pub(crate) fn unlocked_write(req: &Request) -> Write {
+/// With `mark`, a put or update also sets `_TxM` to that transaction's id (for the change feed).
+pub(crate) fn unlocked_write(req: &Request, mark: Option<&TxId>) -> Write {
     let mut ph = Placeholders::default();
     ph.extend_user(req.names.as_ref(), req.values.as_ref());
     let mut cond = format!("attribute_not_exists({})", ph.name(OWNER));
@@ -238,13 +239,28 @@ pub(crate) fn unlocked_write(req: &Request) -> Write {
         cond.push_str(&format!(" AND ({c})"));
     }
     let kind = match req.op {
-        Op::Put => WriteKind::Put {
-            item: req.item.clone().unwrap_or_default(),
-        },
-        Op::Update => WriteKind::Update {
-            key: req.key.clone(),
-            update: req.update.clone().unwrap_or_default(),
-        },
+        Op::Put => {
+            let mut item = req.item.clone().unwrap_or_default();
+            if let Some(id) = mark {
+                item.insert(MADE.into(), AttributeValue::S(id.0.clone()));
+            }
+            WriteKind::Put { item }
+        }
+        Op::Update => {
+            let update = match (mark, &req.update) {
+                (Some(id), Some(e)) => {
+                    let mut u = UpdateExpr::parse(e).expect("validated before recording");
+                    let v = ph.value("Made", AttributeValue::S(id.0.clone()));
+                    u.add(Clause::Set, format!("{} = {v}", ph.name(MADE)));
+                    u.render()
+                }
+                _ => req.update.clone().unwrap_or_default(),
+            };
+            WriteKind::Update {
+                key: req.key.clone(),
+                update,
+            }
+        }
         _ => WriteKind::Delete {
             key: req.key.clone(),
         },

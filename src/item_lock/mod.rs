@@ -16,6 +16,13 @@
 //!   lock (whose request is conditional on the record being pending) when the write may be rolled
 //!   forward: applied after the commit, in the write that unlocks (see [`Observed::roll`]).
 //!
+//! On an unlocked item, not a lock attribute:
+//! - `_TxM` (S): the transaction whose write-only fast path wrote this version of the item, when it
+//!   marked its writes for the change feed (`Settings::fast_path_stamps`). It stays until a later
+//!   put replaces it or another fast-path write re-marks it; an update outside the library keeps
+//!   it, so a stream record is that transaction's write only when its new image has the mark and
+//!   its old image has not the same one.
+//!
 //! This module reads a lock ([`Observed`], [`LockInfo`]); [`acquire`] takes it, [`apply`] applies
 //! the transaction's write under it, [`release`] settles the item and [`image`] keeps large
 //! before-images in the images table.
@@ -49,6 +56,8 @@ pub(crate) const IMAGE: &str = "_TxG";
 pub(crate) const IMAGE_REF: &str = "_TxI";
 pub(crate) const PAD: &str = "_TxP";
 pub(crate) const ROLL: &str = "_TxU";
+/// The fast-path transaction that wrote the item (see the module docs); never removed by a lock.
+pub(crate) const MADE: &str = "_TxM";
 
 /// Lock attributes removed when an item is released.
 const LOCK_ATTRS: [&str; 8] = [

@@ -8,11 +8,12 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use crate::TxId;
 use crate::ddb::{self, Placeholders, Write, WriteKind, Written};
 use crate::error::{Error, Item, Result};
+use crate::request::Request;
 use crate::tables::TX_ID;
 
 use super::{
     CHUNKS, CREATED, EXPIRES, FINALIZED, Header, REQUESTS, STATE, TxState, UPDATED, VERSION,
-    header_key, load_header, n, s,
+    WRITTEN, header_key, load_header, n, s,
 };
 
 /// Outcome of a state transition.
@@ -228,9 +229,22 @@ pub(crate) async fn finalize(
 }
 
 /// The write of a record created already committed and finalized (the write-only fast path): no
-/// request list, since no item is ever locked for it.
-pub(crate) fn committed_record_write(table: &str, id: &TxId, ttl_secs: Option<u64>) -> Write {
-    finished_record_write(table, id, TxState::Committed, ttl_secs)
+/// request list, since no item is ever locked for it; with `written` (when the fast path marks its
+/// writes for the change feed), the items it writes as key-only requests in `_TxL`.
+pub(crate) fn committed_record_write(
+    table: &str,
+    id: &TxId,
+    ttl_secs: Option<u64>,
+    written: &[Request],
+) -> Write {
+    let mut w = finished_record_write(table, id, TxState::Committed, ttl_secs);
+    if let (false, WriteKind::Put { item }) = (written.is_empty(), &mut w.kind) {
+        item.insert(
+            WRITTEN.into(),
+            AttributeValue::L(written.iter().map(Request::encode).collect()),
+        );
+    }
+    w
 }
 
 /// The write of a record created already decided (`to`) and finalized, without requests,

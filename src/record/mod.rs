@@ -59,6 +59,10 @@ pub(crate) const TICKET: &str = "_TxK";
 pub(crate) const GATED: &str = "_TxQ";
 /// On a tombstone (see [`tombstone`](mod@tombstone)): until when it must be kept (epoch ms).
 pub(crate) const TOMBSTONE: &str = "_TxX";
+/// On a record the write-only fast path created with its writes marked (`Settings::fast_path_stamps`):
+/// the items it wrote, as requests of their op, table and key only (no values). Only the change feed
+/// reads it: the fast path locks nothing, so nothing else ever settles these items.
+pub(crate) const WRITTEN: &str = "_TxL";
 /// While the transaction waits, the ticket of the (older) transaction it waits for: others decide
 /// from it whether they may wait for this one too (see `contention::resolve`).
 pub(crate) const WAITING: &str = "_TxW";
@@ -138,6 +142,10 @@ pub(crate) struct Header {
     pub tombstone: bool,
     /// The record has gate rows (see [`gate`](mod@gate)).
     pub gated: bool,
+    /// The items the write-only fast path wrote (`_TxL`; key-only requests), when it marked them.
+    /// Only the change feed reads them.
+    #[cfg_attr(not(feature = "feed"), allow(dead_code))]
+    pub written: Vec<Request>,
 }
 
 /// What a coordinator knows about the record it writes to.
@@ -191,6 +199,12 @@ impl Header {
             inline,
             tombstone: item.contains_key(TOMBSTONE),
             gated: item.contains_key(GATED),
+            written: match item.get(WRITTEN) {
+                Some(AttributeValue::L(l)) => {
+                    l.iter().map(Request::decode).collect::<Result<Vec<_>>>()?
+                }
+                _ => Vec::new(),
+            },
         })
     }
 

@@ -8,12 +8,27 @@ use crate::ddb::{self, Transacted};
 use crate::error::{Error, Result};
 use crate::item_lock::{self, Observed};
 use crate::record::{self, TxState};
-use crate::request::Op;
+use crate::request::{Op, Request};
+use crate::settings::FastPathStamps;
 
 use super::{CommitStep, State, Transaction};
 
 impl Transaction {
-    /// Nothing recorded or locked, only writes without return values, few enough for one batch.
+    /// Whether the fast path marks this transaction's writes for the change feed
+    /// (`Settings::fast_path_stamps`). A table whose schema is not cached counts as streamed.
+    fn marks_writes(&self, st: &State) -> bool {
+        match self.inner.settings.fast_path_stamps {
+            FastPathStamps::Never => false,
+            FastPathStamps::Always => true,
+            FastPathStamps::WhenStreamed => st.items.values().any(|e| {
+                let table = &e.request(&st.requests).table;
+                self.inner.schemas.cached(table).is_none_or(|s| s.streamed)
+            }),
+        }
+    }
+
+    /// Nothing recorded or locked, only writes without return values, few enough for one batch;
+    /// no delete when the writes are marked for the change feed (a delete leaves nothing to mark).
     pub(super) fn fast_path_fits(&self, st: &State) -> bool {
         self.inner.settings.write_only_fast_path
             && !st.fast_path_failed
@@ -33,6 +48,8 @@ impl Transaction {
                 .map(|e| e.request(&st.requests).encoded_size() * 2)
                 .sum::<usize>()
                 < ddb::MAX_TRANSACT_BYTES
+            && !(st.items.values().any(|e| e.op(&st.requests) == Op::Delete)
+                && self.marks_writes(st))
     }
 
     /// Commits a write-only transaction with one `TransactWriteItems` and no locks: the record,
@@ -42,15 +59,38 @@ impl Transaction {
     pub(super) async fn commit_write_only(&self, st: &mut State) -> Result<Option<CommitStep>> {
         let _timer = crate::metrics::PhaseTimer::start(crate::metrics::COMMIT);
         let inner = &self.inner;
+        let mark = self.marks_writes(st).then_some(&self.id);
+        // Marked: the record names every item written (op, table and key), for the feed.
+        let written: Vec<Request> = match mark {
+            Some(_) => st
+                .items
+                .values()
+                .map(|e| {
+                    let req = e.request(&st.requests);
+                    Request {
+                        op: req.op,
+                        table: req.table.clone(),
+                        key: req.key.clone(),
+                        item: None,
+                        update: None,
+                        condition: None,
+                        names: None,
+                        values: None,
+                    }
+                })
+                .collect(),
+            None => Vec::new(),
+        };
         let mut writes = vec![record::committed_record_write(
             &inner.tx_table,
             &self.id,
             inner.settings.record_ttl_secs(),
+            &written,
         )];
         let mut owners = Vec::new();
         for (k, e) in &st.items {
             let req = e.request(&st.requests);
-            writes.push(item_lock::unlocked_write(req));
+            writes.push(item_lock::unlocked_write(req, mark));
             owners.push(k.clone());
         }
         // The token makes a repeat after an ambiguous failure safe: it never applies twice.

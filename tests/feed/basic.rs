@@ -190,26 +190,168 @@ async fn a_phased_commit_and_transactions_sharing_an_item_come_in_commit_order()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fast_path_transactions_arrive_as_single_changes() {
+async fn a_fast_path_transaction_is_delivered_whole_and_a_later_outside_update_is_single() {
+    use dynamodb_transactions::IsolationLevel;
+    // Default settings but the fast path (the test environment turns it off): the tables have
+    // streams, so the fast path marks its writes.
     let env = TestEnv::with_settings("feed-fast", |s| s.write_only_fast_path = true).await;
     enable_stream(&env.client, &env.table).await;
+    enable_stream(&env.client, &env.range_table).await;
+    outside_put(&env, "u", 1).await;
+    outside_put(&env, "d", 4).await;
+    let key = |id: &str| -> dynamodb_transactions::Item { [("Id".to_string(), s(id))].into() };
+
+    // Puts and an update over two tables, in one request.
     let tx = env.manager.begin();
-    for item in ["p", "q"] {
-        tx.put_item()
+    tx.put_item()
+        .table_name(&env.table)
+        .item("Id", s("p"))
+        .item("v", n(1))
+        .send()
+        .await
+        .unwrap();
+    tx.update_item()
+        .table_name(&env.table)
+        .key("Id", s("u"))
+        .update_expression("SET v = v + :d")
+        .expression_attribute_values(":d", n(10))
+        .send()
+        .await
+        .unwrap();
+    tx.put_item()
+        .table_name(&env.range_table)
+        .item("Id", s("r"))
+        .item("RangeAttr", n(1))
+        .item("v", n(7))
+        .send()
+        .await
+        .unwrap();
+    let fast = tx.id().clone();
+    tx.commit().await.unwrap();
+    // It took the fast path (the profile's conflicts could send it to the locking path): marked.
+    let raw = env.raw_get(&env.table, &key("u")).await.unwrap();
+    assert_eq!(raw["_TxM"], s(fast.as_str()), "marked: {raw:?}");
+    // Library reads never show the mark.
+    for level in [IsolationLevel::Uncommitted, IsolationLevel::Committed] {
+        let got = env
+            .manager
+            .get_item()
             .table_name(&env.table)
-            .item("Id", s(item))
-            .item("v", n(1))
+            .key("Id", s("u"))
+            .isolation(level)
+            .consistent_read(true)
             .send()
             .await
+            .unwrap()
+            .item
             .unwrap();
+        assert_eq!(
+            got,
+            [("Id".to_string(), s("u")), ("v".to_string(), n(11))].into()
+        );
     }
-    tx.commit().await.unwrap();
-    let mut feed = feed(env.manager.transactions_table(), &[&env.table])
-        .build()
+
+    // An outside update of a marked item keeps the mark: a single change, not the transaction.
+    env.client
+        .update_item()
+        .table_name(&env.table)
+        .key("Id", s("u"))
+        .update_expression("SET w = :w")
+        .expression_attribute_values(":w", n(5))
+        .send()
+        .await
         .unwrap();
+
+    // A write-only transaction with a delete: still delivered whole (it takes the locking path).
+    let tx = env.manager.begin();
+    tx.delete_item()
+        .table_name(&env.table)
+        .key("Id", s("d"))
+        .send()
+        .await
+        .unwrap();
+    tx.put_item()
+        .table_name(&env.table)
+        .item("Id", s("q"))
+        .item("v", n(2))
+        .send()
+        .await
+        .unwrap();
+    let with_delete = tx.id().clone();
+    tx.commit().await.unwrap();
+
+    let mut feed = feed(
+        env.manager.transactions_table(),
+        &[&env.table, &env.range_table],
+    )
+    .build()
+    .unwrap();
     let changes = drain(&mut feed).await;
-    assert_eq!(changes.len(), 2, "{changes:#?}");
-    assert!(changes.iter().all(|c| matches!(c, Change::Single(_))));
+    assert_clean(&changes);
+    let txs: Vec<_> = changes
+        .iter()
+        .filter_map(|c| c.transaction_id().cloned())
+        .collect();
+    assert_eq!(txs, [fast.clone(), with_delete.clone()], "{changes:#?}");
+    let items_of = |id: &dynamodb_transactions::TxId| {
+        changes
+            .iter()
+            .find_map(|c| match c {
+                Change::Transaction { id: got, items } if got == id => Some(
+                    items
+                        .iter()
+                        .map(|i| (ident(&i.table, &i.key), i.clone()))
+                        .collect::<HashMap<_, _>>(),
+                ),
+                _ => None,
+            })
+            .unwrap()
+    };
+    let first = items_of(&fast);
+    assert_eq!(first.len(), 3, "every item it wrote: {first:#?}");
+    let p = &first[&ident(&env.table, &key("p"))];
+    assert_eq!(
+        (p.before.clone(), p.after.clone()),
+        (
+            None,
+            Some([("Id".to_string(), s("p")), ("v".to_string(), n(1))].into())
+        )
+    );
+    let u = &first[&ident(&env.table, &key("u"))];
+    assert_eq!(u.before.as_ref().unwrap()["v"], n(1));
+    assert_eq!(u.after.as_ref().unwrap()["v"], n(11));
+    let r = first
+        .values()
+        .find(|i| i.table == env.range_table)
+        .expect("the item of the second table");
+    assert_eq!(r.before, None);
+    assert_eq!(r.after.as_ref().unwrap()["v"], n(7));
+    let second = items_of(&with_delete);
+    assert_eq!(second.len(), 2, "{second:#?}");
+    assert_eq!(second[&ident(&env.table, &key("d"))].after, None);
+    // The outside writes: the two puts first, then the update of `u` after the transaction.
+    let singles: Vec<_> = changes
+        .iter()
+        .filter_map(|c| match c {
+            Change::Single(i) => Some(i),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(singles.len(), 3, "{changes:#?}");
+    assert_eq!(singles[2].before.as_ref().unwrap()["v"], n(11));
+    assert_eq!(singles[2].after.as_ref().unwrap()["w"], n(5));
+    let pos = |f: &dyn Fn(&Change) -> bool| changes.iter().position(f).unwrap();
+    assert!(
+        pos(&|c| c.transaction_id() == Some(&fast))
+            < pos(
+                &|c| matches!(c, Change::Single(i) if i.after.as_ref().is_some_and(|a| a.contains_key("w")))
+            )
+    );
+    let mut state = HashMap::new();
+    replay(&mut state, &changes, true);
+    let mut expected = scan(&env.client, &env.table, &["Id"]).await;
+    expected.extend(scan(&env.client, &env.range_table, &["Id", "RangeAttr"]).await);
+    assert_eq!(state, expected);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

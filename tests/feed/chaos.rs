@@ -1,6 +1,7 @@
 //! Chaos, replayed: coordinators crash at random requests, answers are lost, transactions contend
-//! and some roll back, through every commit path (one request, phased with the writes applied
-//! before the decision, phased rolled forward, transactions of 1,000 and 150 items); the sweeper finishes
+//! and some roll back, through every commit path (the write-only fast path, one request, phased
+//! with the writes applied before the decision, phased rolled forward, transactions of 1,000 and
+//! 150 items); the sweeper finishes
 //! what the crashed ones left. Then the feed, read from the start, must rebuild both tables exactly
 //! as they end, yield exactly the transactions whose record says committed, each once and whole,
 //! and never a `_Tx` attribute.
@@ -28,7 +29,9 @@ fn coordinator(env: &TestEnv, w: u64) -> (TransactionManager, FaultInjector) {
         .images_table(env.manager.images_table())
         .configure(|s| {
             s.rollback_on_drop = false;
-            s.write_only_fast_path = false;
+            // Write-only transactions (without a delete) commit on the fast path, marked for the
+            // feed, on worker 3; the others lock.
+            s.write_only_fast_path = w % 4 == 3;
             match w % 4 {
                 // Phased, every write applied before the decision (restored on rollback).
                 1 => {
@@ -37,7 +40,7 @@ fn coordinator(env: &TestEnv, w: u64) -> (TransactionManager, FaultInjector) {
                 }
                 // Phased, writes rolled forward after the decision.
                 2 => s.one_shot_max_items = 0,
-                // One request (or phased above 98 items).
+                // One request (or phased above 98 items); worker 3: the fast path when it fits.
                 _ => {}
             }
         })
@@ -185,6 +188,12 @@ async fn replaying_the_feed_from_the_start_rebuilds_every_table_after_chaos() {
     assert!(struck > 0, "faults struck");
     assert!(committed.len() > ids.len() / 3, "enough committed");
     assert!(committed.len() < ids.len(), "some rolled back");
+    let fast = marked_fast_path(&env.client, env.manager.transactions_table(), &ids).await;
+    println!("{fast} committed on the fast path, marked");
+    assert!(
+        fast >= 1,
+        "a fast-path transaction among the committed ones"
+    );
 
     let tables = [env.table.as_str(), env.range_table.as_str()];
     let mut feed = feed(env.manager.transactions_table(), &tables)

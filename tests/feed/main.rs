@@ -132,7 +132,7 @@ pub fn assert_clean(changes: &[Change]) {
     }
 }
 
-/// Every item of a table, by identity.
+/// Every item of a table, by identity, with its user attributes (`_Tx` attributes removed).
 pub async fn scan(client: &Client, table: &str, keys: &[&str]) -> HashMap<String, Item> {
     let mut out = HashMap::new();
     let mut start = None;
@@ -150,7 +150,9 @@ pub async fn scan(client: &Client, table: &str, keys: &[&str]) -> HashMap<String
                 .iter()
                 .filter_map(|k| item.get(*k).map(|v| (k.to_string(), v.clone())))
                 .collect();
-            out.insert(ident(table, &key), item.clone());
+            let mut user = item.clone();
+            user.retain(|k, _| !k.starts_with("_Tx"));
+            out.insert(ident(table, &key), user);
         }
         start = page.last_evaluated_key().cloned();
         if start.is_none() {
@@ -268,4 +270,28 @@ pub async fn committed_ids(
         }
     }
     out
+}
+
+/// How many of `ids` committed on the write-only fast path with their writes marked (their record
+/// names the items it wrote, `_TxL`): the feed must yield them whole like the others.
+pub async fn marked_fast_path(
+    client: &Client,
+    tx_table: &str,
+    ids: &[dynamodb_transactions::TxId],
+) -> usize {
+    let mut count = 0;
+    for id in ids {
+        let header = client
+            .get_item()
+            .table_name(tx_table)
+            .key("_TxId", s(id.as_str()))
+            .key("_TxN", AttributeValue::N("0".into()))
+            .consistent_read(true)
+            .send()
+            .await
+            .expect("GetItem (record)")
+            .item;
+        count += usize::from(header.is_some_and(|h| h.contains_key("_TxL")));
+    }
+    count
 }

@@ -53,7 +53,9 @@ async fn workload(env: &TestEnv, seed: u64) -> Vec<dynamodb_transactions::TxId> 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_consumer_killed_anywhere_resumes_from_its_checkpoint_without_loss_or_split() {
-    let env = TestEnv::new("feed-restart").await;
+    // The fast path on (the test environment turns it off): write-only transactions without a
+    // delete commit in one request, marked for the feed.
+    let env = TestEnv::with_settings("feed-restart", |s| s.write_only_fast_path = true).await;
     killed_and_resumed(&env, 11).await;
 }
 
@@ -65,6 +67,14 @@ async fn killed_and_resumed(env: &TestEnv, seed: u64) {
     let committed = committed_ids(&env.manager, &ids).await;
     let tables = [env.table.as_str(), env.range_table.as_str()];
     let tx_table = env.manager.transactions_table();
+    if env.manager.settings().write_only_fast_path {
+        let fast = marked_fast_path(&env.client, tx_table, &ids).await;
+        println!("{} committed, {fast} on the fast path", committed.len());
+        assert!(
+            fast >= 1,
+            "a fast-path transaction among the committed ones"
+        );
+    }
 
     // Once through, without a restart.
     let mut whole = feed_through(env.client.clone(), tx_table, &tables)
