@@ -16,6 +16,7 @@ impl Transaction {
     /// Nothing recorded or locked, only writes without return values, few enough for one batch.
     pub(super) fn fast_path_fits(&self, st: &State) -> bool {
         self.inner.settings.write_only_fast_path
+            && !self.inner.settings.queues()
             && !st.fast_path_failed
             && st.meta.is_none()
             && !st.record_in_doubt
