@@ -131,8 +131,10 @@ pub struct Settings {
     /// [`write_only_fast_path`](Self::write_only_fast_path), and whoever completes a transaction
     /// reads its record and its items before it unlocks them: the one-request paths decide and
     /// unlock in one write, and cannot carry the registrations a record gets until its decision.
-    /// Ignored under [`ContentionPolicy::RollBackOthers`]. See docs/PROTOCOL.md "Waiting in ticket
-    /// order".
+    /// Ignored under [`ContentionPolicy::RollBackOthers`]. Give every coordinator and sweeper of
+    /// one transactions table the same value: one with the setting off neither respects the
+    /// queues nor carries the registrations of the transactions it completes. See
+    /// docs/PROTOCOL.md "Waiting in ticket order".
     ///
     /// ```no_run
     /// # async fn f(client: aws_sdk_dynamodb::Client) {
