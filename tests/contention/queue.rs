@@ -507,3 +507,50 @@ async fn transfers_on_hot_items_waiting_in_ticket_order_all_commit_and_conserve_
     }
     assert_eq!(total, 300, "money conserved");
 }
+
+#[tokio::test]
+async fn a_competitor_completes_an_abandoned_holder_and_takes_its_queued_item() {
+    // The holder meets the item's queue, so it takes a ticket and is older than the competitor,
+    // which waits until it is judged dead.
+    let env = TestEnv::with_settings("ct-fifo-abandon", |s| {
+        s.wait_in_ticket_order = true;
+        s.contention = ContentionPolicy::Ordered {
+            dead_after: Duration::from_secs(1),
+            ticket_at_begin: false,
+        };
+    })
+    .await;
+    let far = now_ms() + 600_000;
+    let young = u64::MAX / 2;
+    env.raw_put(&env.table, queued_item("k", &[(young, far)], 1))
+        .await;
+    let h = env.manager.begin();
+    h.update_item()
+        .table_name(&env.table)
+        .key("Id", s("k"))
+        .update_expression("SET v = :v")
+        .expression_attribute_values(":v", n(2))
+        .return_values(ReturnValue::AllNew)
+        .send()
+        .await
+        .unwrap();
+    let hid = h.id().clone();
+    dynamodb_transactions::fault::register_waiter(
+        &env.manager,
+        &hid,
+        &env.table,
+        &key("k"),
+        young + 1,
+        Duration::from_secs(600),
+    )
+    .await
+    .unwrap();
+    h.abandon();
+    let (m2, _) = env.second_coordinator();
+    let t = m2.begin();
+    lock(&t, &env.table, "k").await.unwrap();
+    t.commit().await.unwrap();
+    let raw = env.raw_get(&env.table, &key("k")).await.unwrap();
+    assert_eq!(ticket_keys(&raw), vec![young, young + 1], "{raw:?}");
+    assert_eq!(raw["v"], n(1), "rolled back");
+}
