@@ -494,16 +494,19 @@ async fn transfers_on_hot_items_waiting_in_ticket_order_all_commit_and_conserve_
     for k in accounts {
         let raw = env.raw_get(&env.table, &key(k)).await.unwrap();
         assert!(!raw.contains_key("_TxId"), "{k} left locked: {raw:?}");
+        // Consistent: through the DynamoDB profile an eventually consistent read may be stale.
         let got = m
             .get_item()
             .table_name(&env.table)
             .key("Id", s(k))
+            .consistent_read(true)
             .send()
             .await
             .unwrap();
         let it = got.item().unwrap();
         assert!(!has_tx_attrs(it), "{it:?}");
         total += it["v"].as_n().unwrap().parse::<i64>().unwrap();
+        assert_eq!(raw["v"], it["v"], "{k}");
     }
     assert_eq!(total, 300, "money conserved");
 }
