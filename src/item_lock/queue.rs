@@ -198,7 +198,9 @@ pub(crate) fn carry(w: &mut Write, was: &ItemQueue, next: &Entries) {
             if !changed {
                 return;
             }
+            // Every unlock's update is one this library rendered: it parses.
             let Ok(mut u) = UpdateExpr::parse(update) else {
+                tracing::warn!(table = %w.table, "an unlock's update did not parse; its queue is not carried");
                 return;
             };
             update_queue(&mut u, &mut w.ph, next);
