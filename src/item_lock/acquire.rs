@@ -16,9 +16,11 @@ use super::{LOCK_DATE, LockInfo, OWNER, Observed, PAD, ROLL, TRANSIENT, new_stam
 #[derive(Debug)]
 pub(crate) enum LockOutcome {
     Locked(LockInfo),
-    /// Another transaction holds it.
+    /// Another transaction holds it. `ahead`: with a queue guard and a ticket, the live entries
+    /// older than the ticket the item carries (0 otherwise).
     Held {
         owner: TxId,
+        ahead: usize,
     },
     /// Unlocked, but its queue's oldest entry is older than the attempt's ticket (or the attempt
     /// had none): refused by the queue (`Settings::wait_in_ticket_order`), as the item carries it.
@@ -54,6 +56,7 @@ pub(crate) async fn lock(
     }
     Ok(LockOutcome::Held {
         owner: TxId(String::new()),
+        ahead: 0,
     })
 }
 
@@ -204,6 +207,11 @@ async fn lock_write(
                 }
                 Some(o) => Ok(Some(LockOutcome::Held {
                     owner: TxId(o.clone()),
+                    ahead: match queue {
+                        Some(Some(mine)) => super::queue::ItemQueue::of(&obs.queue)
+                            .live_before(mine, crate::ddb::now_millis()),
+                        _ => 0,
+                    },
                 })),
                 None if queue.is_some() && obs.exists && !obs.queue.is_empty() => {
                     let q = super::queue::ItemQueue::of(&obs.queue);
@@ -212,10 +220,12 @@ async fn lock_write(
                     }
                     Ok(Some(LockOutcome::Held {
                         owner: TxId(String::new()),
+                        ahead: 0,
                     }))
                 }
                 None => Ok(Some(LockOutcome::Held {
                     owner: TxId(String::new()),
+                    ahead: 0,
                 })),
             }
         }

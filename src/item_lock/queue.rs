@@ -124,6 +124,14 @@ impl ItemQueue {
         }
     }
 
+    /// How many live entries (at `now`) are older than `mine`.
+    pub fn live_before(&self, mine: u64, now: u64) -> usize {
+        self.entries
+            .range(..mine)
+            .filter(|(_, e)| **e > now)
+            .count()
+    }
+
     /// The oldest entry older than `mine` still live at `now`: the one to wait for (`None`: every
     /// older entry has expired, and a lock attempt of `mine` may drop them).
     pub fn oldest_live_before(&self, mine: u64, now: u64) -> Option<u64> {
@@ -131,6 +139,72 @@ impl ItemQueue {
             .range(..mine)
             .find(|(_, e)| **e > now)
             .map(|(t, _)| *t)
+    }
+}
+
+/// How a registered waiter paces its looks at the item (`Settings::wait_in_ticket_order`), as the
+/// queue lock's waiters do, from the holds it has measured: a hold is the time from the first look
+/// that showed a holder to the first that showed another (or none), so it is measured short (the
+/// holder was met mid-hold) and the waiter wakes early rather than late.
+#[derive(Debug, Default)]
+pub(crate) struct Pace {
+    mean_hold: Option<std::time::Duration>,
+    /// The holder last seen, and when it was first seen.
+    holder: Option<(String, tokio::time::Instant)>,
+}
+
+/// Weight of a new hold in the running mean.
+const HOLD_WEIGHT: f64 = 0.3;
+/// Polls per measured hold of the waiter at the head, once the hold's expected end has passed.
+const HEAD_POLLS_PER_HOLD: u32 = 4;
+/// Share of the expected time until its turn a waiter sleeps.
+const APPROACH: f64 = 0.9;
+
+impl Pace {
+    /// Takes in one look at the item: held by `owner`, or free (`None`).
+    pub fn observe(&mut self, owner: Option<&str>, now: tokio::time::Instant) {
+        if let (Some((h, _)), Some(o)) = (&self.holder, owner)
+            && h == o
+        {
+            return;
+        }
+        if let Some((_, since)) = &self.holder {
+            let sample = now - *since;
+            self.mean_hold = Some(match self.mean_hold {
+                Some(m) => m.mul_f64(1.0 - HOLD_WEIGHT) + sample.mul_f64(HOLD_WEIGHT),
+                None => sample,
+            });
+        }
+        self.holder = owner.map(|o| (o.to_string(), now));
+    }
+
+    /// How long to sleep before the next look with `ahead` transactions before this one (the
+    /// holder's included): the head (`ahead` ≤ 1) until the current hold's expected end, then
+    /// every quarter of a hold (at least `head`); the others by their position × the mean hold; never longer than `cap`.
+    /// `None` until a hold was measured (the caller backs off as any lock wait).
+    pub fn next_look(
+        &self,
+        ahead: usize,
+        head: std::time::Duration,
+        cap: std::time::Duration,
+        now: tokio::time::Instant,
+    ) -> Option<std::time::Duration> {
+        let hold = self.mean_hold?;
+        // The head polls a few times per hold, not faster than `head`.
+        let head = head.max(hold / HEAD_POLLS_PER_HOLD);
+        let held_for = self
+            .holder
+            .as_ref()
+            .map(|(_, s)| now - *s)
+            .unwrap_or_default();
+        let current_left = hold.saturating_sub(held_for);
+        let behind = hold * (ahead.saturating_sub(1) as u32);
+        Some(
+            (current_left + behind)
+                .mul_f64(APPROACH)
+                .max(head)
+                .min(cap.max(head)),
+        )
     }
 }
 
@@ -338,6 +412,29 @@ mod tests {
         assert_eq!(q.oldest_live_before(9, 75), Some(6));
         assert_eq!(q.oldest_live_before(9, 80), Some(6));
         assert_eq!(q.oldest_live_before(9, 95), None);
+    }
+
+    #[test]
+    fn a_waiter_sleeps_by_its_position_and_the_holds_it_measured() {
+        use std::time::Duration;
+        let t0 = tokio::time::Instant::now();
+        let ms = Duration::from_millis;
+        let (head, cap) = (ms(10), ms(1_000));
+        let mut p = Pace::default();
+        p.observe(Some("a"), t0);
+        assert_eq!(p.next_look(1, head, cap, t0), None, "no hold measured yet");
+        p.observe(Some("a"), t0 + ms(50));
+        p.observe(Some("b"), t0 + ms(100));
+        // One hold of 100 ms; b was seen just now.
+        assert_eq!(p.next_look(1, head, cap, t0 + ms(100)), Some(ms(90)));
+        assert_eq!(p.next_look(3, head, cap, t0 + ms(100)), Some(ms(270)));
+        // Past the expected end of the hold, the head polls four times per hold.
+        assert_eq!(p.next_look(1, head, cap, t0 + ms(300)), Some(ms(25)));
+        assert_eq!(p.next_look(30, head, cap, t0 + ms(100)), Some(cap));
+        // A free item ends b's hold (200 ms): the mean moves to 130 ms; two entries ahead of a
+        // free item wait for two holds.
+        p.observe(None, t0 + ms(300));
+        assert_eq!(p.next_look(2, head, cap, t0 + ms(300)), Some(ms(234)));
     }
 
     #[test]

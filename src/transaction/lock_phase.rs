@@ -135,6 +135,9 @@ impl Transaction {
         let fifo = settings.queues();
         let mut registered: Option<(TxId, tokio::time::Instant)> = None;
         let mut queue_retries = 0u32;
+        let mut pace = item_lock::queue::Pace::default();
+        // Transactions before this one at the item, as the last attempt showed it.
+        let mut ahead: usize;
         loop {
             self.wrote.store(true, Ordering::SeqCst);
             let guard = self.queue_guard();
@@ -161,7 +164,7 @@ impl Transaction {
                     }
                     return Ok(l);
                 }
-                LockOutcome::Held { owner } if owner.0.is_empty() => {
+                LockOutcome::Held { owner, .. } if owner.0.is_empty() => {
                     tries += 1;
                     if tries >= settings.lock_attempts.max(1) {
                         break;
@@ -173,8 +176,12 @@ impl Transaction {
                     // this transaction (or this attempt had no ticket yet: take one now).
                     let mine = me.ticket(&self.inner).await?;
                     let now = crate::ddb::now_millis();
+                    pace.observe(None, tokio::time::Instant::now());
                     match queue.oldest_live_before(mine, now) {
-                        Some(on) => (None, Resolution::Wait { on }),
+                        Some(on) => {
+                            ahead = queue.live_before(mine, now);
+                            (None, Resolution::Wait { on })
+                        }
                         None => {
                             // No live entry is older: drop the expired ones (conditional on the
                             // queue as read), then try again.
@@ -195,8 +202,10 @@ impl Transaction {
                         }
                     }
                 }
-                LockOutcome::Held { owner } => {
+                LockOutcome::Held { owner, ahead: a } => {
                     debug!(tx = %self.id, other = %owner, table, "item locked by another transaction");
+                    pace.observe(Some(owner.as_str()), tokio::time::Instant::now());
+                    ahead = 1 + a;
                     if last_owner.as_ref() != Some(&owner) {
                         met_at = tokio::time::Instant::now();
                     }
@@ -297,7 +306,27 @@ impl Transaction {
                         }
                     }
                     waits += 1;
-                    crate::settings::backoff(settings, waits.min(3)).await;
+                    // Registered waiters pace their looks by their place and the holds measured
+                    // (never past a renewal, nor the deadline); others back off.
+                    let now = tokio::time::Instant::now();
+                    let paced = fifo
+                        .then(|| {
+                            pace.next_look(
+                                ahead,
+                                settings.backoff_base,
+                                settings.queue_ttl / 3,
+                                now,
+                            )
+                        })
+                        .flatten();
+                    match paced {
+                        Some(d) => {
+                            let d = d.mul_f64(rand::random_range(0.9..1.1));
+                            tokio::time::sleep(d.min(deadline.saturating_duration_since(now)))
+                                .await;
+                        }
+                        None => crate::settings::backoff(settings, waits.min(3)).await,
+                    }
                     // An older transaction may have rolled us back while we waited: stop then,
                     // rather than take the item with a lock nobody needs.
                     let mine = record::load_header(c, &self.inner.tx_table, &self.id).await?;
