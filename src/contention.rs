@@ -252,7 +252,19 @@ pub(crate) async fn steal_orphan(
         return Ok(());
     }
     debug!(other = %owner, table, "releasing the lock of a transaction whose record is gone");
-    let w = item_lock::release_write(table, key, obs.transient, false, owner);
+    let mut w = item_lock::release_write(table, key, obs.transient, false, owner);
+    if inner.settings.queues() {
+        // A decided record may hold waiters registered for this lock (a read's lock it does not
+        // name): the release carries them, as every unlock does.
+        let (own, registered) = record::load_registrations(c, &inner.tx_table, owner).await?;
+        let was = item_lock::queue::ItemQueue::of(&obs.queue);
+        let reg = registered
+            .get(&item_lock::queue::item_hash(table, key))
+            .cloned()
+            .unwrap_or_default();
+        let next = item_lock::queue::merged(&was.entries, &reg, own, crate::ddb::now_millis());
+        item_lock::queue::carry(&mut w, &was, &next);
+    }
     w.send(c, None).await?;
     Ok(())
 }

@@ -134,11 +134,53 @@ pub struct Settings {
     /// only a condition that asks an absent item to be absent rolls forward, and every other
     /// conditional write is applied before the commit (one more write per item).
     pub judge_conditions: bool,
+    /// Under [`ContentionPolicy::Ordered`], a transaction that waits for the pending holder of an
+    /// item registers its ticket in the holder's record; whoever completes the holder writes those
+    /// entries onto the item with its unlock (`_TxQ`, `_TxQF`), and every lock attempt on an
+    /// existing item is conditional on no live entry on it being older than the attempt's ticket.
+    /// A newcomer (with a ticket or without) then never takes an item ahead of a live registered
+    /// waiter with an older ticket. Entries expire after [`queue_ttl`](Self::queue_ttl) unless
+    /// renewed. Readers never see the queue's attributes.
+    ///
+    /// Off by default. In this first version, with the setting on, transactions lock item by item
+    /// (as with [`batch_locks`](Self::batch_locks) off), commit in phases (as with
+    /// [`one_shot_max_items`](Self::one_shot_max_items) 0) and skip the
+    /// [`write_only_fast_path`](Self::write_only_fast_path), and whoever completes a transaction
+    /// reads its record and its items before it unlocks them: the one-request paths decide and
+    /// unlock in one write, and cannot carry the registrations a record gets until its decision.
+    /// Ignored under [`ContentionPolicy::RollBackOthers`]. Give every coordinator and sweeper of
+    /// one transactions table the same value: one with the setting off neither respects the
+    /// queues nor carries the registrations of the transactions it completes. See
+    /// docs/PROTOCOL.md "Waiting in ticket order".
+    ///
+    /// ```no_run
+    /// # async fn f(client: aws_sdk_dynamodb::Client) {
+    /// use std::time::Duration;
+    /// let manager = dynamodb_transactions::TransactionManager::builder(client)
+    ///     .configure(|s| {
+    ///         s.wait_in_ticket_order = true;
+    ///         s.queue_ttl = Duration::from_secs(3);
+    ///     })
+    ///     .build();
+    /// # }
+    /// ```
+    pub wait_in_ticket_order: bool,
+    /// With [`wait_in_ticket_order`](Self::wait_in_ticket_order): how long a waiter's entry counts
+    /// after it was last written (a waiter renews it at most every third of this while it waits;
+    /// one that crashed or gave up stops counting this long after). Compared with each caller's
+    /// clock: clock skew lengthens or shortens it by the skew.
+    pub queue_ttl: Duration,
 }
 
 impl Settings {
     pub(crate) fn record_ttl_secs(&self) -> Option<u64> {
         self.record_ttl.map(|d| d.as_secs().max(1))
+    }
+
+    /// Whether waiting follows the items' queues: [`Settings::wait_in_ticket_order`] under
+    /// ordered contention.
+    pub(crate) fn queues(&self) -> bool {
+        self.wait_in_ticket_order && matches!(self.contention, ContentionPolicy::Ordered { .. })
     }
 }
 
@@ -166,6 +208,8 @@ impl Default for Settings {
             batch_locks: true,
             roll_forward: true,
             judge_conditions: true,
+            wait_in_ticket_order: false,
+            queue_ttl: Duration::from_secs(3),
         }
     }
 }

@@ -265,11 +265,13 @@ pub async fn measure(
     let table = format!("{prefix}-accounts");
     let recorder = Recorder::default();
     let admin = target.client(vec![]).await;
+    let fifo = args.wait_in_ticket_order;
     let mgr = |c| {
         TransactionManager::builder(c)
             .transactions_table(format!("{prefix}-tx"))
             .images_table(format!("{prefix}-img"))
             .configure(|st| {
+                st.wait_in_ticket_order = fifo;
                 if tuned {
                     st.contention = ContentionPolicy::Ordered {
                         dead_after: Duration::from_secs(10),

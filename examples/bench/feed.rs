@@ -18,8 +18,8 @@ use aws_smithy_runtime_api::client::interceptors::context::BeforeTransmitInterce
 use aws_smithy_runtime_api::client::orchestrator::Metadata;
 use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
 use aws_smithy_types::config_bag::ConfigBag;
-use dynamodb_transactions::feed::ChangeFeed;
 use dynamodb_transactions::TransactionManager;
+use dynamodb_transactions::feed::ChangeFeed;
 
 use crate::Args;
 use crate::common;

@@ -97,6 +97,9 @@ pub struct Args {
     /// Contention: only the hot-item runs (and the native transfer), not every ticket mode.
     #[arg(long)]
     hot_only: bool,
+    /// Contention: every library run waits in ticket order (`Settings::wait_in_ticket_order`).
+    #[arg(long)]
+    wait_in_ticket_order: bool,
     /// Contention: random seed.
     #[arg(long, default_value_t = 11)]
     seed: u64,

@@ -552,3 +552,28 @@ fn default_https_client() -> impl HttpClient + 'static {
         ))
         .build_https()
 }
+
+/// Registers `ticket` as a waiter for the item `table`/`key` in the record of the transaction
+/// `holder`, expiring `ttl` from now, exactly as a transaction waiting for that holder does under
+/// [`Settings::wait_in_ticket_order`](crate::Settings::wait_in_ticket_order): conditional on the
+/// holder's record being pending. True when the registration landed. For tests of the queue's
+/// protocol steps one at a time.
+pub async fn register_waiter(
+    manager: &crate::TransactionManager,
+    holder: &crate::TxId,
+    table: &str,
+    key: &crate::Item,
+    ticket: u64,
+    ttl: std::time::Duration,
+) -> crate::Result<bool> {
+    let inner = &manager.inner;
+    crate::record::register_waiter(
+        &inner.client,
+        &inner.tx_table,
+        holder,
+        &crate::item_lock::queue::item_hash(table, key),
+        ticket,
+        crate::ddb::now_millis() + ttl.as_millis() as u64,
+    )
+    .await
+}

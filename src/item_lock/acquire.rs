@@ -16,9 +16,16 @@ use super::{LOCK_DATE, LockInfo, OWNER, Observed, PAD, ROLL, TRANSIENT, new_stam
 #[derive(Debug)]
 pub(crate) enum LockOutcome {
     Locked(LockInfo),
-    /// Another transaction holds it.
+    /// Another transaction holds it. `ahead`: with a queue guard and a ticket, the live entries
+    /// older than the ticket the item carries (0 otherwise).
     Held {
         owner: TxId,
+        ahead: usize,
+    },
+    /// Unlocked, but its queue's oldest entry is older than the attempt's ticket (or the attempt
+    /// had none): refused by the queue (`Settings::wait_in_ticket_order`), as the item carries it.
+    Queued {
+        queue: super::queue::ItemQueue,
     },
 }
 
@@ -27,6 +34,9 @@ pub(crate) enum LockOutcome {
 /// transient placeholder with a second UpdateItem conditional on it still being absent (Java's
 /// library skipped that condition and could mark an existing item transient, then delete it).
 /// `first` says which to try first: `Absent` for a write that can only succeed on an absent item.
+/// `queue`: with `Settings::wait_in_ticket_order`, `Some` of the attempt's recorded ticket (if
+/// any): the lock of an existing item is then conditional on its queue (see
+/// [`queue::lock_condition`](super::queue::lock_condition)); `None` leaves the queue out.
 pub(crate) async fn lock(
     client: &Client,
     table: &str,
@@ -34,10 +44,11 @@ pub(crate) async fn lock(
     schema: &KeySchema,
     me: &TxId,
     first: Existence,
+    queue: Option<Option<u64>>,
 ) -> Result<LockOutcome> {
     let mut existence = first;
     for _ in 0..8 {
-        if let Some(out) = lock_write(client, table, key, schema, me, existence).await? {
+        if let Some(out) = lock_write(client, table, key, schema, me, existence, queue).await? {
             return Ok(out);
         }
         // The item is not what the write assumed (created or deleted in between): the other form.
@@ -45,6 +56,7 @@ pub(crate) async fn lock(
     }
     Ok(LockOutcome::Held {
         owner: TxId(String::new()),
+        ahead: 0,
     })
 }
 
@@ -81,7 +93,8 @@ impl Existence {
 /// with its stamp. `pad` bytes of padding (`_TxP`) make DynamoDB refuse the lock unless the item
 /// has that much more room (see [`crate::request::lock_pad`]). `roll`: the record index of the write
 /// the lock may roll forward (`_TxU`), only ever in a request conditional on the record being
-/// pending.
+/// pending. `queue`: as for [`lock`].
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn lock_item_write(
     table: &str,
     key: &Item,
@@ -90,6 +103,7 @@ pub(crate) fn lock_item_write(
     existence: Existence,
     pad: usize,
     roll: Option<usize>,
+    queue: Option<Option<u64>>,
 ) -> (Write, String) {
     let mut ph = Placeholders::default();
     let hk = ph.name_for_user(&schema.hash.0);
@@ -124,10 +138,18 @@ pub(crate) fn lock_item_write(
             ));
             format!("attribute_not_exists({hk})")
         }
-        Existence::Present => format!(
-            "attribute_exists({hk}) AND attribute_not_exists({})",
-            ph.name(OWNER)
-        ),
+        Existence::Present => {
+            let mut cond = format!(
+                "attribute_exists({hk}) AND attribute_not_exists({})",
+                ph.name(OWNER)
+            );
+            // An absent item carries no queue: only the lock of an existing one reads it.
+            if let Some(mine) = queue {
+                cond.push_str(" AND ");
+                cond.push_str(&super::queue::lock_condition(&mut ph, mine));
+            }
+            cond
+        }
     };
     let w = Write {
         table: table.into(),
@@ -149,11 +171,16 @@ async fn lock_write(
     schema: &KeySchema,
     me: &TxId,
     existence: Existence,
+    queue: Option<Option<u64>>,
 ) -> Result<Option<LockOutcome>> {
     let absent = existence == Existence::Absent;
-    let (w, stamp) = lock_item_write(table, key, schema, me, existence, 0, None);
+    let (w, stamp) = lock_item_write(table, key, schema, me, existence, 0, None, queue);
     match w.send(client, Some(ReturnValue::AllOld)).await {
         Ok(Written::Ok(old)) => {
+            let carried = match (&old, absent) {
+                (Some(raw), false) => super::queue::raw_attrs(raw),
+                _ => Item::new(),
+            };
             let old = if absent { None } else { old.map(strip) };
             Ok(Some(LockOutcome::Locked(LockInfo {
                 transient: absent,
@@ -164,6 +191,7 @@ async fn lock_write(
                 stamp: Some(stamp),
                 image_unread: false,
                 roll: None,
+                queue: carried,
             })))
         }
         Ok(Written::ConditionFailed(None)) => Ok(None),
@@ -179,9 +207,25 @@ async fn lock_write(
                 }
                 Some(o) => Ok(Some(LockOutcome::Held {
                     owner: TxId(o.clone()),
+                    ahead: match queue {
+                        Some(Some(mine)) => super::queue::ItemQueue::of(&obs.queue)
+                            .live_before(mine, crate::ddb::now_millis()),
+                        _ => 0,
+                    },
                 })),
+                None if queue.is_some() && obs.exists && !obs.queue.is_empty() => {
+                    let q = super::queue::ItemQueue::of(&obs.queue);
+                    if q.first.is_some() {
+                        return Ok(Some(LockOutcome::Queued { queue: q }));
+                    }
+                    Ok(Some(LockOutcome::Held {
+                        owner: TxId(String::new()),
+                        ahead: 0,
+                    }))
+                }
                 None => Ok(Some(LockOutcome::Held {
                     owner: TxId(String::new()),
+                    ahead: 0,
                 })),
             }
         }

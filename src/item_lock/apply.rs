@@ -112,6 +112,8 @@ pub(crate) fn request_writes(
         Op::Put => {
             let mut item = req.item.clone().unwrap_or_default();
             if keep_lock {
+                // The queue the item carries stays with it (it is written only by the unlock).
+                item.extend(lock.queue.clone());
                 item.insert(OWNER.into(), AttributeValue::S(me.0.clone()));
                 item.insert(
                     LOCK_DATE.into(),

@@ -22,6 +22,9 @@
 //!   put replaces it or another fast-path write re-marks it; an update outside the library keeps
 //!   it, so a stream record is that transaction's write only when its new image has the mark and
 //!   its old image has not the same one.
+//! - `_TxQ`, `_TxQF`, `_TxQV`: the queue of waiters the item carries (only with
+//!   `Settings::wait_in_ticket_order`; see [`queue`]). Not lock attributes: they stay after the
+//!   unlock.
 //!
 //! This module reads a lock ([`Observed`], [`LockInfo`]); [`acquire`] takes it, [`apply`] applies
 //! the transaction's write under it, [`release`] settles the item and [`image`] keeps large
@@ -30,6 +33,7 @@
 mod acquire;
 mod apply;
 mod image;
+pub(crate) mod queue;
 mod release;
 
 use std::collections::HashMap;
@@ -95,6 +99,8 @@ pub(crate) struct Observed {
     /// is the lock the commit was decided under, and its write is applied exactly once, by the
     /// write that removes it.
     pub roll: Option<usize>,
+    /// The queue attributes the item carries (`_TxQ*`, see [`queue`]), raw.
+    pub queue: Item,
 }
 
 impl Observed {
@@ -119,6 +125,7 @@ impl Observed {
                 .get(ROLL)
                 .and_then(|v| v.as_n().ok())
                 .and_then(|n| n.parse().ok()),
+            queue: queue::raw_attrs(raw),
         }
     }
 
@@ -171,6 +178,9 @@ pub(crate) struct LockInfo {
     pub image_unread: bool,
     /// `_TxU`: the write this lock may roll forward after the commit (see [`Observed::roll`]).
     pub roll: Option<usize>,
+    /// The queue attributes the item carried when it was locked (they do not change while it is
+    /// locked): a `Put` applied under the lock carries them over.
+    pub queue: Item,
 }
 
 /// Test seam, set only through `fault::zero_ended_lock_stamps`: every new stamp's random
@@ -208,6 +218,7 @@ impl LockInfo {
             stamp: obs.stamp.clone(),
             image_unread: false,
             roll: obs.roll,
+            queue: obs.queue.clone(),
         }
     }
 
@@ -222,6 +233,7 @@ impl LockInfo {
             stamp: Some(stamp),
             image_unread: false,
             roll,
+            queue: Item::new(),
         }
     }
 
@@ -236,6 +248,7 @@ impl LockInfo {
             stamp: Some(stamp),
             image_unread: true,
             roll,
+            queue: Item::new(),
         }
     }
 }
@@ -283,6 +296,7 @@ impl LockInfo {
             user: self.current.clone().unwrap_or_default(),
             stamp: self.stamp.clone(),
             roll: self.roll,
+            queue: self.queue.clone(),
         }
     }
 }
@@ -311,6 +325,7 @@ mod tests {
             stamp: stamp.map(String::from),
             image_unread: false,
             roll: None,
+            queue: Item::new(),
         }
     }
 

@@ -41,7 +41,9 @@ pub(crate) use decide::{
 pub(crate) use delete::delete;
 pub(crate) use gate::Gates;
 pub(crate) use judged::{Judged, JudgedRollback, roll_back_judged};
-pub(crate) use ticket::{clear_waiting, set_ticket, take_ticket};
+pub(crate) use ticket::{
+    clear_waiting, load_registrations, register_waiter, set_ticket, take_ticket,
+};
 pub(crate) use tombstone::{KEEP, Tombstoned, delete_tombstone, put_tombstone};
 
 pub(crate) const STATE: &str = "_TxS";

@@ -92,3 +92,58 @@ pub(crate) async fn clear_waiting(client: &Client, table: &str, id: &TxId) -> Re
     w.send(client, None).await?;
     Ok(())
 }
+
+/// Registers a waiter (`Settings::wait_in_ticket_order`): `ticket`, expiring at `expiry` (epoch
+/// ms), waits for the item named `item` (`queue::item_hash`) that the transaction `holder` holds.
+/// Conditional on the holder's record being pending; changes neither its version nor its
+/// last-update time (a waiter must not keep a dead holder alive, nor disturb a wound judged on
+/// its version). True when it landed; false when the holder was decided (or has no record), and
+/// then nothing is registered.
+pub(crate) async fn register_waiter(
+    client: &Client,
+    table: &str,
+    holder: &TxId,
+    item: &str,
+    ticket: u64,
+    expiry: u64,
+) -> Result<bool> {
+    let mut ph = Placeholders::default();
+    let cond = pending(&mut ph);
+    ph.names.insert(
+        "#_TxJoin".into(),
+        crate::item_lock::queue::registration_attr(item, ticket),
+    );
+    let update = format!("SET #_TxJoin = {}", ph.value("Expiry", n(expiry)));
+    let w = header_update(table, holder, update, cond, ph);
+    Ok(matches!(w.send(client, None).await?, Written::Ok(_)))
+}
+
+/// What the completer of a decided transaction carries to the items it unlocks
+/// (`Settings::wait_in_ticket_order`): the record's ticket (its own entry, dropped) and the
+/// waiters registered in it, by item. Read consistently after the decision: no registration
+/// lands once the record left pending. Empty when the record is gone.
+pub(crate) async fn load_registrations(
+    client: &Client,
+    table: &str,
+    id: &TxId,
+) -> Result<(
+    Option<u64>,
+    std::collections::BTreeMap<String, crate::item_lock::queue::Entries>,
+)> {
+    let out = client
+        .get_item()
+        .table_name(table)
+        .set_key(Some(header_key(id)))
+        .consistent_read(true)
+        .send()
+        .await
+        .map_err(|e| Error::sdk("GetItem", e).on_item(table, &header_key(id)))?;
+    let Some(item) = out.item else {
+        return Ok((None, Default::default()));
+    };
+    let ticket = item
+        .get(TICKET)
+        .and_then(|v| v.as_n().ok())
+        .and_then(|v| v.parse().ok());
+    Ok((ticket, crate::item_lock::queue::registrations(&item)))
+}

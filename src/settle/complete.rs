@@ -58,7 +58,16 @@ async fn complete_items(
     let c = &inner.client;
     let mut keys: Vec<ItemRef> = items.keys().cloned().collect();
     let mut known: HashMap<ItemRef, Observed> = HashMap::new();
-    if trust_memory {
+    // Waiting in ticket order: every unlock carries the item's queue merged with the waiters
+    // registered in the record (read now, after the decision: none lands later), from the items
+    // as read (the queue an item carries is not in this coordinator's memory of a batched lock).
+    let queues = inner.settings.queues();
+    let (own_ticket, registered) = if queues {
+        record::load_registrations(c, &inner.tx_table, tx_id).await?
+    } else {
+        (None, Default::default())
+    };
+    if trust_memory && !queues {
         for k in &keys {
             if let Some(l) = &items[k].lock {
                 known.insert(k.clone(), l.as_observed(tx_id));
@@ -153,7 +162,17 @@ async fn complete_items(
                     table_image.as_ref(),
                 )?
             };
-            if let Some(w) = write {
+            if let Some(mut w) = write {
+                if queues {
+                    let was = item_lock::queue::ItemQueue::of(&obs.queue);
+                    let reg = registered
+                        .get(&item_lock::queue::item_hash(&e.table, &e.key))
+                        .cloned()
+                        .unwrap_or_default();
+                    let next =
+                        item_lock::queue::merged(&was.entries, &reg, own_ticket, ddb::now_millis());
+                    item_lock::queue::carry(&mut w, &was, &next);
+                }
                 writes.push(w);
                 owners.push(Some(k.clone()));
                 // The item's images-table row (the one it points to, or one saved for an apply

@@ -236,7 +236,7 @@ impl Transaction {
                 lock_pad(st, k).unwrap_or(0)
             };
             out.push(item_lock::lock_item_write(
-                &e.table, &e.key, &schema, &self.id, existence, pad, roll,
+                &e.table, &e.key, &schema, &self.id, existence, pad, roll, None,
             ));
         }
         Ok(out)

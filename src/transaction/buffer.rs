@@ -164,7 +164,15 @@ impl Transaction {
         self.wrote.store(true, Ordering::SeqCst);
         let (recorded, attempt) = tokio::join!(
             self.flush(st),
-            item_lock::lock(c, &e.table, &e.key, &schema, &self.id, Existence::Present)
+            item_lock::lock(
+                c,
+                &e.table,
+                &e.key,
+                &schema,
+                &self.id,
+                Existence::Present,
+                self.queue_guard()
+            )
         );
         recorded?;
         match attempt {

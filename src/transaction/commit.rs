@@ -115,7 +115,8 @@ impl Transaction {
                     _ => st.fast_path_failed = true,
                 }
             }
-            if self.inner.settings.batch_locks {
+            // Waiting in ticket order locks item by item (see `Settings::wait_in_ticket_order`).
+            if self.inner.settings.batch_locks && !self.inner.settings.queues() {
                 self.lock_batched(st).await?;
             }
             // Requests on items this handle already holds can be recorded by the one-request

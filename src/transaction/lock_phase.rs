@@ -131,9 +131,17 @@ impl Transaction {
         let mut last_owner = None;
         // The holder the last `Retry` resolved: meeting it again is no progress.
         let mut last_resolved: Option<TxId> = None;
+        // Waiting in ticket order: the holder this waiter last registered with, and when.
+        let fifo = settings.queues();
+        let mut registered: Option<(TxId, tokio::time::Instant)> = None;
+        let mut queue_retries = 0u32;
+        let mut pace = item_lock::queue::Pace::default();
+        // Transactions before this one at the item, as the last attempt showed it.
+        let mut ahead: usize;
         loop {
             self.wrote.store(true, Ordering::SeqCst);
-            let out = match item_lock::lock(c, table, key, &schema, &self.id, first).await {
+            let guard = self.queue_guard();
+            let out = match item_lock::lock(c, table, key, &schema, &self.id, first, guard).await {
                 Ok(o) => o,
                 Err(
                     e @ Error::DynamoDb {
@@ -148,7 +156,7 @@ impl Transaction {
                 }
                 Err(e) => return Err(e),
             };
-            let owner = match out {
+            let (owner, resolution) = match out {
                 LockOutcome::Locked(l) => {
                     if marked_waiting_on.is_some() {
                         // No longer blocked: others must not think we are.
@@ -156,28 +164,71 @@ impl Transaction {
                     }
                     return Ok(l);
                 }
-                LockOutcome::Held { owner } if owner.0.is_empty() => {
+                LockOutcome::Held { owner, .. } if owner.0.is_empty() => {
                     tries += 1;
                     if tries >= settings.lock_attempts.max(1) {
                         break;
                     }
                     continue;
                 }
-                LockOutcome::Held { owner } => owner,
-            };
-            debug!(tx = %self.id, other = %owner, table, "item locked by another transaction");
-            if last_owner.as_ref() != Some(&owner) {
-                met_at = tokio::time::Instant::now();
-            }
-            let grace_left = met_at.elapsed() < settings.wound_grace;
-            let resolution =
-                crate::contention::resolve(&self.inner, &me, &owner, table, key, grace_left)
+                LockOutcome::Queued { queue } => {
+                    // Refused by the item's queue: contention with its oldest entry, older than
+                    // this transaction (or this attempt had no ticket yet: take one now).
+                    let mine = me.ticket(&self.inner).await?;
+                    let now = crate::ddb::now_millis();
+                    pace.observe(None, tokio::time::Instant::now());
+                    match queue.oldest_live_before(mine, now) {
+                        Some(on) => {
+                            ahead = queue.live_before(mine, now);
+                            (None, Resolution::Wait { on })
+                        }
+                        None => {
+                            // No live entry is older: drop the expired ones (conditional on the
+                            // queue as read), then try again.
+                            if queue.first.is_some_and(|f| f < mine) {
+                                let dropped =
+                                    item_lock::queue::drop_expired(c, table, key, &queue, now)
+                                        .await;
+                                debug!(tx = %self.id, table, ?dropped, "dropped expired queue entries");
+                            }
+                            queue_retries += 1;
+                            if tokio::time::Instant::now() >= deadline {
+                                break;
+                            }
+                            if queue_retries > settings.lock_attempts {
+                                crate::settings::backoff(settings, 1).await;
+                            }
+                            continue;
+                        }
+                    }
+                }
+                LockOutcome::Held { owner, ahead: a } => {
+                    debug!(tx = %self.id, other = %owner, table, "item locked by another transaction");
+                    pace.observe(Some(owner.as_str()), tokio::time::Instant::now());
+                    ahead = 1 + a;
+                    if last_owner.as_ref() != Some(&owner) {
+                        met_at = tokio::time::Instant::now();
+                    }
+                    let grace_left = met_at.elapsed() < settings.wound_grace;
+                    let resolution = crate::contention::resolve(
+                        &self.inner,
+                        &me,
+                        &owner,
+                        table,
+                        key,
+                        grace_left,
+                    )
                     .await?;
-            let resolved_before = last_resolved.as_ref() == Some(&owner);
+                    (Some(owner), resolution)
+                }
+            };
+            let resolved_before = owner.is_some() && last_resolved == owner;
             if resolution == Resolution::Retry {
-                last_resolved = Some(owner.clone());
+                last_resolved = owner.clone();
             }
-            last_owner = Some(owner);
+            if owner.is_some() {
+                last_owner = owner.clone();
+            }
             match resolution {
                 Resolution::Retry => {
                     // Under tickets every holder resolved is progress (older ones finish, younger
@@ -227,8 +278,55 @@ impl Transaction {
                         last_touch = tokio::time::Instant::now();
                         marked_waiting_on = Some(on);
                     }
+                    // Waiting in ticket order: take a place in the pending holder's record (at
+                    // the first wait on it, then renewed every third of the entry's life).
+                    if let (true, Some(holder), Some(&mine)) =
+                        (fifo, owner.as_ref(), self.ticket_recorded.get())
+                    {
+                        let due = registered.as_ref().is_none_or(|(h, at)| {
+                            h != holder || at.elapsed() >= settings.queue_ttl / 3
+                        });
+                        if due {
+                            let expiry =
+                                crate::ddb::now_millis() + settings.queue_ttl.as_millis() as u64;
+                            let item = item_lock::queue::item_hash(table, key);
+                            let tx_table = &self.inner.tx_table;
+                            match record::register_waiter(c, tx_table, holder, &item, mine, expiry)
+                                .await
+                            {
+                                Ok(true) => {
+                                    registered = Some((holder.clone(), tokio::time::Instant::now()))
+                                }
+                                // Decided: nothing registered; the next read meets the item's
+                                // queue or its next holder.
+                                Ok(false) => registered = None,
+                                // Registering again is harmless: the next wait tries again.
+                                Err(e) => debug!(tx = %self.id, error = %e, "registration failed"),
+                            }
+                        }
+                    }
                     waits += 1;
-                    crate::settings::backoff(settings, waits.min(3)).await;
+                    // Registered waiters pace their looks by their place and the holds measured
+                    // (never past a renewal, nor the deadline); others back off.
+                    let now = tokio::time::Instant::now();
+                    let paced = fifo
+                        .then(|| {
+                            pace.next_look(
+                                ahead,
+                                settings.backoff_base,
+                                settings.queue_ttl / 3,
+                                now,
+                            )
+                        })
+                        .flatten();
+                    match paced {
+                        Some(d) => {
+                            let d = d.mul_f64(rand::random_range(0.9..1.1));
+                            tokio::time::sleep(d.min(deadline.saturating_duration_since(now)))
+                                .await;
+                        }
+                        None => crate::settings::backoff(settings, waits.min(3)).await,
+                    }
                     // An older transaction may have rolled us back while we waited: stop then,
                     // rather than take the item with a lock nobody needs.
                     let mine = record::load_header(c, &self.inner.tx_table, &self.id).await?;
@@ -245,6 +343,15 @@ impl Transaction {
             key: key.clone(),
             owner: last_owner.unwrap_or_else(|| TxId(String::new())),
         })
+    }
+
+    /// The queue part of this handle's lock attempts: with `Settings::wait_in_ticket_order`, its
+    /// recorded ticket, if it has one yet (see [`item_lock::lock`]).
+    pub(super) fn queue_guard(&self) -> Option<Option<u64>> {
+        self.inner
+            .settings
+            .queues()
+            .then(|| self.ticket_recorded.get().copied())
     }
 
     /// Applies one item's write now (for return values or a read after write), keeping the lock.

@@ -17,6 +17,11 @@ use super::{CommitStep, State, Transaction};
 impl Transaction {
     pub(super) fn one_shot_fits(&self, st: &State) -> bool {
         let max = self.inner.settings.one_shot_max_items;
+        // The one-request commit decides and unlocks at once: it cannot carry the registrations
+        // that land in the record until the decision (see `Settings::wait_in_ticket_order`).
+        if self.inner.settings.queues() {
+            return false;
+        }
         if st.items.len() > max || st.isolate_rejections {
             return false;
         }

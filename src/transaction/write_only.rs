@@ -31,6 +31,7 @@ impl Transaction {
     /// no delete when the writes are marked for the change feed (a delete leaves nothing to mark).
     pub(super) fn fast_path_fits(&self, st: &State) -> bool {
         self.inner.settings.write_only_fast_path
+            && !self.inner.settings.queues()
             && !st.fast_path_failed
             && st.meta.is_none()
             && !st.record_in_doubt

@@ -392,6 +392,13 @@ impl TestEnv {
             .configure(|s| {
                 s.rollback_on_drop = false;
                 s.write_only_fast_path = self.manager.settings().write_only_fast_path;
+                let mine = self.manager.settings();
+                if mine.wait_in_ticket_order {
+                    // A transaction meeting a queue takes a ticket: the second coordinator judges
+                    // an older one dead as the first would.
+                    s.wait_in_ticket_order = true;
+                    s.contention = mine.contention;
+                }
             })
             .build();
         (m, faults)

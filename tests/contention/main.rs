@@ -4,6 +4,7 @@
 mod common;
 
 mod policies;
+mod queue;
 mod retries;
 mod tickets;
 mod wound_races;

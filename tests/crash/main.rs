@@ -47,6 +47,10 @@ fn manager_with(
             s.lock_reads_before_recording = w == Workload::LockedReadsThenWrites;
             s.roll_forward = w.rolls_forward();
             s.judge_conditions = w != Workload::RolledForwardUnjudged;
+            s.wait_in_ticket_order = w.queued();
+            if w.queued() {
+                s.contention = env.manager.settings().contention;
+            }
             // The batched locks are the locking protocol's: keep writes off the fast path.
             s.write_only_fast_path &= !w.batch_locks();
             if !one_shot {
@@ -68,11 +72,22 @@ async fn count_requests(env: &TestEnv, w: Workload, one_shot: bool) -> u64 {
     if w.extra() {
         setup_extra(env, &ids).await;
     }
+    if w.queued() {
+        setup_queues(env, &ids).await;
+    }
     warm(&m, &env.table).await;
     counter.reset();
     let tx = m.begin();
     work(&tx, &env.table, &ids, w).await.unwrap();
-    if w == Workload::RolledBack {
+    if w.queued() {
+        register_waiters(env, &ids, tx.id()).await;
+        let id = tx.id().clone();
+        tx.commit().await.unwrap();
+        let label = format!("{w:?} without faults");
+        let view = queues_carried(&label, &ids, raw_view(env, &ids).await, true);
+        assert_eq!(view, committed_view(&ids, w));
+        assert_eq!(env.tx_state(&id).await, Some((TxState::Committed, true)));
+    } else if w == Workload::RolledBack {
         tx.rollback().await.unwrap();
         assert_eq!(raw_view(env, &ids).await, rolled_back_view(&ids));
     } else {
@@ -126,6 +141,9 @@ async fn one_run(
     if w.extra() {
         setup_extra(&env, &ids).await;
     }
+    if w.queued() {
+        setup_queues(&env, &ids).await;
+    }
     warm(&m, &env.table).await;
     match fault {
         Fault::CrashBefore => faults.crash_at(k, FaultMode::BeforeSend),
@@ -134,10 +152,16 @@ async fn one_run(
     }
     let tx = m.begin();
     let id: TxId = tx.id().clone();
+    let mut registered = false;
     let outcome = match work(&tx, &env.table, &ids, w).await {
         Err(e) => {
             tx.abandon();
             Err(e)
+        }
+        Ok(()) if w.queued() => {
+            register_waiters(&env, &ids, &id).await;
+            registered = true;
+            tx.commit().await
         }
         Ok(()) if w == Workload::RolledBack => tx.rollback().await,
         Ok(()) => tx.commit().await,
@@ -296,7 +320,10 @@ async fn one_run(
         }
     }
     // The end state: exactly one of the two, agreeing with the record, nothing left behind.
-    let view = raw_view(&env, &ids).await;
+    let mut view = raw_view(&env, &ids).await;
+    if w.queued() {
+        view = queues_carried(&label, &ids, view, registered);
+    }
     for it in view.iter().flatten() {
         assert!(!has_tx_attrs(it), "{label}: lock attributes left: {it:?}");
     }
@@ -353,8 +380,21 @@ fn strip_all(v: View) -> View {
 }
 
 async fn sweep_matrix(w: Workload, one_shot: bool) {
-    let env =
-        Arc::new(TestEnv::new(&format!("crash-{}", if one_shot { "os" } else { "ph" })).await);
+    let prefix = format!("crash-{}", if one_shot { "os" } else { "ph" });
+    let env = Arc::new(
+        TestEnv::with_settings(&prefix, |s| {
+            if w.queued() {
+                // The transaction meets the items' queues, so it takes a ticket and is older
+                // than a competitor: judged dead (it crashed) after this, not after 10 s.
+                s.wait_in_ticket_order = true;
+                s.contention = dynamodb_transactions::ContentionPolicy::Ordered {
+                    dead_after: std::time::Duration::from_secs(1),
+                    ticket_at_begin: false,
+                };
+            }
+        })
+        .await,
+    );
     let total = count_requests(&env, w, one_shot).await;
     let started = std::time::Instant::now();
     if matches!(w, Workload::BatchedWrites | Workload::BatchedChunked) && one_shot {
@@ -515,6 +555,13 @@ async fn crash_buffered_chunked_phased() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crash_batched_chunked_one_shot() {
     sweep_matrix(Workload::BatchedChunked, true).await;
+}
+
+/// Waiting in ticket order: the queued lock attempts, the registrations read after the decision
+/// and the merged unlocks, with a crash or a lost answer at each request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_queued_phased() {
+    sweep_matrix(Workload::Queued, false).await;
 }
 
 /// Through the DynamoDB profile only (`DDB_PROFILE=dynamodb`, a configuration of `scripts/test`):

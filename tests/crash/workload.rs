@@ -54,9 +54,20 @@ pub(crate) enum Workload {
     /// `Settings::batch_locks` (the default): the record is created with a hundred items, so with
     /// gate rows, and its lock and apply batches run concurrently, each checking its own gate.
     Gated,
+    /// `Interactive` with `Settings::wait_in_ticket_order` (so committed in phases, locked item
+    /// by item): a, b, d and e carry a queue (an entry younger than every transaction, live, and an
+    /// expired one); once the work is done, a waiter registers for a and another for b in the
+    /// record (not through the faulty client); whoever unlocks an item carries its live entries
+    /// and those registrations (see [`queues_carried`]).
+    Queued,
 }
 
 impl Workload {
+    /// Waits in ticket order (`Settings::wait_in_ticket_order`): see [`Workload::Queued`].
+    pub(crate) fn queued(self) -> bool {
+        self == Workload::Queued
+    }
+
     /// Committed with `Settings::roll_forward`.
     pub(crate) fn rolls_forward(self) -> bool {
         matches!(
@@ -335,6 +346,117 @@ pub(crate) async fn raw_view(env: &TestEnv, ids: &Ids) -> View {
     let mut out = Vec::new();
     for l in LETTERS {
         out.push(env.raw_get(&env.table, &key(&ids.id(l))).await);
+    }
+    out
+}
+
+/// The live entry every queued item carries: younger than any ticket a test takes.
+pub(crate) const QUEUE_YOUNG: u64 = u64::MAX / 2;
+/// The items of the queued workload that carry a queue before it runs.
+const QUEUED: [&str; 4] = ["a", "b", "d", "e"];
+/// The waiters registered in the queued workload's record: for a, and for b.
+const REGISTERED: [(&str, u64); 2] = [("a", QUEUE_YOUNG + 1), ("b", QUEUE_YOUNG + 2)];
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+/// Gives the queued workload's items their queue: [`QUEUE_YOUNG`] live, the ticket before it
+/// expired (the oldest, `_TxQF`).
+pub(crate) async fn setup_queues(env: &TestEnv, ids: &Ids) {
+    use aws_sdk_dynamodb::types::AttributeValue as A;
+    let (far, past) = (now_ms() + 3_600_000, now_ms() - 1_000);
+    for l in QUEUED {
+        let mut it = env.raw_get(&env.table, &key(&ids.id(l))).await.unwrap();
+        it.insert(
+            "_TxQ".into(),
+            A::M(
+                [
+                    (QUEUE_YOUNG.to_string(), n(far)),
+                    ((QUEUE_YOUNG - 1).to_string(), n(past)),
+                ]
+                .into(),
+            ),
+        );
+        it.insert(
+            "_TxQF".into(),
+            A::M([("t".into(), n(QUEUE_YOUNG - 1)), ("e".into(), n(past))].into()),
+        );
+        it.insert("_TxQV".into(), n(1));
+        env.raw_put(&env.table, it).await;
+    }
+}
+
+/// Registers the queued workload's waiters in `id`'s (pending) record.
+pub(crate) async fn register_waiters(env: &TestEnv, ids: &Ids, id: &TxId) {
+    for (l, t) in REGISTERED {
+        let landed = dynamodb_transactions::fault::register_waiter(
+            &env.manager,
+            id,
+            &env.table,
+            &key(&ids.id(l)),
+            t,
+            std::time::Duration::from_secs(3_600),
+        )
+        .await
+        .unwrap();
+        assert!(landed, "the record is pending");
+    }
+}
+
+/// Checks the queues the queued workload's items carry at the end (`registered`: the waiters
+/// registered), and returns the view without them: every item that exists carries, as live
+/// entries, exactly [`QUEUE_YOUNG`] if it carried it, plus its registered waiter; its `_TxQF` is
+/// its oldest entry.
+pub(crate) fn queues_carried(label: &str, ids: &Ids, view: View, registered: bool) -> View {
+    let now = now_ms();
+    let mut out = Vec::new();
+    for (l, it) in LETTERS.iter().zip(view) {
+        let Some(mut it) = it else {
+            out.push(None);
+            continue;
+        };
+        let entries: Vec<(u64, u64)> = it
+            .get("_TxQ")
+            .map(|q| {
+                q.as_m()
+                    .unwrap()
+                    .iter()
+                    .map(|(t, e)| (t.parse().unwrap(), e.as_n().unwrap().parse().unwrap()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let mut live: Vec<u64> = entries
+            .iter()
+            .filter(|(_, e)| *e > now)
+            .map(|(t, _)| *t)
+            .collect();
+        live.sort();
+        let mut expect: Vec<u64> = Vec::new();
+        if QUEUED.contains(l) {
+            expect.push(QUEUE_YOUNG);
+        }
+        if registered {
+            expect.extend(REGISTERED.iter().filter(|(r, _)| r == l).map(|(_, t)| *t));
+        }
+        expect.sort();
+        assert_eq!(
+            live,
+            expect,
+            "{label}: the live queue of {l} ({})",
+            ids.id(l)
+        );
+        if let Some(oldest) = entries.iter().map(|(t, _)| *t).min() {
+            let first = it["_TxQF"].as_m().unwrap()["t"].clone();
+            assert_eq!(first, n(oldest), "{label}: _TxQF of {l}");
+        }
+        for a in ["_TxQ", "_TxQF", "_TxQV"] {
+            it.remove(a);
+        }
+        out.push(Some(it));
     }
     out
 }

@@ -86,7 +86,7 @@ pub struct ProfileSettings {
     /// Local (a later one is passed on as it comes). Without it a request takes the round trip
     /// plus Local's time, which follows the items written, one transaction at a time. The
     /// figures are public p50s from a client in the table's region less the default round trip
-    /// (a `PutItem` 2.55 ms; a batch 3.1 ms + 0.1 ms per item; a transaction 18.6 ms + 0.34 ms
+    /// (a `PutItem` 2.55 ms; a batch 2.6 ms + 0.1 ms per item; a transaction 18.6 ms + 0.34 ms
     /// per action), so with the default round trip a `PutItem` takes 7.55 ms and a
     /// `TransactWriteItems` of 25 actions 32.1 ms, as measured on DynamoDB. A transaction in
     /// flight for longer meets more conflicts, as on DynamoDB. Refused requests (a conflict,

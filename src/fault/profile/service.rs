@@ -16,8 +16,8 @@ use serde_json::Value;
 /// is not a batch or a transaction (`Query`, `Scan`, `DescribeTable`): `PutItem`'s figure. Reads
 /// are modelled as writes, which is probably pessimistic for them.
 const SINGLE_US: f64 = 2_550.0;
-/// `BatchWriteItem`, `BatchGetItem`: 3.1 ms + 0.10 ms per item.
-const BATCH_BASE_US: f64 = 3_100.0;
+/// `BatchWriteItem`, `BatchGetItem`: 2.6 ms + 0.10 ms per item.
+const BATCH_BASE_US: f64 = 2_625.0;
 const BATCH_PER_ITEM_US: f64 = 103.0;
 /// `TransactWriteItems`, `TransactGetItems`: 18.6 ms + 0.34 ms per action. Transactional reads
 /// are modelled as writes (no public figure for them).
@@ -102,11 +102,11 @@ mod tests {
             "b": {"Keys": [{}]}
         }});
         let four = service_time("BatchGetItem", &body);
-        assert_eq!(four, Duration::from_micros(3_100 + 4 * 103));
+        assert_eq!(four, Duration::from_micros(2_625 + 4 * 103));
         let writes = json!({"RequestItems": {"a": [{}, {}], "b": [{}]}});
         assert_eq!(
             service_time("BatchWriteItem", &writes),
-            Duration::from_micros(3_100 + 3 * 103)
+            Duration::from_micros(2_625 + 3 * 103)
         );
     }
 }

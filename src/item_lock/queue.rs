@@ -1,0 +1,464 @@
+//! Waiting in ticket order ([`Settings::wait_in_ticket_order`](crate::Settings::wait_in_ticket_order)):
+//! the queue an item carries, the condition that makes a lock attempt respect it, the merge an
+//! unlock writes, and the rewrite that drops expired entries. See docs/PROTOCOL.md "Waiting in
+//! ticket order".
+//!
+//! On an item (written only with its lock attempt's rewrite of expired entries, while unlocked,
+//! and with its unlock):
+//! - `_TxQ` (M): the entries the item carries, keyed by ticket (decimal text), each its expiry
+//!   (N, epoch ms);
+//! - `_TxQF` (M): the oldest of them, `{t: ticket, e: expiry}`: what the lock condition reads;
+//! - `_TxQV` (N): incremented by every write of the queue, so that a rewrite lands only on the
+//!   queue as read.
+//!
+//! In the holder's record, waiters register as `_TxJ:<item>:<ticket>` (N: expiry), one top-level
+//! attribute per entry (DynamoDB cannot create a map and a path inside it in one update), where
+//! `<item>` is [`item_hash`].
+
+use std::collections::BTreeMap;
+
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::types::AttributeValue;
+
+use crate::ddb::{Placeholders, Write, WriteKind, Written};
+use crate::error::{Item, Result};
+use crate::expr::{Clause, UpdateExpr};
+
+use super::OWNER;
+
+pub(crate) const QUEUE: &str = "_TxQ";
+pub(crate) const QUEUE_FIRST: &str = "_TxQF";
+pub(crate) const QUEUE_VERSION: &str = "_TxQV";
+/// The queue's attributes on an item.
+pub(crate) const QUEUE_ATTRS: [&str; 3] = [QUEUE, QUEUE_FIRST, QUEUE_VERSION];
+/// Prefix of a registration's attribute in the holder's record.
+pub(crate) const REGISTRATION_PREFIX: &str = "_TxJ:";
+
+/// Entries: ticket → expiry (epoch ms).
+pub(crate) type Entries = BTreeMap<u64, u64>;
+
+/// The name of `table`/`key` in a record's registrations: 16 hex digits of a 64-bit FNV-1a hash
+/// of the item's identity, the same for every coordinator and version.
+pub(crate) fn item_hash(table: &str, key: &Item) -> String {
+    let item = crate::keys::ItemRef::new(table, key);
+    let mut h: u64 = 0xcbf29ce484222325;
+    for part in [item.table.as_str(), item.key.as_str()] {
+        for b in part.bytes().chain([0xff]) {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x100000001b3);
+        }
+    }
+    format!("{h:016x}")
+}
+
+/// The attribute of a registration of `ticket` for the item named `item` in a holder's record.
+pub(crate) fn registration_attr(item: &str, ticket: u64) -> String {
+    format!("{REGISTRATION_PREFIX}{item}:{ticket}")
+}
+
+/// The registrations a record holds, by item (see [`item_hash`]).
+pub(crate) fn registrations(record: &Item) -> BTreeMap<String, Entries> {
+    let mut out: BTreeMap<String, Entries> = BTreeMap::new();
+    for (name, v) in record {
+        let Some(rest) = name.strip_prefix(REGISTRATION_PREFIX) else {
+            continue;
+        };
+        let Some((item, ticket)) = rest.rsplit_once(':') else {
+            continue;
+        };
+        let (Ok(ticket), Some(expiry)) = (ticket.parse::<u64>(), number(v)) else {
+            continue;
+        };
+        let e = out
+            .entry(item.to_string())
+            .or_default()
+            .entry(ticket)
+            .or_insert(0);
+        *e = (*e).max(expiry);
+    }
+    out
+}
+
+fn number(v: &AttributeValue) -> Option<u64> {
+    v.as_n().ok().and_then(|n| n.parse::<u64>().ok())
+}
+
+/// The queue attributes of a raw item (to carry them across a `Put`).
+pub(crate) fn raw_attrs(raw: &Item) -> Item {
+    QUEUE_ATTRS
+        .iter()
+        .filter_map(|a| raw.get(*a).map(|v| (a.to_string(), v.clone())))
+        .collect()
+}
+
+/// The queue an item carries, as read.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct ItemQueue {
+    pub entries: Entries,
+    /// `_TxQF`'s ticket: what the lock condition compares with.
+    pub first: Option<u64>,
+    /// `_TxQV`: `None` when the item never carried a queue.
+    pub version: Option<u64>,
+}
+
+impl ItemQueue {
+    /// From an item's raw attributes (or just its queue attributes).
+    pub fn of(raw: &Item) -> ItemQueue {
+        let entries = raw
+            .get(QUEUE)
+            .and_then(|v| v.as_m().ok())
+            .map(|m| {
+                m.iter()
+                    .filter_map(|(t, e)| Some((t.parse::<u64>().ok()?, number(e)?)))
+                    .collect()
+            })
+            .unwrap_or_default();
+        ItemQueue {
+            entries,
+            first: raw
+                .get(QUEUE_FIRST)
+                .and_then(|v| v.as_m().ok())
+                .and_then(|m| m.get("t"))
+                .and_then(number),
+            version: raw.get(QUEUE_VERSION).and_then(number),
+        }
+    }
+
+    /// How many live entries (at `now`) are older than `mine`.
+    pub fn live_before(&self, mine: u64, now: u64) -> usize {
+        self.entries
+            .range(..mine)
+            .filter(|(_, e)| **e > now)
+            .count()
+    }
+
+    /// The oldest entry older than `mine` still live at `now`: the one to wait for (`None`: every
+    /// older entry has expired, and a lock attempt of `mine` may drop them).
+    pub fn oldest_live_before(&self, mine: u64, now: u64) -> Option<u64> {
+        self.entries
+            .range(..mine)
+            .find(|(_, e)| **e > now)
+            .map(|(t, _)| *t)
+    }
+}
+
+/// How a registered waiter paces its looks at the item (`Settings::wait_in_ticket_order`), as the
+/// queue lock's waiters do, from the holds it has measured: a hold is the time from the first look
+/// that showed a holder to the first that showed another (or none), so it is measured short (the
+/// holder was met mid-hold) and the waiter wakes early rather than late.
+#[derive(Debug, Default)]
+pub(crate) struct Pace {
+    mean_hold: Option<std::time::Duration>,
+    /// The holder last seen, and when it was first seen.
+    holder: Option<(String, tokio::time::Instant)>,
+}
+
+/// Weight of a new hold in the running mean.
+const HOLD_WEIGHT: f64 = 0.3;
+/// Polls per measured hold of the waiter at the head, once the hold's expected end has passed.
+const HEAD_POLLS_PER_HOLD: u32 = 4;
+/// Share of the expected time until its turn a waiter sleeps.
+const APPROACH: f64 = 0.9;
+
+impl Pace {
+    /// Takes in one look at the item: held by `owner`, or free (`None`).
+    pub fn observe(&mut self, owner: Option<&str>, now: tokio::time::Instant) {
+        if let (Some((h, _)), Some(o)) = (&self.holder, owner)
+            && h == o
+        {
+            return;
+        }
+        if let Some((_, since)) = &self.holder {
+            let sample = now - *since;
+            self.mean_hold = Some(match self.mean_hold {
+                Some(m) => m.mul_f64(1.0 - HOLD_WEIGHT) + sample.mul_f64(HOLD_WEIGHT),
+                None => sample,
+            });
+        }
+        self.holder = owner.map(|o| (o.to_string(), now));
+    }
+
+    /// How long to sleep before the next look with `ahead` transactions before this one (the
+    /// holder's included): the head (`ahead` ≤ 1) until the current hold's expected end, then
+    /// every quarter of a hold (at least `head`); the others by their position × the mean hold; never longer than `cap`.
+    /// `None` until a hold was measured (the caller backs off as any lock wait).
+    pub fn next_look(
+        &self,
+        ahead: usize,
+        head: std::time::Duration,
+        cap: std::time::Duration,
+        now: tokio::time::Instant,
+    ) -> Option<std::time::Duration> {
+        let hold = self.mean_hold?;
+        // The head polls a few times per hold, not faster than `head`.
+        let head = head.max(hold / HEAD_POLLS_PER_HOLD);
+        let held_for = self
+            .holder
+            .as_ref()
+            .map(|(_, s)| now - *s)
+            .unwrap_or_default();
+        let current_left = hold.saturating_sub(held_for);
+        let behind = hold * (ahead.saturating_sub(1) as u32);
+        Some(
+            (current_left + behind)
+                .mul_f64(APPROACH)
+                .max(head)
+                .min(cap.max(head)),
+        )
+    }
+}
+
+/// The queue an unlock writes: the entries the item carried ∪ the holder's registrations (a
+/// ticket in both keeps the later expiry), less the expired ones (at `now`) and the holder's own
+/// (`own`).
+pub(crate) fn merged(item: &Entries, registered: &Entries, own: Option<u64>, now: u64) -> Entries {
+    let mut out = item.clone();
+    for (&t, &e) in registered {
+        let x = out.entry(t).or_insert(e);
+        *x = (*x).max(e);
+    }
+    out.retain(|&t, &mut e| e > now && Some(t) != own);
+    out
+}
+
+fn entries_value(entries: &Entries) -> AttributeValue {
+    AttributeValue::M(
+        entries
+            .iter()
+            .map(|(t, e)| (t.to_string(), AttributeValue::N(e.to_string())))
+            .collect(),
+    )
+}
+
+fn first_value(entries: &Entries) -> Option<AttributeValue> {
+    entries.first_key_value().map(|(t, e)| {
+        AttributeValue::M(
+            [
+                ("t".to_string(), AttributeValue::N(t.to_string())),
+                ("e".to_string(), AttributeValue::N(e.to_string())),
+            ]
+            .into(),
+        )
+    })
+}
+
+/// Adds to an update the writes that replace the queue `was` with `next`: `SET` both attributes
+/// (or `REMOVE` them when `next` is empty) and `ADD 1` to the version.
+fn update_queue(u: &mut UpdateExpr, ph: &mut Placeholders, next: &Entries) {
+    let (q, f) = (ph.name(QUEUE), ph.name(QUEUE_FIRST));
+    match first_value(next) {
+        Some(first) => {
+            let qv = ph.value("Queue", entries_value(next));
+            let fv = ph.value("QueueFirst", first);
+            u.add(Clause::Set, format!("{q} = {qv}"));
+            u.add(Clause::Set, format!("{f} = {fv}"));
+        }
+        None => {
+            u.add(Clause::Remove, q);
+            u.add(Clause::Remove, f);
+        }
+    }
+    let one = ph.value("QueueOne", AttributeValue::N("1".into()));
+    u.add(Clause::Add, format!("{} {one}", ph.name(QUEUE_VERSION)));
+}
+
+/// Makes `w`, a write that unlocks an item whose queue was read as `was`, carry `next` (see
+/// [`merged`]) in the same write: an update sets it; a `Put` (a restored before-image, or a put
+/// applied in the unlock) carries it as attributes; a delete drops it with the item.
+pub(crate) fn carry(w: &mut Write, was: &ItemQueue, next: &Entries) {
+    let changed = *next != was.entries || was.first != next.first_key_value().map(|(t, _)| *t);
+    match &mut w.kind {
+        WriteKind::Update { update, .. } => {
+            if !changed {
+                return;
+            }
+            // Every unlock's update is one this library rendered: it parses.
+            let Ok(mut u) = UpdateExpr::parse(update) else {
+                tracing::warn!(table = %w.table, "an unlock's update did not parse; its queue is not carried");
+                return;
+            };
+            update_queue(&mut u, &mut w.ph, next);
+            *update = u.render();
+        }
+        WriteKind::Put { item } => {
+            for a in QUEUE_ATTRS {
+                item.remove(a);
+            }
+            if let Some(first) = first_value(next) {
+                item.insert(QUEUE.into(), entries_value(next));
+                item.insert(QUEUE_FIRST.into(), first);
+            }
+            let version = was.version.unwrap_or(0) + u64::from(changed);
+            if was.version.is_some() || changed {
+                item.insert(QUEUE_VERSION.into(), AttributeValue::N(version.to_string()));
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The lock condition's queue part: `attribute_not_exists(_TxQF) OR _TxQF.t >= :mine`, only the
+/// first half without a ticket.
+pub(crate) fn lock_condition(ph: &mut Placeholders, mine: Option<u64>) -> String {
+    let f = ph.name(QUEUE_FIRST);
+    match mine {
+        Some(t) => {
+            ph.names.insert("#_TxQt".into(), "t".into());
+            let v = ph.value("Mine", AttributeValue::N(t.to_string()));
+            format!("(attribute_not_exists({f}) OR {f}.#_TxQt >= {v})")
+        }
+        None => format!("attribute_not_exists({f})"),
+    }
+}
+
+/// Drops the expired entries (at `now`) of the queue of an unlocked item, conditional on the item
+/// still unlocked and its queue as read (`_TxQV`). True when the rewrite landed; false when the
+/// item changed since (someone else dropped them, took or released it).
+pub(crate) async fn drop_expired(
+    client: &Client,
+    table: &str,
+    key: &Item,
+    was: &ItemQueue,
+    now: u64,
+) -> Result<bool> {
+    let Some(version) = was.version else {
+        return Ok(false);
+    };
+    let mut ph = Placeholders::default();
+    let next: Entries = was
+        .entries
+        .iter()
+        .filter(|(_, e)| **e > now)
+        .map(|(t, e)| (*t, *e))
+        .collect();
+    let cond = format!(
+        "attribute_exists({qv}) AND attribute_not_exists({o}) AND {qv} = {v}",
+        qv = ph.name(QUEUE_VERSION),
+        o = ph.name(OWNER),
+        v = ph.value("QueueVer", AttributeValue::N(version.to_string())),
+    );
+    let mut u = UpdateExpr::default();
+    update_queue(&mut u, &mut ph, &next);
+    let w = Write {
+        table: table.into(),
+        kind: WriteKind::Update {
+            key: key.clone(),
+            update: u.render(),
+        },
+        condition: Some(cond),
+        ph,
+    };
+    Ok(matches!(w.send(client, None).await?, Written::Ok(_)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entries(v: &[(u64, u64)]) -> Entries {
+        v.iter().copied().collect()
+    }
+
+    #[test]
+    fn the_merge_keeps_later_expiries_and_drops_expired_and_own() {
+        let item = entries(&[(3, 100), (5, 200), (9, 50)]);
+        let reg = entries(&[(3, 300), (7, 150), (4, 60)]);
+        assert_eq!(
+            merged(&item, &reg, Some(5), 80),
+            entries(&[(3, 300), (7, 150)])
+        );
+        // Repeated, the same.
+        assert_eq!(
+            merged(&item, &reg, Some(5), 80),
+            merged(&item, &reg, Some(5), 80)
+        );
+        assert!(merged(&Entries::new(), &Entries::new(), None, 0).is_empty());
+    }
+
+    #[test]
+    fn registrations_are_read_by_item() {
+        let mut rec = Item::new();
+        rec.insert(registration_attr("abc", 7), AttributeValue::N("10".into()));
+        rec.insert(registration_attr("abc", 3), AttributeValue::N("20".into()));
+        rec.insert(registration_attr("def", 1), AttributeValue::N("30".into()));
+        rec.insert("_TxQ".into(), AttributeValue::N("8".into()));
+        let r = registrations(&rec);
+        assert_eq!(r["abc"], entries(&[(3, 20), (7, 10)]));
+        assert_eq!(r["def"], entries(&[(1, 30)]));
+        assert_eq!(r.len(), 2);
+    }
+
+    #[test]
+    fn an_item_queue_reads_back_what_an_unlock_put_writes() {
+        let mut w = Write {
+            table: "t".into(),
+            kind: WriteKind::Put { item: Item::new() },
+            condition: None,
+            ph: Placeholders::default(),
+        };
+        let was = ItemQueue {
+            entries: entries(&[(2, 10)]),
+            first: Some(2),
+            version: Some(4),
+        };
+        carry(&mut w, &was, &entries(&[(6, 90), (8, 70)]));
+        let WriteKind::Put { item } = &w.kind else {
+            unreachable!()
+        };
+        let q = ItemQueue::of(item);
+        assert_eq!(q.entries, entries(&[(6, 90), (8, 70)]));
+        assert_eq!(q.first, Some(6));
+        assert_eq!(q.version, Some(5));
+        assert_eq!(q.oldest_live_before(9, 75), Some(6));
+        assert_eq!(q.oldest_live_before(9, 80), Some(6));
+        assert_eq!(q.oldest_live_before(9, 95), None);
+    }
+
+    #[test]
+    fn a_waiter_sleeps_by_its_position_and_the_holds_it_measured() {
+        use std::time::Duration;
+        let t0 = tokio::time::Instant::now();
+        let ms = Duration::from_millis;
+        let (head, cap) = (ms(10), ms(1_000));
+        let mut p = Pace::default();
+        p.observe(Some("a"), t0);
+        assert_eq!(p.next_look(1, head, cap, t0), None, "no hold measured yet");
+        p.observe(Some("a"), t0 + ms(50));
+        p.observe(Some("b"), t0 + ms(100));
+        // One hold of 100 ms; b was seen just now.
+        assert_eq!(p.next_look(1, head, cap, t0 + ms(100)), Some(ms(90)));
+        assert_eq!(p.next_look(3, head, cap, t0 + ms(100)), Some(ms(270)));
+        // Past the expected end of the hold, the head polls four times per hold.
+        assert_eq!(p.next_look(1, head, cap, t0 + ms(300)), Some(ms(25)));
+        assert_eq!(p.next_look(30, head, cap, t0 + ms(100)), Some(cap));
+        // A free item ends b's hold (200 ms): the mean moves to 130 ms; two entries ahead of a
+        // free item wait for two holds.
+        p.observe(None, t0 + ms(300));
+        assert_eq!(p.next_look(2, head, cap, t0 + ms(300)), Some(ms(234)));
+    }
+
+    #[test]
+    fn an_unchanged_queue_leaves_an_update_as_it_was() {
+        let mut w = Write {
+            table: "t".into(),
+            kind: WriteKind::Update {
+                key: Item::new(),
+                update: "REMOVE #_TxId".into(),
+            },
+            condition: None,
+            ph: Placeholders::default(),
+        };
+        carry(&mut w, &ItemQueue::default(), &Entries::new());
+        let WriteKind::Update { update, .. } = &w.kind else {
+            unreachable!()
+        };
+        assert_eq!(update, "REMOVE #_TxId");
+        carry(&mut w, &ItemQueue::default(), &entries(&[(1, 2)]));
+        let WriteKind::Update { update, .. } = &w.kind else {
+            unreachable!()
+        };
+        assert!(update.contains("SET #_TxQ = :_TxQueue"), "{update}");
+        assert!(update.contains("ADD #_TxQV :_TxQueueOne"), "{update}");
+        assert!(update.contains("REMOVE #_TxId"), "{update}");
+    }
+}
