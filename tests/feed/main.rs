@@ -10,6 +10,7 @@ mod chaos;
 mod cli;
 mod faults;
 mod lag;
+mod lineage;
 mod restart;
 
 use std::collections::{BTreeMap, HashMap};
