@@ -145,8 +145,7 @@ pub(crate) struct Header {
     /// The record has gate rows (see [`gate`](mod@gate)).
     pub gated: bool,
     /// The items the write-only fast path wrote (`_TxL`; key-only requests), when it marked them.
-    /// Only the change feed reads them.
-    #[cfg_attr(not(feature = "feed"), allow(dead_code))]
+    /// The change feed and `describe_transaction` read them; nothing resumes them.
     pub written: Vec<Request>,
 }
 

@@ -209,9 +209,9 @@ impl TransactionManager {
             expires_at_s,
             tombstone: false,
         };
-        let requests: Vec<RequestInfo> = rec
-            .requests
-            .iter()
+        // A marked fast-path record holds its writes (key-only) in `_TxL` instead of requests.
+        let recorded = || rec.requests.iter().chain(&h.written);
+        let requests: Vec<RequestInfo> = recorded()
             .map(|r| RequestInfo {
                 kind: match r.op {
                     Op::Put => RequestKind::Put,
@@ -227,7 +227,7 @@ impl TransactionManager {
             .collect();
         // Distinct items in order of first mention.
         let mut order: Vec<(ItemRef, String, Item)> = Vec::new();
-        for r in &rec.requests {
+        for r in recorded() {
             let k = r.item_ref();
             if !order.iter().any(|(o, _, _)| *o == k) {
                 order.push((k, r.table.clone(), r.key.clone()));

@@ -114,3 +114,44 @@ async fn the_ticket_counter_row_is_not_a_transaction() {
         .unwrap();
     assert!(listed.is_empty(), "{listed:?}");
 }
+
+#[tokio::test]
+async fn a_marked_fast_path_transaction_is_described_with_its_writes() {
+    let env = TestEnv::with_settings("sw-describe-fast", |s| {
+        s.fast_path_stamps = dynamodb_transactions::FastPathStamps::Always;
+    })
+    .await;
+    let tx = env.manager.begin();
+    let id = tx.id().clone();
+    for k in ["a", "b"] {
+        tx.put_item()
+            .table_name(&env.table)
+            .item("Id", s(k))
+            .item("v", n(1))
+            .send()
+            .await
+            .unwrap();
+    }
+    tx.commit().await.unwrap();
+    let d = env
+        .manager
+        .describe_transaction(&id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(d.summary.state, TxState::Committed);
+    assert!(
+        d.summary.finalized,
+        "the fast path creates its record settled"
+    );
+    let mut keys: Vec<_> = d.requests.iter().map(|r| r.key.clone()).collect();
+    keys.sort_by_key(|k| format!("{k:?}"));
+    assert_eq!(keys, vec![key("a"), key("b")]);
+    assert!(
+        d.requests
+            .iter()
+            .all(|r| r.kind == dynamodb_transactions::sweeper::RequestKind::Put)
+    );
+    assert_eq!(d.items.len(), 2);
+    assert!(d.items.iter().all(|i| i.exists && i.locked_by.is_none()));
+}
