@@ -244,8 +244,12 @@ fn s(v: impl Into<String>) -> AttributeValue {
     AttributeValue::S(v.into())
 }
 
-/// Reads the header (consistently). `None` if the record does not exist (or is a tombstone).
-pub(crate) async fn load_header(client: &Client, table: &str, id: &TxId) -> Result<Option<Header>> {
+/// The header row as stored, read consistently (`None`: no such row).
+pub(crate) async fn load_header_row(
+    client: &Client,
+    table: &str,
+    id: &TxId,
+) -> Result<Option<Item>> {
     let out = client
         .get_item()
         .table_name(table)
@@ -254,8 +258,13 @@ pub(crate) async fn load_header(client: &Client, table: &str, id: &TxId) -> Resu
         .send()
         .await
         .map_err(|e| Error::sdk("GetItem", e).on_item(table, &header_key(id)))?;
-    Ok(out
-        .item
+    Ok(out.item)
+}
+
+/// Reads the header (consistently). `None` if the record does not exist (or is a tombstone).
+pub(crate) async fn load_header(client: &Client, table: &str, id: &TxId) -> Result<Option<Header>> {
+    Ok(load_header_row(client, table, id)
+        .await?
         .as_ref()
         .map(Header::parse_live)
         .transpose()?

@@ -130,15 +130,7 @@ pub(crate) async fn load_registrations(
     Option<u64>,
     std::collections::BTreeMap<String, crate::item_lock::queue::Entries>,
 )> {
-    let out = client
-        .get_item()
-        .table_name(table)
-        .set_key(Some(header_key(id)))
-        .consistent_read(true)
-        .send()
-        .await
-        .map_err(|e| Error::sdk("GetItem", e).on_item(table, &header_key(id)))?;
-    let Some(item) = out.item else {
+    let Some(item) = super::load_header_row(client, table, id).await? else {
         return Ok((None, Default::default()));
     };
     let ticket = item
