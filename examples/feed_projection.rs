@@ -18,9 +18,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::Client;
-use aws_sdk_dynamodb::types::{
-    AttributeValue, Put, StreamSpecification, StreamViewType, TransactWriteItem, Update,
-};
+use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem, Update};
 use dynamodb_transactions::feed::{Change, ChangeFeed, TableCheckpoint};
 use dynamodb_transactions::{Item, TransactionManager};
 use rand::{Rng, SeedableRng};
@@ -121,19 +119,7 @@ async fn main() {
     common::create_table(&client, &orders).await;
     common::create_table(&client, &totals).await;
     // The feed reads the orders' stream: both images of every write.
-    client
-        .update_table()
-        .table_name(&orders)
-        .stream_specification(
-            StreamSpecification::builder()
-                .stream_enabled(true)
-                .stream_view_type(StreamViewType::NewAndOldImages)
-                .build()
-                .expect("complete"),
-        )
-        .send()
-        .await
-        .expect("enable the stream");
+    common::enable_stream(&client, &orders).await;
 
     // The workload: orders created and moved between customers, one in four rolled back.
     let customers = ["ana", "ben", "cid", "dot"];

@@ -11,8 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use aws_sdk_dynamodb::Client;
-use aws_sdk_dynamodb::types::{AttributeValue, StreamSpecification, StreamViewType, TableStatus};
+use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodbstreams::config::{Intercept, SharedInterceptor};
 use aws_smithy_runtime_api::client::interceptors::context::BeforeTransmitInterceptorContextRef;
 use aws_smithy_runtime_api::client::orchestrator::Metadata;
@@ -80,35 +79,6 @@ fn streams_client(counter: GetRecordsCounter) -> aws_sdk_dynamodbstreams::Client
     aws_sdk_dynamodbstreams::Client::from_conf(conf)
 }
 
-async fn enable_stream(client: &Client, table: &str) {
-    client
-        .update_table()
-        .table_name(table)
-        .stream_specification(
-            StreamSpecification::builder()
-                .stream_enabled(true)
-                .stream_view_type(StreamViewType::NewAndOldImages)
-                .build()
-                .expect("stream specification"),
-        )
-        .send()
-        .await
-        .expect("UpdateTable (stream)");
-    loop {
-        let d = client
-            .describe_table()
-            .table_name(table)
-            .send()
-            .await
-            .expect("DescribeTable");
-        let t = d.table().expect("table");
-        if t.table_status() == Some(&TableStatus::Active) && t.latest_stream_arn().is_some() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 /// Commits `--feed-transactions` transactions of 3 puts every 100 ms, with default settings (the
 /// write-only fast path, its writes marked for the feed since the table has a stream), while a
 /// feed follows the table, on `target`.
@@ -118,7 +88,7 @@ pub async fn run(args: &Args, prefix: &str, target: &Target) -> FeedFigures {
     let table = format!("{prefix}-feed-{tag}");
     let tx_table = format!("{prefix}-feedtx-{tag}");
     common::create_table(&client, &table).await;
-    enable_stream(&client, &table).await;
+    common::enable_stream(&client, &table).await;
     let manager = TransactionManager::builder(client.clone())
         .transactions_table(&tx_table)
         .images_table(format!("{prefix}-feedimg-{tag}"))

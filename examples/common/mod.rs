@@ -132,3 +132,36 @@ pub fn percentile<T: Copy>(sorted: &[T], p: f64) -> T {
     let idx = ((p / 100.0) * (sorted.len() as f64 - 1.0)).round() as usize;
     sorted[idx.min(sorted.len() - 1)]
 }
+
+/// Turns on the table's stream with both images (what the change feed reads) and waits until
+/// the table is active with its stream.
+pub async fn enable_stream(client: &Client, table: &str) {
+    client
+        .update_table()
+        .table_name(table)
+        .stream_specification(
+            aws_sdk_dynamodb::types::StreamSpecification::builder()
+                .stream_enabled(true)
+                .stream_view_type(aws_sdk_dynamodb::types::StreamViewType::NewAndOldImages)
+                .build()
+                .expect("stream specification"),
+        )
+        .send()
+        .await
+        .expect("UpdateTable (stream)");
+    loop {
+        let d = client
+            .describe_table()
+            .table_name(table)
+            .send()
+            .await
+            .expect("DescribeTable");
+        let t = d.table().expect("table");
+        if t.table_status() == Some(&aws_sdk_dynamodb::types::TableStatus::Active)
+            && t.latest_stream_arn().is_some()
+        {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
