@@ -6,11 +6,12 @@ use std::time::Instant;
 
 use aws_smithy_runtime_api::client::http::SharedHttpConnector;
 use aws_smithy_runtime_api::client::orchestrator::{HttpRequest, HttpResponse};
+use aws_smithy_runtime_api::client::result::ConnectorError;
 use serde_json::{Map, Value};
 
 use super::conflicts::Ongoing;
 use super::wire::{self, ItemId};
-use super::{Shared, Written, bump, throughput};
+use super::{Shared, Written, bump, read_body, throughput};
 
 /// What admission decided for one request.
 pub(super) enum Admission {
@@ -438,5 +439,62 @@ impl super::State {
                 Effect::Reads => {}
             }
         }
+    }
+}
+
+impl Shared {
+    /// Bills a `Query` or `Scan` page's read units to each item it returned, once DynamoDB Local
+    /// has answered (only then are its items known). If some item is short of units, the page is
+    /// throttled as DynamoDB throttles a read past a partition's throughput: the answer becomes
+    /// `ThrottlingException` (a read changes nothing, so dropping Local's answer is safe). Index
+    /// pages are not billed (an index's partitions are not the table's). `answer` keeps its body.
+    pub(super) async fn bill_page(
+        &self,
+        inner: &SharedHttpConnector,
+        template: Option<&HttpRequest>,
+        request: &Value,
+        answer: &mut HttpResponse,
+    ) -> Result<Option<HttpResponse>, ConnectorError> {
+        let table = request.get("TableName").and_then(Value::as_str);
+        let (Some(table), None) = (table, request.get("IndexName")) else {
+            return Ok(None);
+        };
+        let Some(schema) = self.schema(inner, template, table).await else {
+            return Ok(None);
+        };
+        let bytes = read_body(answer).await?;
+        let items: Vec<Map<String, Value>> = serde_json::from_slice::<Value>(&bytes)
+            .ok()
+            .and_then(|json| json.get("Items").and_then(Value::as_array).cloned())
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|i| i.as_object().cloned())
+            .collect();
+        *answer.body_mut() = bytes.into();
+        // DynamoDB bills a page by the sum of its items' sizes (rounded up to 4 KB once): each
+        // item carries its share, by its size as stored where the profile knows it (a
+        // projection does not make a read cheaper).
+        let per_byte = if request.get("ConsistentRead") == Some(&Value::Bool(true)) {
+            1.0 / 4096.0
+        } else {
+            0.5 / 4096.0
+        };
+        let mut st = self.state.lock().expect("profile state poisoned");
+        let wants: Vec<(ItemId, f64)> = items
+            .iter()
+            .filter_map(|item| {
+                let id = ItemId::new(table, &wire::key_of(item, &schema.keys)?);
+                let size = wire::item_size(item).max(st.stored.get(&id).copied().unwrap_or(0));
+                Some((id, size as f64 * per_byte))
+            })
+            .collect();
+        let short = st
+            .reads
+            .take(&wants, self.settings.read_units_per_second, Instant::now());
+        if short.is_empty() {
+            return Ok(None);
+        }
+        bump(&self.counters.throttled);
+        Ok(Some(throttled()))
     }
 }
