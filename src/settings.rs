@@ -142,12 +142,13 @@ pub struct Settings {
     /// waiter with an older ticket. Entries expire after [`queue_ttl`](Self::queue_ttl) unless
     /// renewed. Readers never see the queue's attributes.
     ///
-    /// Off by default. In this first version, with the setting on, transactions lock item by item
-    /// (as with [`batch_locks`](Self::batch_locks) off), commit in phases (as with
-    /// [`one_shot_max_items`](Self::one_shot_max_items) 0) and skip the
-    /// [`write_only_fast_path`](Self::write_only_fast_path), and whoever completes a transaction
-    /// reads its record and its items before it unlocks them: the one-request paths decide and
-    /// unlock in one write, and cannot carry the registrations a record gets until its decision.
+    /// Off by default. With the setting on, transactions lock item by item (as with
+    /// [`batch_locks`](Self::batch_locks) off) and skip the
+    /// [`write_only_fast_path`](Self::write_only_fast_path). The one-request commit carries the
+    /// registrations its coordinator knows into the items' queues and lands only if the record
+    /// counts no other (a waiter that registered since cancels it, and the next attempt carries
+    /// that waiter too); a phased commit, and whoever else completes a transaction, reads its
+    /// record and its items after the decision, before unlocking them.
     /// Ignored under [`ContentionPolicy::RollBackOthers`]. Give every coordinator and sweeper of
     /// one transactions table the same value: one with the setting off neither respects the
     /// queues nor carries the registrations of the transactions it completes. See

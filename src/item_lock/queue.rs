@@ -79,6 +79,14 @@ pub(crate) fn registrations(record: &Item) -> BTreeMap<String, Entries> {
     out
 }
 
+/// How many registrations landed in a record (`_TxJN`; 0 when none did).
+pub(crate) fn registered_count(record: &Item) -> u64 {
+    record
+        .get(crate::record::REGISTERED)
+        .and_then(number)
+        .unwrap_or(0)
+}
+
 fn number(v: &AttributeValue) -> Option<u64> {
     v.as_n().ok().and_then(|n| n.parse::<u64>().ok())
 }

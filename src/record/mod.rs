@@ -68,6 +68,10 @@ pub(crate) const WRITTEN: &str = "_TxL";
 /// While the transaction waits, the ticket of the (older) transaction it waits for: others decide
 /// from it whether they may wait for this one too (see `contention::resolve`).
 pub(crate) const WAITING: &str = "_TxW";
+/// How many waiters registered in the record (`Settings::wait_in_ticket_order`): every
+/// registration adds 1, so that a one-request commit, which carries the registrations it knows
+/// into the items' queues, lands only if no other registration arrived since it learned them.
+pub(crate) const REGISTERED: &str = "_TxJN";
 /// Id of the row (in the transactions table) holding the ticket counter. Not a transaction: ids
 /// starting with `~` are never UUIDs.
 pub(crate) const TICKET_COUNTER_ID: &str = "~ticket-counter";

@@ -8,7 +8,7 @@ use crate::ddb::{self, Placeholders, Written};
 use crate::error::{Error, Result};
 
 use super::decide::{header_update, pending};
-use super::{TICKET, TICKET_COUNTER_ID, UPDATED, WAITING, header_key, n};
+use super::{REGISTERED, TICKET, TICKET_COUNTER_ID, UPDATED, WAITING, header_key, n};
 
 /// Takes the next ticket from the counter (one atomic `ADD`).
 pub(crate) async fn take_ticket(client: &Client, table: &str) -> Result<u64> {
@@ -94,7 +94,8 @@ pub(crate) async fn clear_waiting(client: &Client, table: &str, id: &TxId) -> Re
 }
 
 /// Registers a waiter (`Settings::wait_in_ticket_order`): `ticket`, expiring at `expiry` (epoch
-/// ms), waits for the item named `item` (`queue::item_hash`) that the transaction `holder` holds.
+/// ms), waits for the item named `item` (`queue::item_hash`) that the transaction `holder` holds,
+/// and counts itself in `_TxJN` ([`REGISTERED`]).
 /// Conditional on the holder's record being pending; changes neither its version nor its
 /// last-update time (a waiter must not keep a dead holder alive, nor disturb a wound judged on
 /// its version). True when it landed; false when the holder was decided (or has no record), and
@@ -113,7 +114,12 @@ pub(crate) async fn register_waiter(
         "#_TxJoin".into(),
         crate::item_lock::queue::registration_attr(item, ticket),
     );
-    let update = format!("SET #_TxJoin = {}", ph.value("Expiry", n(expiry)));
+    let update = format!(
+        "SET #_TxJoin = {} ADD {} {}",
+        ph.value("Expiry", n(expiry)),
+        ph.name(REGISTERED),
+        ph.value("One", n(1))
+    );
     let w = header_update(table, holder, update, cond, ph);
     Ok(matches!(w.send(client, None).await?, Written::Ok(_)))
 }

@@ -181,6 +181,10 @@ struct State {
     /// Nonces of the one-request commits sent with the unrecorded requests folded in: a committed
     /// record carrying one of them holds every request of this handle.
     fold_nonces: Vec<String>,
+    /// With `Settings::wait_in_ticket_order`: the waiters registered in the record as this handle
+    /// last learned them (their count, `_TxJN`, and the entries by item), which a one-request
+    /// commit carries into the items' queues.
+    registrations: one_request::Registrations,
 }
 
 /// Result of a transactional write.

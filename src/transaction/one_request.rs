@@ -14,12 +14,30 @@ use crate::settle::{Entry, cancelled_error};
 use super::commit::is_rejection;
 use super::{CommitStep, State, Transaction};
 
+/// One-request commits cancelled because a waiter registered since the last one, after which the
+/// commit goes phased.
+const REGISTRATION_RETRIES: u32 = 3;
+
+/// The waiters registered in the record (`Settings::wait_in_ticket_order`) as a coordinator last
+/// learned them. A one-request commit decides and unlocks at once, so it carries these into the
+/// items' queues and lands only if the record still counts exactly these (`_TxJN`): a waiter that
+/// registers later cancels it, and the cancelled request's record says who registered.
+#[derive(Debug, Default)]
+pub(super) struct Registrations {
+    /// `_TxJN`: registrations that landed in the record.
+    count: u64,
+    /// The entries, by item (`queue::item_hash`).
+    entries: std::collections::BTreeMap<String, item_lock::queue::Entries>,
+    /// One-request commits cancelled by a registration.
+    retries: u32,
+}
+
 impl Transaction {
     pub(super) fn one_shot_fits(&self, st: &State) -> bool {
         let max = self.inner.settings.one_shot_max_items;
-        // The one-request commit decides and unlocks at once: it cannot carry the registrations
-        // that land in the record until the decision (see `Settings::wait_in_ticket_order`).
-        if self.inner.settings.queues() {
+        // Waiters kept registering between our attempts: the phased commit reads them after the
+        // decision, when no more can land.
+        if st.registrations.retries >= REGISTRATION_RETRIES {
             return false;
         }
         if st.items.len() > max || st.isolate_rejections {
@@ -141,7 +159,7 @@ impl Transaction {
     pub(super) async fn commit_one_shot(&self, st: &mut State) -> Result<CommitStep> {
         let _timer = crate::metrics::PhaseTimer::start(crate::metrics::COMMIT);
         let meta = st.meta.expect("flushed");
-        let (item_writes, owners) = self.final_writes(st)?;
+        let (mut item_writes, owners) = self.final_writes(st)?;
         let mut decision = record::decide_final_write(
             &self.inner.tx_table,
             &self.id,
@@ -154,6 +172,10 @@ impl Transaction {
             let nonce = uuid::Uuid::new_v4().to_string();
             record::fold_into_decision(&mut decision, &st.requests[st.recorded..], &nonce);
             st.fold_nonces.push(nonce);
+        }
+        let queues = self.inner.settings.queues();
+        if queues {
+            self.carry_registrations(st, &mut decision, &mut item_writes, &owners);
         }
         let mut writes = vec![decision];
         writes.extend(item_writes);
@@ -190,12 +212,92 @@ impl Transaction {
                         .learn_after_ambiguous_commit(st, cancelled_error(r))
                         .await;
                 }
+                if queues && self.learned_registrations(st, &reasons[0])? {
+                    return Ok(CommitStep::Again);
+                }
                 if !reasons[0].is_ok() {
                     return self.header_failed(st, &reasons[0]).await;
                 }
                 self.items_failed(st, &writes, &owners, &reasons, 1).await
             }
         }
+    }
+
+    /// Makes the one-request commit carry the registrations this handle knows
+    /// (`Settings::wait_in_ticket_order`): each item's unlock writes its queue merged with them
+    /// (less expired entries and the transaction's own), and the decision lands only if the record
+    /// counts no other registration.
+    fn carry_registrations(
+        &self,
+        st: &State,
+        decision: &mut Write,
+        item_writes: &mut [Write],
+        owners: &[Option<ItemRef>],
+    ) {
+        use item_lock::queue;
+        let count = st.registrations.count;
+        let ph = &mut decision.ph;
+        let reg = ph.name(record::REGISTERED);
+        let none = format!("attribute_not_exists({reg})");
+        let same = if count == 0 {
+            none
+        } else {
+            let v = ph.value(
+                "Registered",
+                aws_sdk_dynamodb::types::AttributeValue::N(count.to_string()),
+            );
+            format!("{reg} = {v}")
+        };
+        decision.condition = Some(match decision.condition.take() {
+            Some(c) => format!("({c}) AND {same}"),
+            None => same,
+        });
+        let own = self.ticket_recorded.get().or(self.ticket.get()).copied();
+        let now = ddb::now_millis();
+        for (w, owner) in item_writes.iter_mut().zip(owners) {
+            let Some(e) = owner.as_ref().and_then(|k| st.items.get(k)) else {
+                continue;
+            };
+            // The item's write, not its images-table row.
+            let (Some(lock), true) = (&e.lock, w.table == e.table) else {
+                continue;
+            };
+            let was = queue::ItemQueue::of(&lock.queue);
+            let registered = st
+                .registrations
+                .entries
+                .get(&queue::item_hash(&e.table, &e.key))
+                .cloned()
+                .unwrap_or_default();
+            let next = queue::merged(&was.entries, &registered, own, now);
+            queue::carry(w, &was, &next);
+        }
+    }
+
+    /// A one-request commit cancelled by the record's condition: when the record is still pending
+    /// at our version, only its count of registrations moved (a waiter registered since): learn
+    /// them from the record the cancellation returned, and try again. False when the record
+    /// changed otherwise (left for [`header_failed`](Self::header_failed)).
+    fn learned_registrations(&self, st: &mut State, reason: &ddb::Reason) -> Result<bool> {
+        if !reason.is_condition_failed() {
+            return Ok(false);
+        }
+        let Some(row) = &reason.item else {
+            return Ok(false);
+        };
+        let Some(header) = record::Header::parse_live(row)? else {
+            return Ok(false);
+        };
+        let count = item_lock::queue::registered_count(row);
+        let ours = st.meta.is_some_and(|m| m.version == header.version);
+        if header.state != TxState::Pending || !ours || count == st.registrations.count {
+            return Ok(false);
+        }
+        debug!(tx = %self.id, count, "a waiter registered: committing again with it");
+        st.registrations.count = count;
+        st.registrations.entries = item_lock::queue::registrations(row);
+        st.registrations.retries += 1;
+        Ok(true)
     }
 
     /// Hook after the one-request commit (which finalizes the record, with its TTL, and deletes the

@@ -343,6 +343,77 @@ async fn a_registration_lands_only_on_a_pending_record() {
     );
 }
 
+/// Waiting in ticket order keeps the one-request commit: a transaction nobody waits for commits
+/// with one `TransactWriteItems` that decides, applies and unlocks (no read of its record or items
+/// after the decision), and one somebody registered behind learns the registration from the
+/// cancelled request and carries it in the unlock of a second one.
+#[tokio::test]
+async fn waiting_in_ticket_order_keeps_the_one_request_commit() {
+    let env = TestEnv::new("ct-fifo-one").await;
+    for k in ["a", "b"] {
+        env.raw_put(&env.table, item(&[("Id", s(k)), ("v", n(1))]))
+            .await;
+    }
+    let counter = RequestCounter::new();
+    let m = fifo_on(
+        &env,
+        client_with(vec![shared(counter.clone())]),
+        true,
+        Duration::from_secs(2),
+    );
+    let write = async |tx: &dynamodb_transactions::Transaction, k: &str, v: u64| {
+        tx.update_item()
+            .table_name(&env.table)
+            .key("Id", s(k))
+            .update_expression("SET v = :v")
+            .expression_attribute_values(":v", n(v))
+            .send()
+            .await
+            .unwrap();
+    };
+    let tx = m.begin();
+    write(&tx, "a", 2).await;
+    write(&tx, "b", 2).await;
+    counter.reset();
+    tx.commit().await.unwrap();
+    let sent = counter.snapshot();
+    assert_eq!(counter.get("TransactWriteItems"), 1, "{sent:?}");
+    for op in ["GetItem", "BatchGetItem", "BatchWriteItem"] {
+        assert_eq!(counter.get(op), 0, "{op}: {sent:?}");
+    }
+    for k in ["a", "b"] {
+        let raw = env.raw_get(&env.table, &key(k)).await.unwrap();
+        assert_eq!(raw, item(&[("Id", s(k)), ("v", n(2))]), "{raw:?}");
+    }
+
+    // A waiter registers behind a holder of both items after they were locked.
+    let (table, kb) = (env.table.clone(), key("b"));
+    let h = m.begin();
+    lock(&h, &table, "a").await.unwrap();
+    write(&h, "b", 3).await;
+    lock(&h, &table, "b").await.unwrap();
+    let ttl = Duration::from_secs(600);
+    assert!(
+        dynamodb_transactions::fault::register_waiter(&m, h.id(), &table, &kb, 7, ttl)
+            .await
+            .unwrap()
+    );
+    counter.reset();
+    h.commit().await.unwrap();
+    assert_eq!(
+        counter.get("TransactWriteItems"),
+        2,
+        "{:?}",
+        counter.snapshot()
+    );
+    let raw = env.raw_get(&env.table, &key("b")).await.unwrap();
+    assert_eq!(raw["v"], n(3), "{raw:?}");
+    assert_eq!(ticket_keys(&raw), vec![7], "{raw:?}");
+    assert!(!raw.contains_key("_TxId"), "{raw:?}");
+    let raw = env.raw_get(&env.table, &key("a")).await.unwrap();
+    assert_eq!(raw, item(&[("Id", s("a")), ("v", n(2))]), "{raw:?}");
+}
+
 fn ticket_keys(raw: &Item) -> Vec<u64> {
     let mut out: Vec<u64> = raw
         .get("_TxQ")

@@ -564,6 +564,13 @@ async fn crash_queued_phased() {
     sweep_matrix(Workload::Queued, false).await;
 }
 
+/// The same through the one-request commit, which learns the registrations from its first,
+/// cancelled, request and carries them in its second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_queued_one_shot() {
+    sweep_matrix(Workload::Queued, true).await;
+}
+
 /// Through the DynamoDB profile only (`DDB_PROFILE=dynamodb`, a configuration of `scripts/test`):
 /// the hundred-item transaction's concurrent batches are what DynamoDB's conflict rule tests, and
 /// the sweep is the suite's longest.

@@ -54,8 +54,8 @@ pub(crate) enum Workload {
     /// `Settings::batch_locks` (the default): the record is created with a hundred items, so with
     /// gate rows, and its lock and apply batches run concurrently, each checking its own gate.
     Gated,
-    /// `Interactive` with `Settings::wait_in_ticket_order` (so committed in phases, locked item
-    /// by item): a, b, d and e carry a queue (an entry younger than every transaction, live, and an
+    /// `Interactive` with `Settings::wait_in_ticket_order` (locked item by item): a, b, d and e
+    /// carry a queue (an entry younger than every transaction, live, and an
     /// expired one); once the work is done, a waiter registers for a and another for b in the
     /// record (not through the faulty client); whoever unlocks an item carries its live entries
     /// and those registrations (see [`queues_carried`]).
