@@ -19,6 +19,10 @@ use crate::request::{self, Op, Request};
 
 use super::{State, Transaction};
 
+/// How often a waiter that paces its looks (`Settings::wait_in_ticket_order`) reads its own
+/// record to learn whether it was rolled back.
+const OWN_RECORD_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
+
 impl Transaction {
     /// Records and locks one item now.
     pub(super) async fn drive_lock(&self, st: &mut State, r: &ItemRef) -> Result<LockInfo> {
@@ -136,6 +140,8 @@ impl Transaction {
         let mut registered: Option<(TxId, tokio::time::Instant)> = None;
         let mut queue_retries = 0u32;
         let mut pace = item_lock::queue::Pace::default();
+        // When this waiter last read its own record (to stop once rolled back).
+        let mut last_check = tokio::time::Instant::now();
         // Transactions before this one at the item, as the last attempt showed it.
         let mut ahead: usize;
         loop {
@@ -319,21 +325,43 @@ impl Transaction {
                             )
                         })
                         .flatten();
-                    match paced {
-                        Some(d) => {
-                            let d = d.mul_f64(rand::random_range(0.9..1.1));
-                            tokio::time::sleep(d.min(deadline.saturating_duration_since(now)))
-                                .await;
-                        }
-                        None => crate::settings::backoff(settings, waits.min(3)).await,
-                    }
                     // An older transaction may have rolled us back while we waited: stop then,
-                    // rather than take the item with a lock nobody needs.
-                    let mine = record::load_header(c, &self.inner.tx_table, &self.id).await?;
-                    if mine.as_ref().map(|h| h.state) != Some(TxState::Pending) {
-                        return Err(Error::RolledBack {
-                            tx_id: self.id.clone(),
-                        });
+                    // rather than take the item with a lock nobody needs. A paced waiter reads
+                    // its record while it sleeps, and at most every `OWN_RECORD_EVERY`: a look
+                    // is then one request, and the head takes a freed item one round trip
+                    // sooner (a lock taken after all is released by whoever meets it, or by our
+                    // own rollback).
+                    let check = !fifo || last_check.elapsed() >= OWN_RECORD_EVERY;
+                    let sleep = async {
+                        match paced {
+                            Some(d) => {
+                                let d = d.mul_f64(rand::random_range(0.9..1.1));
+                                tokio::time::sleep(d.min(deadline.saturating_duration_since(now)))
+                                    .await;
+                            }
+                            None => crate::settings::backoff(settings, waits.min(3)).await,
+                        }
+                    };
+                    let mine = if !check {
+                        sleep.await;
+                        None
+                    } else if paced.is_some() {
+                        let (_, mine) = tokio::join!(
+                            sleep,
+                            record::load_header(c, &self.inner.tx_table, &self.id)
+                        );
+                        Some(mine?)
+                    } else {
+                        sleep.await;
+                        Some(record::load_header(c, &self.inner.tx_table, &self.id).await?)
+                    };
+                    if let Some(mine) = mine {
+                        last_check = tokio::time::Instant::now();
+                        if mine.as_ref().map(|h| h.state) != Some(TxState::Pending) {
+                            return Err(Error::RolledBack {
+                                tx_id: self.id.clone(),
+                            });
+                        }
                     }
                 }
             }
