@@ -182,12 +182,10 @@ impl Transaction {
                     // this transaction (or this attempt had no ticket yet: take one now).
                     let mine = me.ticket(&self.inner).await?;
                     let now = crate::ddb::now_millis();
-                    pace.observe(None, tokio::time::Instant::now());
+                    ahead = queue.live_before(mine, now);
+                    pace.observe(None, ahead, tokio::time::Instant::now());
                     match queue.oldest_live_before(mine, now) {
-                        Some(on) => {
-                            ahead = queue.live_before(mine, now);
-                            (None, Resolution::Wait { on })
-                        }
+                        Some(on) => (None, Resolution::Wait { on }),
                         None => {
                             // No live entry is older: drop the expired ones (conditional on the
                             // queue as read), then try again.
@@ -210,8 +208,8 @@ impl Transaction {
                 }
                 LockOutcome::Held { owner, ahead: a } => {
                     debug!(tx = %self.id, other = %owner, table, "item locked by another transaction");
-                    pace.observe(Some(owner.as_str()), tokio::time::Instant::now());
                     ahead = 1 + a;
+                    pace.observe(Some(owner.as_str()), ahead, tokio::time::Instant::now());
                     if last_owner.as_ref() != Some(&owner) {
                         met_at = tokio::time::Instant::now();
                     }
