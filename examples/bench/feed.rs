@@ -7,17 +7,13 @@
 //! profile models DynamoDB, not DynamoDB Streams.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use aws_sdk_dynamodbstreams::config::{Intercept, SharedInterceptor};
-use aws_smithy_runtime_api::client::interceptors::context::BeforeTransmitInterceptorContextRef;
-use aws_smithy_runtime_api::client::orchestrator::Metadata;
-use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
-use aws_smithy_types::config_bag::ConfigBag;
+use aws_sdk_dynamodbstreams::config::SharedInterceptor;
 use dynamodb_transactions::TransactionManager;
+use dynamodb_transactions::fault::RequestCounter;
 use dynamodb_transactions::feed::ChangeFeed;
 
 use crate::Args;
@@ -41,32 +37,8 @@ pub struct FeedFigures {
     pub profile: Option<Counts>,
 }
 
-/// Counts the `GetRecords` requests a Streams client sends.
-#[derive(Debug, Clone, Default)]
-struct GetRecordsCounter(Arc<AtomicU64>);
-
-impl Intercept for GetRecordsCounter {
-    fn name(&self) -> &'static str {
-        "GetRecordsCounter"
-    }
-
-    fn read_before_transmit(
-        &self,
-        _ctx: &BeforeTransmitInterceptorContextRef<'_>,
-        _rc: &RuntimeComponents,
-        cfg: &mut ConfigBag,
-    ) -> Result<(), aws_smithy_runtime_api::box_error::BoxError> {
-        if cfg
-            .load::<Metadata>()
-            .is_some_and(|m| m.name() == "GetRecords")
-        {
-            self.0.fetch_add(1, Ordering::Relaxed);
-        }
-        Ok(())
-    }
-}
-
-fn streams_client(counter: GetRecordsCounter) -> aws_sdk_dynamodbstreams::Client {
+/// A Streams client for DynamoDB Local that counts its requests with `counter`.
+fn streams_client(counter: RequestCounter) -> aws_sdk_dynamodbstreams::Client {
     let conf = aws_sdk_dynamodbstreams::Config::builder()
         .behavior_version(aws_sdk_dynamodbstreams::config::BehaviorVersion::latest())
         .endpoint_url(std::env::var("AWS_ENDPOINT_URL_DYNAMODB").expect("endpoint"))
@@ -94,7 +66,7 @@ pub async fn run(args: &Args, prefix: &str, target: &Target) -> FeedFigures {
         .images_table(format!("{prefix}-feedimg-{tag}"))
         .build();
     manager.create_tables().await.expect("tables");
-    let counter = GetRecordsCounter::default();
+    let counter = RequestCounter::new();
     let mut feed = ChangeFeed::builder(client.clone())
         .table(&table)
         .transactions_table(&tx_table)
@@ -161,7 +133,7 @@ pub async fn run(args: &Args, prefix: &str, target: &Target) -> FeedFigures {
         lag_p50: common::percentile(&lags, 50.0),
         lag_p99: common::percentile(&lags, 99.0),
         lag_max: lags.last().copied().unwrap_or_default(),
-        get_records_per_shard_s: counter.0.load(Ordering::Relaxed) as f64 / ran.as_secs_f64(),
+        get_records_per_shard_s: counter.get("GetRecords") as f64 / ran.as_secs_f64(),
         profile,
     }
 }

@@ -75,6 +75,10 @@ fn operation(cfg: &ConfigBag) -> String {
 }
 
 /// Counts requests (each attempt, retries included) per DynamoDB operation.
+///
+/// It reads the operation's name from the request's config bag, so it counts the requests of any
+/// AWS SDK client it is attached to: on a DynamoDB Streams client's config,
+/// `counter.get("GetRecords")` is the number of `GetRecords` requests sent.
 #[derive(Debug, Clone, Default)]
 pub struct RequestCounter {
     counts: Arc<Mutex<BTreeMap<String, u64>>>,

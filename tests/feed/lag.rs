@@ -2,51 +2,22 @@
 //! shard per second, with the feed following a table while transactions commit.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use aws_sdk_dynamodbstreams::config::{Intercept, SharedInterceptor};
-use aws_smithy_runtime_api::client::interceptors::context::BeforeTransmitInterceptorContextRef;
-use aws_smithy_runtime_api::client::orchestrator::Metadata;
-use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
-use aws_smithy_types::config_bag::ConfigBag;
+use aws_sdk_dynamodbstreams::config::SharedInterceptor;
+use dynamodb_transactions::fault::RequestCounter;
 use dynamodb_transactions::feed::ChangeFeed;
 
 use crate::common::TestEnv;
 use crate::*;
-
-/// Counts the `GetRecords` requests a Streams client sends.
-#[derive(Debug, Clone, Default)]
-struct GetRecordsCounter(Arc<AtomicU64>);
-
-impl Intercept for GetRecordsCounter {
-    fn name(&self) -> &'static str {
-        "GetRecordsCounter"
-    }
-
-    fn read_before_transmit(
-        &self,
-        _ctx: &BeforeTransmitInterceptorContextRef<'_>,
-        _rc: &RuntimeComponents,
-        cfg: &mut ConfigBag,
-    ) -> Result<(), aws_smithy_runtime_api::box_error::BoxError> {
-        if cfg
-            .load::<Metadata>()
-            .is_some_and(|m| m.name() == "GetRecords")
-        {
-            self.0.fetch_add(1, Ordering::Relaxed);
-        }
-        Ok(())
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_commit_is_yielded_within_a_poll_interval_and_a_round_trip() {
     let env = TestEnv::new("feed-lag").await;
     enable_stream(&env.client, &env.table).await;
     let poll = Duration::from_millis(250);
-    let counter = GetRecordsCounter::default();
+    let counter = RequestCounter::new();
     let streams = aws_sdk_dynamodbstreams::Client::from_conf(
         streams_client()
             .config()
@@ -106,7 +77,7 @@ async fn a_commit_is_yielded_within_a_poll_interval_and_a_round_trip() {
     lags.sort();
     let p50 = lags[lags.len() / 2];
     let max = lags[lags.len() - 1];
-    let reads = counter.0.load(Ordering::Relaxed);
+    let reads = counter.get("GetRecords");
     let per_second = reads as f64 / ran.as_secs_f64();
     println!(
         "lag p50 {p50:?}, max {max:?} (poll interval {poll:?}); GetRecords {reads} in {ran:?}: \
