@@ -143,8 +143,9 @@ pub struct Settings {
     /// renewed. Readers never see the queue's attributes.
     ///
     /// Off by default. With the setting on, transactions lock item by item (as with
-    /// [`batch_locks`](Self::batch_locks) off) and skip the
-    /// [`write_only_fast_path`](Self::write_only_fast_path). The one-request commit carries the
+    /// [`batch_locks`](Self::batch_locks) off), and the
+    /// [`write_only_fast_path`](Self::write_only_fast_path) writes only items that carry no queue
+    /// (the others take the locking path, which waits in it). The one-request commit carries the
     /// registrations its coordinator knows into the items' queues and lands only if the record
     /// counts no other (a waiter that registered since cancels it, and the next attempt carries
     /// that waiter too); a phased commit, and whoever else completes a transaction, reads its

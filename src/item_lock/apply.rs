@@ -233,10 +233,21 @@ pub(crate) fn roll_forward_write(
 /// A user's write applied directly, without a lock, conditional on the item not being locked
 /// (and on the request's own condition): the write-only fast path.
 /// With `mark`, a put or update also sets `_TxM` to that transaction's id (for the change feed).
-pub(crate) fn unlocked_write(req: &Request, mark: Option<&TxId>) -> Write {
+/// With `queues` (`Settings::wait_in_ticket_order`), also on the item carrying no queue: no
+/// entry (`_TxQF`), which the fast path could not respect, and for a put, which replaces every
+/// attribute, no queue version either (`_TxQV`, which must never go back).
+pub(crate) fn unlocked_write(req: &Request, mark: Option<&TxId>, queues: bool) -> Write {
     let mut ph = Placeholders::default();
     ph.extend_user(req.names.as_ref(), req.values.as_ref());
     let mut cond = format!("attribute_not_exists({})", ph.name(OWNER));
+    if queues {
+        let q = if req.op == Op::Put {
+            super::queue::QUEUE_VERSION
+        } else {
+            super::queue::QUEUE_FIRST
+        };
+        cond.push_str(&format!(" AND attribute_not_exists({})", ph.name(q)));
+    }
     if let Some(c) = &req.condition {
         cond.push_str(&format!(" AND ({c})"));
     }

@@ -31,7 +31,6 @@ impl Transaction {
     /// no delete when the writes are marked for the change feed (a delete leaves nothing to mark).
     pub(super) fn fast_path_fits(&self, st: &State) -> bool {
         self.inner.settings.write_only_fast_path
-            && !self.inner.settings.queues()
             && !st.fast_path_failed
             && st.meta.is_none()
             && !st.record_in_doubt
@@ -89,9 +88,10 @@ impl Transaction {
             &written,
         )];
         let mut owners = Vec::new();
+        let queues = inner.settings.queues();
         for (k, e) in &st.items {
             let req = e.request(&st.requests);
-            writes.push(item_lock::unlocked_write(req, mark));
+            writes.push(item_lock::unlocked_write(req, mark, queues));
             owners.push(k.clone());
         }
         // The token makes a repeat after an ambiguous failure safe: it never applies twice.
@@ -144,6 +144,11 @@ impl Transaction {
                     let obs = Observed::of(reason.item.as_ref());
                     if obs.owner.is_some() {
                         return Ok(None); // locked by a transaction: resolve it the usual way
+                    }
+                    if queues && !obs.queue.is_empty() {
+                        // It carries a queue: the locking path waits in it, and judges the
+                        // request's own condition under the lock.
+                        return Ok(None);
                     }
                     let e = &st.items[&owners[i - 1]];
                     let req = e.request(&st.requests);

@@ -414,6 +414,89 @@ async fn waiting_in_ticket_order_keeps_the_one_request_commit() {
     assert_eq!(raw, item(&[("Id", s("a")), ("v", n(2))]), "{raw:?}");
 }
 
+/// Waiting in ticket order keeps the write-only fast path where no queue is: a write-only
+/// transaction commits in one request on items that carry none, and takes the locking path (which
+/// respects and carries the queue) on an item that does: a newcomer never passes a live older
+/// entry through the fast path, and a put there keeps the queue's attributes.
+#[tokio::test]
+async fn waiting_in_ticket_order_keeps_the_fast_path_where_no_queue_is() {
+    let env = TestEnv::new("ct-fifo-fast").await;
+    let far = now_ms() + 600_000;
+    let young = u64::MAX / 2;
+    env.raw_put(&env.table, item(&[("Id", s("a")), ("v", n(1))]))
+        .await;
+    // Ticket 0 is older than every ticket the counter hands out.
+    env.raw_put(&env.table, queued_item("old", &[(0, far)], 1))
+        .await;
+    env.raw_put(&env.table, queued_item("young", &[(young, far)], 4))
+        .await;
+    let mut emptied = item(&[("Id", s("emptied")), ("v", n(1))]);
+    emptied.insert("_TxQV".into(), n(6));
+    env.raw_put(&env.table, emptied).await;
+    let counter = RequestCounter::new();
+    let m = fifo_on(
+        &env,
+        client_with(vec![shared(counter.clone())]),
+        true,
+        Duration::from_millis(400),
+    );
+    let update = async |tx: &dynamodb_transactions::Transaction, k: &str| {
+        tx.update_item()
+            .table_name(&env.table)
+            .key("Id", s(k))
+            .update_expression("SET v = :v")
+            .expression_attribute_values(":v", n(2))
+            .send()
+            .await
+    };
+    // No queue: one request.
+    let tx = m.begin();
+    update(&tx, "a").await.unwrap();
+    update(&tx, "b").await.unwrap();
+    counter.reset();
+    tx.commit().await.unwrap();
+    assert_eq!(counter.total(), 1, "{:?}", counter.snapshot());
+    assert_eq!(
+        env.raw_get(&env.table, &key("b")).await.unwrap(),
+        item(&[("Id", s("b")), ("v", n(2))])
+    );
+
+    // A live entry older than any newcomer: refused, the item untouched.
+    let tx = m.begin();
+    update(&tx, "old").await.unwrap();
+    let err = tx.commit().await.unwrap_err();
+    assert!(is_locked_out(&err), "{err:?}");
+    assert_eq!(
+        env.raw_get(&env.table, &key("old")).await.unwrap(),
+        queued_item("old", &[(0, far)], 1)
+    );
+
+    // A younger entry: the locking path takes the item, and the queue stays as it was.
+    let tx = m.begin();
+    update(&tx, "young").await.unwrap();
+    tx.commit().await.unwrap();
+    let mut expected = queued_item("young", &[(young, far)], 4);
+    expected.insert("v".into(), n(2));
+    assert_eq!(
+        env.raw_get(&env.table, &key("young")).await.unwrap(),
+        expected
+    );
+
+    // A put over an item whose queue emptied keeps its version.
+    let tx = m.begin();
+    tx.put_item()
+        .table_name(&env.table)
+        .item("Id", s("emptied"))
+        .item("v", n(3))
+        .send()
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    let raw = env.raw_get(&env.table, &key("emptied")).await.unwrap();
+    assert_eq!(raw.get("_TxQV"), Some(&n(6)), "{raw:?}");
+    assert_eq!(raw["v"], n(3), "{raw:?}");
+}
+
 fn ticket_keys(raw: &Item) -> Vec<u64> {
     let mut out: Vec<u64> = raw
         .get("_TxQ")
