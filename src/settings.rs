@@ -142,10 +142,9 @@ pub struct Settings {
     /// waiter with an older ticket. Entries expire after [`queue_ttl`](Self::queue_ttl) unless
     /// renewed. Readers never see the queue's attributes.
     ///
-    /// Off by default. With the setting on, transactions lock item by item (as with
-    /// [`batch_locks`](Self::batch_locks) off), and the
-    /// [`write_only_fast_path`](Self::write_only_fast_path) writes only items that carry no queue
-    /// (the others take the locking path, which waits in it). The one-request commit carries the
+    /// Off by default. With the setting on, [`batch_locks`](Self::batch_locks) and the
+    /// [`write_only_fast_path`](Self::write_only_fast_path) take only items that carry no queue
+    /// (the others are locked on their own, waiting in it). The one-request commit carries the
     /// registrations its coordinator knows into the items' queues and lands only if the record
     /// counts no other (a waiter that registered since cancels it, and the next attempt carries
     /// that waiter too); a phased commit, and whoever else completes a transaction, reads its

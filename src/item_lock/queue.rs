@@ -314,6 +314,17 @@ pub(crate) fn carry(w: &mut Write, was: &ItemQueue, next: &Entries) {
     }
 }
 
+/// Makes a lock write that will not read the item (a batched lock) conditional on the item
+/// carrying no queue at all, not even an empty one's version (`_TxQV`): its holder then knows the
+/// queue it must carry is empty without reading it. An item that carries one is locked on its own.
+pub(crate) fn require_none(w: &mut Write) {
+    let none = format!("attribute_not_exists({})", w.ph.name(QUEUE_VERSION));
+    w.condition = Some(match w.condition.take() {
+        Some(c) => format!("{c} AND {none}"),
+        None => none,
+    });
+}
+
 /// The lock condition's queue part: `attribute_not_exists(_TxQF) OR _TxQF.t >= :mine`, only the
 /// first half without a ticket.
 pub(crate) fn lock_condition(ph: &mut Placeholders, mine: Option<u64>) -> String {

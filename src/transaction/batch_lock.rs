@@ -235,9 +235,15 @@ impl Transaction {
             } else {
                 lock_pad(st, k).unwrap_or(0)
             };
-            out.push(item_lock::lock_item_write(
+            let (mut w, stamp) = item_lock::lock_item_write(
                 &e.table, &e.key, &schema, &self.id, existence, pad, roll, None,
-            ));
+            );
+            // Waiting in ticket order: a lock that reads nothing takes only items without a
+            // queue (which it then knows is empty); the others are locked item by item.
+            if self.inner.settings.queues() && existence == Existence::Present {
+                item_lock::queue::require_none(&mut w);
+            }
+            out.push((w, stamp));
         }
         Ok(out)
     }

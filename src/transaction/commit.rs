@@ -115,8 +115,7 @@ impl Transaction {
                     _ => st.fast_path_failed = true,
                 }
             }
-            // Waiting in ticket order locks item by item (see `Settings::wait_in_ticket_order`).
-            if self.inner.settings.batch_locks && !self.inner.settings.queues() {
+            if self.inner.settings.batch_locks {
                 self.lock_batched(st).await?;
             }
             // Requests on items this handle already holds can be recorded by the one-request

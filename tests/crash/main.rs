@@ -80,11 +80,11 @@ async fn count_requests(env: &TestEnv, w: Workload, one_shot: bool) -> u64 {
     let tx = m.begin();
     work(&tx, &env.table, &ids, w).await.unwrap();
     if w.queued() {
-        register_waiters(env, &ids, tx.id()).await;
+        register_waiters(env, &ids, tx.id(), w).await;
         let id = tx.id().clone();
         tx.commit().await.unwrap();
         let label = format!("{w:?} without faults");
-        let view = queues_carried(&label, &ids, raw_view(env, &ids).await, true);
+        let view = queues_carried(&label, &ids, raw_view(env, &ids).await, registering(w));
         assert_eq!(view, committed_view(&ids, w));
         assert_eq!(env.tx_state(&id).await, Some((TxState::Committed, true)));
     } else if w == Workload::RolledBack {
@@ -159,7 +159,7 @@ async fn one_run(
             Err(e)
         }
         Ok(()) if w.queued() => {
-            register_waiters(&env, &ids, &id).await;
+            register_waiters(&env, &ids, &id, w).await;
             registered = true;
             tx.commit().await
         }
@@ -322,6 +322,7 @@ async fn one_run(
     // The end state: exactly one of the two, agreeing with the record, nothing left behind.
     let mut view = raw_view(&env, &ids).await;
     if w.queued() {
+        let registered = if registered { registering(w) } else { &[] };
         view = queues_carried(&label, &ids, view, registered);
     }
     for it in view.iter().flatten() {
@@ -569,6 +570,13 @@ async fn crash_queued_phased() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crash_queued_one_shot() {
     sweep_matrix(Workload::Queued, true).await;
+}
+
+/// Reads then buffered writes, waiting in ticket order, with batched locks (refused by a queue)
+/// and the one-request commit carrying the registrations.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_queued_batched_one_shot() {
+    sweep_matrix(Workload::QueuedReadsThenWrites, true).await;
 }
 
 /// Through the DynamoDB profile only (`DDB_PROFILE=dynamodb`, a configuration of `scripts/test`):

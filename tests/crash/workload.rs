@@ -60,12 +60,18 @@ pub(crate) enum Workload {
     /// record (not through the faulty client); whoever unlocks an item carries its live entries
     /// and those registrations (see [`queues_carried`]).
     Queued,
+    /// `ReadsThenWrites` with `Settings::wait_in_ticket_order`, its items carrying queues as in
+    /// `Queued`, and `Settings::batch_locks`: only a is read (locked, recording the transaction,
+    /// so that waiters register for a and b after the work); the commit's batch of the locks of b
+    /// and d, conditional on their items carrying no queue, is refused, and each is locked on its
+    /// own.
+    QueuedReadsThenWrites,
 }
 
 impl Workload {
     /// Waits in ticket order (`Settings::wait_in_ticket_order`): see [`Workload::Queued`].
     pub(crate) fn queued(self) -> bool {
-        self == Workload::Queued
+        matches!(self, Workload::Queued | Workload::QueuedReadsThenWrites)
     }
 
     /// Committed with `Settings::roll_forward`.
@@ -88,6 +94,7 @@ impl Workload {
                 | Workload::LockedReadsThenWrites
                 | Workload::BatchedChunked
                 | Workload::Gated
+                | Workload::QueuedReadsThenWrites
         )
     }
 
@@ -99,7 +106,9 @@ impl Workload {
     pub(crate) fn reads_first(self) -> bool {
         matches!(
             self,
-            Workload::ReadsThenWrites | Workload::LockedReadsThenWrites
+            Workload::ReadsThenWrites
+                | Workload::LockedReadsThenWrites
+                | Workload::QueuedReadsThenWrites
         )
     }
 
@@ -172,6 +181,7 @@ pub(crate) async fn work(
                 | Workload::BufferedChunked
                 | Workload::BatchedChunked
                 | Workload::Gated
+                | Workload::QueuedReadsThenWrites
         ) {
             ReturnValue::None
         } else {
@@ -179,7 +189,9 @@ pub(crate) async fn work(
         }
     };
     if w.reads_first() {
-        for l in ["a", "b", "d"] {
+        // Queued: only a, so that the commit batches the locks of b and d.
+        let read: &[&str] = if w.queued() { &["a"] } else { &["a", "b", "d"] };
+        for l in read {
             tx.get_item()
                 .table_name(table)
                 .key("Id", s(&ids.id(l)))
@@ -390,9 +402,23 @@ pub(crate) async fn setup_queues(env: &TestEnv, ids: &Ids) {
     }
 }
 
-/// Registers the queued workload's waiters in `id`'s (pending) record.
-pub(crate) async fn register_waiters(env: &TestEnv, ids: &Ids, id: &TxId) {
-    for (l, t) in REGISTERED {
+/// The items whose waiters register in the record once the work is done: those the transaction
+/// holds then (a waiter registers with the holder of its item, so a registration for an item the
+/// transaction never locked is carried nowhere).
+pub(crate) fn registering(w: Workload) -> &'static [&'static str] {
+    if w == Workload::QueuedReadsThenWrites {
+        &["a"]
+    } else {
+        &["a", "b"]
+    }
+}
+
+/// Registers the queued workload's waiters (see [`registering`]) in `id`'s (pending) record.
+pub(crate) async fn register_waiters(env: &TestEnv, ids: &Ids, id: &TxId, w: Workload) {
+    for (l, t) in REGISTERED
+        .into_iter()
+        .filter(|(l, _)| registering(w).contains(l))
+    {
         let landed = dynamodb_transactions::fault::register_waiter(
             &env.manager,
             id,
@@ -407,11 +433,11 @@ pub(crate) async fn register_waiters(env: &TestEnv, ids: &Ids, id: &TxId) {
     }
 }
 
-/// Checks the queues the queued workload's items carry at the end (`registered`: the waiters
-/// registered), and returns the view without them: every item that exists carries, as live
-/// entries, exactly [`QUEUE_YOUNG`] if it carried it, plus its registered waiter; its `_TxQF` is
-/// its oldest entry.
-pub(crate) fn queues_carried(label: &str, ids: &Ids, view: View, registered: bool) -> View {
+/// Checks the queues the queued workload's items carry at the end (`registered`: the items whose
+/// waiters registered), and returns the view without them: every item that exists carries, as
+/// live entries, exactly [`QUEUE_YOUNG`] if it carried it, plus its registered waiter; its
+/// `_TxQF` is its oldest entry.
+pub(crate) fn queues_carried(label: &str, ids: &Ids, view: View, registered: &[&str]) -> View {
     let now = now_ms();
     let mut out = Vec::new();
     for (l, it) in LETTERS.iter().zip(view) {
@@ -439,7 +465,7 @@ pub(crate) fn queues_carried(label: &str, ids: &Ids, view: View, registered: boo
         if QUEUED.contains(l) {
             expect.push(QUEUE_YOUNG);
         }
-        if registered {
+        if registered.contains(l) {
             expect.extend(REGISTERED.iter().filter(|(r, _)| r == l).map(|(_, t)| *t));
         }
         expect.sort();
