@@ -301,9 +301,14 @@ impl Transaction {
                                 Ok(true) => {
                                     registered = Some((holder.clone(), tokio::time::Instant::now()))
                                 }
-                                // Decided: nothing registered; the next read meets the item's
-                                // queue or its next holder.
-                                Ok(false) => registered = None,
+                                // Decided since it was judged: nothing registered, and the
+                                // item is free or soon is. Look again at once, before a
+                                // newcomer that finds no queue on it takes it.
+                                Ok(false) => {
+                                    registered = None;
+                                    waits += 1;
+                                    continue;
+                                }
                                 // Registering again is harmless: the next wait tries again.
                                 Err(e) => debug!(tx = %self.id, error = %e, "registration failed"),
                             }
