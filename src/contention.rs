@@ -257,13 +257,7 @@ pub(crate) async fn steal_orphan(
         // A decided record may hold waiters registered for this lock (a read's lock it does not
         // name): the release carries them, as every unlock does.
         let (own, registered) = record::load_registrations(c, &inner.tx_table, owner).await?;
-        let was = item_lock::queue::ItemQueue::of(&obs.queue);
-        let reg = registered
-            .get(&item_lock::queue::item_hash(table, key))
-            .cloned()
-            .unwrap_or_default();
-        let next = item_lock::queue::merged(&was.entries, &reg, own, crate::ddb::now_millis());
-        item_lock::queue::carry(&mut w, &was, &next);
+        item_lock::queue::carry_merged(&mut w, &obs.queue, &registered, (table, key), own);
     }
     w.send(c, None).await?;
     Ok(())

@@ -314,6 +314,24 @@ pub(crate) fn carry(w: &mut Write, was: &ItemQueue, next: &Entries) {
     }
 }
 
+/// Makes `w`, the write that unlocks `table`/`key`, carry the queue an unlock writes (see
+/// [`merged`]): the item's entries as it carries them (`raw`, its queue attributes) with the
+/// registrations for it among `registered` (a record's, by item), less the expired ones and
+/// `own` (the holder's ticket). Every unlock that carries a queue goes through here.
+pub(crate) fn carry_merged(
+    w: &mut Write,
+    raw: &Item,
+    registered: &BTreeMap<String, Entries>,
+    (table, key): (&str, &Item),
+    own: Option<u64>,
+) {
+    let was = ItemQueue::of(raw);
+    let none = Entries::new();
+    let reg = registered.get(&item_hash(table, key)).unwrap_or(&none);
+    let next = merged(&was.entries, reg, own, crate::ddb::now_millis());
+    carry(w, &was, &next);
+}
+
 /// Makes a lock write that will not read the item (a batched lock) conditional on the item
 /// carrying no queue at all, not even an empty one's version (`_TxQV`): its holder then knows the
 /// queue it must carry is empty without reading it. An item that carries one is locked on its own.

@@ -164,14 +164,14 @@ async fn complete_items(
             };
             if let Some(mut w) = write {
                 if queues {
-                    let was = item_lock::queue::ItemQueue::of(&obs.queue);
-                    let reg = registered
-                        .get(&item_lock::queue::item_hash(&e.table, &e.key))
-                        .cloned()
-                        .unwrap_or_default();
-                    let next =
-                        item_lock::queue::merged(&was.entries, &reg, own_ticket, ddb::now_millis());
-                    item_lock::queue::carry(&mut w, &was, &next);
+                    let item = (e.table.as_str(), &e.key);
+                    item_lock::queue::carry_merged(
+                        &mut w,
+                        &obs.queue,
+                        &registered,
+                        item,
+                        own_ticket,
+                    );
                 }
                 writes.push(w);
                 owners.push(Some(k.clone()));

@@ -234,7 +234,6 @@ impl Transaction {
         item_writes: &mut [Write],
         owners: &[Option<ItemRef>],
     ) {
-        use item_lock::queue;
         let count = st.registrations.count;
         let ph = &mut decision.ph;
         let reg = ph.name(record::REGISTERED);
@@ -253,7 +252,7 @@ impl Transaction {
             None => same,
         });
         let own = self.ticket_recorded.get().or(self.ticket.get()).copied();
-        let now = ddb::now_millis();
+        let registered = &st.registrations.entries;
         for (w, owner) in item_writes.iter_mut().zip(owners) {
             let Some(e) = owner.as_ref().and_then(|k| st.items.get(k)) else {
                 continue;
@@ -262,15 +261,8 @@ impl Transaction {
             let (Some(lock), true) = (&e.lock, w.table == e.table) else {
                 continue;
             };
-            let was = queue::ItemQueue::of(&lock.queue);
-            let registered = st
-                .registrations
-                .entries
-                .get(&queue::item_hash(&e.table, &e.key))
-                .cloned()
-                .unwrap_or_default();
-            let next = queue::merged(&was.entries, &registered, own, now);
-            queue::carry(w, &was, &next);
+            let item = (e.table.as_str(), &e.key);
+            item_lock::queue::carry_merged(w, &lock.queue, registered, item, own);
         }
     }
 
