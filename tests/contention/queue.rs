@@ -86,6 +86,22 @@ fn queued_item(id: &str, entries: &[(u64, u64)], version: u64) -> Item {
     ])
 }
 
+/// A buffered `SET v = <v>` of `k` in `tx`.
+async fn set_v(
+    tx: &dynamodb_transactions::Transaction,
+    table: &str,
+    k: &str,
+    v: u64,
+) -> Result<dynamodb_transactions::WriteOutput, Error> {
+    tx.update_item()
+        .table_name(table)
+        .key("Id", s(k))
+        .update_expression("SET v = :v")
+        .expression_attribute_values(":v", n(v))
+        .send()
+        .await
+}
+
 /// The header row of `id`'s record.
 async fn header(env: &TestEnv, id: &TxId) -> Item {
     env.record_rows(id)
@@ -375,19 +391,9 @@ async fn waiting_in_ticket_order_keeps_the_one_request_commit() {
         Duration::from_secs(2),
         |s| s.write_only_fast_path = false,
     );
-    let write = async |tx: &dynamodb_transactions::Transaction, k: &str, v: u64| {
-        tx.update_item()
-            .table_name(&env.table)
-            .key("Id", s(k))
-            .update_expression("SET v = :v")
-            .expression_attribute_values(":v", n(v))
-            .send()
-            .await
-            .unwrap();
-    };
     let tx = m.begin();
-    write(&tx, "a", 2).await;
-    write(&tx, "b", 2).await;
+    set_v(&tx, &env.table, "a", 2).await.unwrap();
+    set_v(&tx, &env.table, "b", 2).await.unwrap();
     counter.reset();
     tx.commit().await.unwrap();
     // The record and both locks in one request (the items carry no queue), then the commit.
@@ -403,7 +409,7 @@ async fn waiting_in_ticket_order_keeps_the_one_request_commit() {
     let (table, kb) = (env.table.clone(), key("b"));
     let h = m.begin();
     lock(&h, &table, "a").await.unwrap();
-    write(&h, "b", 3).await;
+    set_v(&h, &env.table, "b", 3).await.unwrap();
     lock(&h, &table, "b").await.unwrap();
     let ttl = Duration::from_secs(600);
     assert!(
@@ -453,19 +459,10 @@ async fn waiting_in_ticket_order_keeps_the_fast_path_where_no_queue_is() {
         true,
         Duration::from_millis(400),
     );
-    let update = async |tx: &dynamodb_transactions::Transaction, k: &str| {
-        tx.update_item()
-            .table_name(&env.table)
-            .key("Id", s(k))
-            .update_expression("SET v = :v")
-            .expression_attribute_values(":v", n(2))
-            .send()
-            .await
-    };
     // No queue: one request.
     let tx = m.begin();
-    update(&tx, "a").await.unwrap();
-    update(&tx, "b").await.unwrap();
+    set_v(&tx, &env.table, "a", 2).await.unwrap();
+    set_v(&tx, &env.table, "b", 2).await.unwrap();
     counter.reset();
     tx.commit().await.unwrap();
     assert_eq!(counter.total(), 1, "{:?}", counter.snapshot());
@@ -476,7 +473,7 @@ async fn waiting_in_ticket_order_keeps_the_fast_path_where_no_queue_is() {
 
     // A live entry older than any newcomer: refused, the item untouched.
     let tx = m.begin();
-    update(&tx, "old").await.unwrap();
+    set_v(&tx, &env.table, "old", 2).await.unwrap();
     let err = tx.commit().await.unwrap_err();
     assert!(is_locked_out(&err), "{err:?}");
     assert_eq!(
@@ -486,7 +483,7 @@ async fn waiting_in_ticket_order_keeps_the_fast_path_where_no_queue_is() {
 
     // A younger entry: the locking path takes the item, and the queue stays as it was.
     let tx = m.begin();
-    update(&tx, "young").await.unwrap();
+    set_v(&tx, &env.table, "young", 2).await.unwrap();
     tx.commit().await.unwrap();
     let mut expected = queued_item("young", &[(young, far)], 4);
     expected.insert("v".into(), n(2));
@@ -574,14 +571,7 @@ async fn with_the_setting_off_nothing_of_the_queue_is_sent() {
     // Two updates: the record and both locks in one request, then the commit (as documented).
     let tx = m.begin();
     for k in ["a", "b"] {
-        tx.update_item()
-            .table_name(&env.table)
-            .key("Id", s(k))
-            .update_expression("SET v = :v")
-            .expression_attribute_values(":v", n(2))
-            .send()
-            .await
-            .unwrap();
+        set_v(&tx, &env.table, k, 2).await.unwrap();
     }
     tx.commit().await.unwrap();
     assert_eq!(counter.total(), 2, "{:?}", counter.snapshot());
