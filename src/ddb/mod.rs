@@ -168,6 +168,14 @@ pub(crate) enum Transacted {
 }
 
 impl Write {
+    /// Adds `cond` to the write's condition (`(<condition>) AND <cond>`).
+    pub fn and_condition(&mut self, cond: String) {
+        self.condition = Some(match self.condition.take() {
+            Some(c) => format!("({c}) AND {cond}"),
+            None => cond,
+        });
+    }
+
     /// The key of the item the write targets (`None` for a put).
     pub fn kind_key(&self) -> Option<&Item> {
         match &self.kind {

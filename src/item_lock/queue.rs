@@ -337,10 +337,7 @@ pub(crate) fn carry_merged(
 /// queue it must carry is empty without reading it. An item that carries one is locked on its own.
 pub(crate) fn require_none(w: &mut Write) {
     let none = format!("attribute_not_exists({})", w.ph.name(QUEUE_VERSION));
-    w.condition = Some(match w.condition.take() {
-        Some(c) => format!("{c} AND {none}"),
-        None => none,
-    });
+    w.and_condition(none);
 }
 
 /// The lock condition's queue part: `attribute_not_exists(_TxQF) OR _TxQF.t >= :mine`, only the

@@ -247,10 +247,7 @@ impl Transaction {
             );
             format!("{reg} = {v}")
         };
-        decision.condition = Some(match decision.condition.take() {
-            Some(c) => format!("({c}) AND {same}"),
-            None => same,
-        });
+        decision.and_condition(same);
         let own = self.ticket_recorded.get().or(self.ticket.get()).copied();
         let registered = &st.registrations.entries;
         for (w, owner) in item_writes.iter_mut().zip(owners) {
