@@ -147,10 +147,11 @@ async fn eventually_consistent_reads_may_return_a_recent_version_and_consistent_
             .send()
             .await
             .unwrap();
-    }
-    // The versions are observed in the background after each write.
-    while profile.stats().versions_observed < 2 {
-        tokio::time::sleep(Duration::from_millis(10)).await;
+        // A version is observed by a read in the background after its write: wait for it before
+        // the next write, or a late observation of v1 on a loaded machine reads v2.
+        while profile.stats().versions_observed < v {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
     }
     let v_of =
         |i: Option<&dynamodb_transactions::Item>| i.map(|i| i["v"].as_n().unwrap().to_string());
