@@ -40,8 +40,8 @@
 //! | 1,000 updates (locks in batches of 99) | about 34 | about 9 | about 4N, plus the padding of batched locks |
 //!
 //! A `TransactWriteItems` action costs 2 write units per KB, a plain write 1. Each locked read
-//! costs two round trips in sequence, one with
-//! [`lock_reads_before_recording`](Settings::lock_reads_before_recording). A read at
+//! costs one round trip (its record write and its lock go out together; see
+//! [`Settings::locked_reads`]), so a transfer (two reads, two writes, the commit) waits for 3. A read at
 //! [`Committed`](IsolationLevel::Committed) costs one request, two when a transaction in flight
 //! holds the item. The [protocol guide](guides::protocol) breaks each path down; the repository's
 //! `docs/PERFORMANCE.md` has the measurements.
@@ -203,7 +203,7 @@ pub use manager::{
     TransactionManagerBuilder, TransactionStatus,
 };
 pub use record::TxState;
-pub use settings::{ContentionPolicy, FastPathStamps, Settings, TicketSource};
+pub use settings::{ContentionPolicy, FastPathStamps, LockedReads, Settings, TicketSource};
 pub use transaction::{
     DeleteItemBuilder, GetItemBuilder, GetOutput, PutItemBuilder, Transaction, UpdateItemBuilder,
     WriteOutput,

@@ -50,18 +50,18 @@ pub struct Settings {
     /// s.fast_path_stamps = FastPathStamps::Always;
     /// ```
     pub fast_path_stamps: FastPathStamps,
-    /// Locked reads ([`Transaction::get_item`](crate::Transaction::get_item)) in one round trip
-    /// each: once the transaction's record exists, a read sends only its lock, and its request is
-    /// recorded with the record's next write (a commit that has only held reads left to record
-    /// records nothing for them). `N` reads and a commit then cost `N + 2` requests instead of
-    /// `2N + 1`. The cost: a read's lock the record does not name is not found by whoever
-    /// completes the transaction after this handle dies (a crash, `abandon`) or another handle
-    /// decides it; it stays on the item, unapplied (readers see through it), until a transaction
-    /// that needs the item releases it, or a sweep of the items (`tables_to_scan`) does once the
-    /// record is finalized. The first read sends its lock together with the record's creation
-    /// (one round trip for both), made safe by tombstones. Off by default. See docs/PROTOCOL.md
-    /// "One round trip per locked read" and "Tombstones".
-    pub lock_reads_before_recording: bool,
+    /// How a locked read ([`Transaction::get_item`](crate::Transaction::get_item)) records its
+    /// request and locks its item. Default [`LockedReads::RecordWithLock`]: one round trip per
+    /// read, and the record names every lock unless its coordinator died during that round trip.
+    /// See docs/PROTOCOL.md "One round trip per locked read".
+    ///
+    /// ```
+    /// use dynamodb_transactions::{LockedReads, Settings};
+    /// let mut s = Settings::default();
+    /// // Two round trips per read, and no lock its record does not name, ever.
+    /// s.locked_reads = LockedReads::RecordThenLock;
+    /// ```
+    pub locked_reads: LockedReads,
     /// Attempts of [`TransactionManager::run`](crate::TransactionManager::run) before it gives up.
     pub run_attempts: u32,
     /// When [`TransactionManager::run`](crate::TransactionManager::run) retries a unit of work,
@@ -193,7 +193,7 @@ impl Default for Settings {
             one_shot_max_items: 98,
             write_only_fast_path: true,
             fast_path_stamps: FastPathStamps::WhenStreamed,
-            lock_reads_before_recording: false,
+            locked_reads: LockedReads::RecordWithLock,
             run_attempts: 10,
             run_relocks_reads: true,
             backoff_base: Duration::from_millis(10),
@@ -230,6 +230,39 @@ pub enum FastPathStamps {
     /// Never: the fast path's writes reach the feed as single changes, and deletes keep the fast
     /// path.
     Never,
+}
+
+/// How a locked read inside a transaction records its request in the transaction's record and
+/// locks its item ([`Settings::locked_reads`]; docs/PROTOCOL.md "One round trip per locked read").
+///
+/// Whoever completes a transaction (its coordinator, another handle, a contender that rolls it
+/// back, the sweeper) settles the items its record names. A lock the record does not name, which
+/// only a read takes, carries no change: readers see through it, nobody releases it while the
+/// transaction is pending, and once it is decided whoever meets it releases it; a sweep of the
+/// items ([`SweepOptions::tables_to_scan`](crate::sweeper::SweepOptions::tables_to_scan)) finds the
+/// ones nobody meets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum LockedReads {
+    /// The read's request is recorded, then its item is locked: two round trips and two requests
+    /// per read, and the record names every lock before it is taken. `N` reads and a commit: `2N + 1`
+    /// requests, all sequential.
+    RecordThenLock,
+    /// The record's write (its creation for the first read, an append after) and the lock go out
+    /// together: one round trip and two requests per read. The record names every lock unless the
+    /// coordinator died (or lost the record write's answer and then died) during that round trip:
+    /// at most one lock per crashed handle. `N` reads and a commit: `2N + 1` requests on a critical
+    /// path of `N + 1` round trips.
+    #[default]
+    RecordWithLock,
+    /// Once the record exists a read sends only its lock, and its request is recorded with the
+    /// record's next write (a commit that has only held reads left to record records nothing for
+    /// them); the first read's lock goes with the record's creation. `N` reads and a commit:
+    /// `N + 2` requests on `N + 1` round trips. The cost: a read's lock the record does not name is
+    /// not found by whoever completes the transaction when this handle dies (a crash, `abandon`)
+    /// or another handle decides it, which leaves every such lock of the handle on its item,
+    /// unapplied, until a transaction that needs the item or a sweep of the items meets it.
+    LockThenRecord,
 }
 
 /// How a transaction treats another, pending transaction that holds an item it needs.

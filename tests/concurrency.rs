@@ -33,8 +33,13 @@ async fn transfers_from_eight_coordinators_conserve_the_total() {
                 if w % 2 == 1 {
                     s.one_shot_max_items = 0;
                 }
-                // Half of them lock their reads before recording them (one round trip per read).
-                s.lock_reads_before_recording = w % 4 >= 2;
+                // Each way of taking locked reads: a quarter of the workers record first, a quarter
+                // lock first, the rest send both together (the default).
+                s.locked_reads = match w % 4 {
+                    2 => dynamodb_transactions::LockedReads::RecordThenLock,
+                    3 => dynamodb_transactions::LockedReads::LockThenRecord,
+                    _ => dynamodb_transactions::LockedReads::RecordWithLock,
+                };
             })
             .build();
         let table = env.table.clone();

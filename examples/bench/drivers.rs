@@ -21,7 +21,7 @@ pub enum Driver {
     Locking,
     /// The locking protocol with its locks taken item by item (`batch_locks = false`).
     PerItem,
-    /// `lock_reads_before_recording = true`: a read sends only its lock once the record exists.
+    /// `locked_reads = LockThenRecord`: a read sends only its lock once the record exists.
     LockedReads,
     /// `roll_forward = false`: a phased commit (N > 98) applies every write before the commit,
     /// then unlocks (one more write per item than the default, which rolls writes forward).
@@ -46,7 +46,7 @@ impl Driver {
             Driver::Library => "library",
             Driver::Locking => "locking",
             Driver::PerItem => "per-item locks",
-            Driver::LockedReads => "locked reads",
+            Driver::LockedReads => "lock then record",
             Driver::ApplyFirst => "apply before commit",
             Driver::Sequential => "sequential",
             Driver::Native => "native",
@@ -101,7 +101,7 @@ impl Driver {
                     st.batch_locks = false;
                 }
                 if self == Driver::LockedReads {
-                    st.lock_reads_before_recording = true;
+                    st.locked_reads = dynamodb_transactions::LockedReads::LockThenRecord;
                 }
                 if self == Driver::ApplyFirst {
                     st.roll_forward = false;

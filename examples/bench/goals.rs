@@ -104,28 +104,38 @@ pub fn goals(rows: &[Row], locks: &LockResults, contention: &[ContentionFigures]
             );
         }
     }
-    // Reads are judged with `lock_reads_before_recording` on (the row's other driver), and shown
-    // beside the default.
+    // Reads' critical paths are judged with default settings; requests with `LockThenRecord`
+    // (the row's other driver), which sends the fewest.
     if let Some(r) = find(Kind::Transfer, 2) {
-        let best = r.alt.as_ref().unwrap_or(&r.lib);
         let _ = writeln!(
             out,
-            "- Goal: transfer (2 reads, 2 writes) critical path ≤ 3: **{}** ({} with locked reads before recording; {} by default)",
-            mark(best.path_median() <= 3),
-            best.path_median(),
-            r.lib.path_median()
+            "- Goal: transfer (2 reads, 2 writes) critical path ≤ 3 by default: **{}** ({}, {} requests; lock then record: path {}, {} requests)",
+            mark(r.lib.path_median() <= 3),
+            r.lib.path_median(),
+            num(r.lib.requests()),
+            r.alt.as_ref().map_or(0, |a| a.path_median()),
+            r.alt
+                .as_ref()
+                .map_or("—".to_string(), |a| num(a.requests()))
         );
     }
     if let Some(r) = find(Kind::Read, 10) {
-        let best = r.alt.as_ref().unwrap_or(&r.lib);
         let _ = writeln!(
             out,
-            "- Goal: read lock N = 10 requests ≤ N + 2: **{}** ({}, path {}, with locked reads before recording; {} by default)",
-            mark(best.requests() <= 12.0),
-            num(best.requests()),
-            best.path_median(),
+            "- Goal: read lock N = 10 critical path ≤ N + 1 by default: **{}** ({}, {} requests)",
+            mark(r.lib.path_median() <= 11),
+            r.lib.path_median(),
             num(r.lib.requests())
         );
+        if let Some(a) = r.alt.as_ref() {
+            let _ = writeln!(
+                out,
+                "- Goal: read lock N = 10 requests ≤ N + 2 with lock then record: **{}** ({}, path {})",
+                mark(a.requests() <= 12.0),
+                num(a.requests()),
+                a.path_median()
+            );
+        }
     }
     let counter = contention.iter().find(|c| c.mode == "counter");
     for c in contention.iter().filter(|c| c.mode != "counter") {

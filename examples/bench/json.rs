@@ -113,7 +113,7 @@ fn json_fields(res: &Results) -> Vec<String> {
     let transfer = find(Kind::Transfer, 2);
     single_fields(&mut fields, "readlock", read10.map(|r| &r.lib));
     single_fields(&mut fields, "transfer", transfer.map(|r| &r.lib));
-    // The same with `lock_reads_before_recording` on.
+    // The same with `locked_reads = LockThenRecord`.
     single_fields(
         &mut fields,
         "readlock_locked_reads",

@@ -79,9 +79,22 @@ fn operation(cfg: &ConfigBag) -> String {
 /// It reads the operation's name from the request's config bag, so it counts the requests of any
 /// AWS SDK client it is attached to: on a DynamoDB Streams client's config,
 /// `counter.get("GetRecords")` is the number of `GetRecords` requests sent.
+///
+/// It also keeps when each request went out and when its attempt ended, so that
+/// [`round_trips`](Self::round_trips) can tell how many of them ran one after another.
 #[derive(Debug, Clone, Default)]
 pub struct RequestCounter {
     counts: Arc<Mutex<BTreeMap<String, u64>>>,
+    spans: Arc<Mutex<Vec<(std::time::Instant, std::time::Instant)>>>,
+}
+
+/// When a request counted by a [`RequestCounter`] went out (kept in its config bag until its
+/// attempt ends).
+#[derive(Debug, Clone)]
+struct SentAt(std::time::Instant);
+
+impl Storable for SentAt {
+    type Storer = StoreReplace<Self>;
 }
 
 impl RequestCounter {
@@ -113,6 +126,34 @@ impl RequestCounter {
     /// Back to zero.
     pub fn reset(&self) {
         self.counts.lock().expect("counter poisoned").clear();
+        self.spans.lock().expect("counter poisoned").clear();
+    }
+
+    /// The critical path of the requests counted since the last reset: the longest chain of
+    /// requests each sent after the one before it had its answer. Requests sent together (one
+    /// before the other's answer) count once, so this is the number of sequential round trips
+    /// a caller waited for. Requests still in flight are not counted.
+    ///
+    /// ```
+    /// use dynamodb_transactions::fault::RequestCounter;
+    /// let counter = RequestCounter::new();
+    /// assert_eq!(counter.round_trips(), 0);
+    /// ```
+    pub fn round_trips(&self) -> u64 {
+        let mut spans = self.spans.lock().expect("counter poisoned").clone();
+        spans.sort();
+        // path[i]: the longest chain ending with request i (every request that ended before i
+        // was sent started before it, so it sorts before it).
+        let mut path: Vec<u64> = Vec::with_capacity(spans.len());
+        for (i, (sent, _)) in spans.iter().enumerate() {
+            let before = (0..i)
+                .filter(|&j| spans[j].1 <= *sent)
+                .map(|j| path[j])
+                .max()
+                .unwrap_or(0);
+            path.push(before + 1);
+        }
+        path.into_iter().max().unwrap_or(0)
     }
 }
 
@@ -133,6 +174,27 @@ impl Intercept for RequestCounter {
             .expect("counter poisoned")
             .entry(operation(cfg))
             .or_default() += 1;
+        cfg.interceptor_state()
+            .store_put(SentAt(std::time::Instant::now()));
+        Ok(())
+    }
+
+    fn read_after_attempt(
+        &self,
+        _ctx: &aws_smithy_runtime_api::client::interceptors::context::FinalizerInterceptorContextRef<
+            '_,
+        >,
+        _rc: &RuntimeComponents,
+        cfg: &mut ConfigBag,
+    ) -> HookResult {
+        if let Some(SentAt(sent)) = cfg.load::<SentAt>().cloned() {
+            self.spans
+                .lock()
+                .expect("counter poisoned")
+                .push((sent, std::time::Instant::now()));
+            // A retry that never goes out must not count this attempt again.
+            cfg.interceptor_state().unset::<SentAt>();
+        }
         Ok(())
     }
 }

@@ -1,7 +1,7 @@
 //! Tombstones: the record of a transaction whose lock was released while it had no record.
 //!
 //! A locked read may be sent together with its transaction's record creation
-//! (`Settings::lock_reads_before_recording`), so a lock whose record is absent is not always the
+//! (`Settings::locked_reads`, unless `RecordThenLock`), so a lock whose record is absent is not always the
 //! lock of a vanished transaction: its record may still be on its way. Nobody releases such a lock
 //! without first putting a tombstone under the transaction's id: a header rolled back and
 //! finalized, with no requests, conditional on the record's absence. If the tombstone lands, the

@@ -351,7 +351,7 @@ impl Pass<'_> {
                 OwnerState::Pending | OwnerState::Decided { finalized: false } => Ok(()),
                 OwnerState::Decided { finalized: true } => {
                     // A lock taken late by a slow coordinator of a finished transaction, or a
-                    // read's lock its record never named (`lock_reads_before_recording`).
+                    // read's lock its record never named (`Settings::locked_reads`).
                     let first = {
                         let mut done = self.completed_owners.lock().expect("poisoned");
                         let first = !done.contains(&owner);

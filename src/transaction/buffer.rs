@@ -15,6 +15,7 @@ use crate::item_lock::{self, Existence, LockInfo, LockOutcome};
 use crate::keys::ItemRef;
 use crate::record::{self, Appended, Header, TxState};
 use crate::request::{self, Op, Request};
+use crate::settings::LockedReads;
 use crate::settle::{self, PROTOCOL_ATTEMPTS};
 
 use super::{GetOutput, State, Transaction, WriteOutput};
@@ -120,35 +121,85 @@ impl Transaction {
         Ok(GetOutput { item })
     }
 
-    /// Locks the item of a read. With `Settings::lock_reads_before_recording`, once the record
-    /// exists (and this handle knows its state), only the lock is sent: the read's request is recorded with the record's next write, and a commit
-    /// whose unrecorded requests are all held reads records nothing for them. A lock the record
-    /// does not name is never released while the transaction is pending; once it is decided,
-    /// whoever meets the lock releases it like a late one (docs/PROTOCOL.md "One round trip per
-    /// locked read").
+    /// Locks the item of a read, recording its request as `Settings::locked_reads` says: first
+    /// (`RecordThenLock`), together with the lock (`RecordWithLock`), or with the record's next
+    /// write (`LockThenRecord`: only the lock is sent once the record exists, and a commit whose
+    /// unrecorded requests are all held reads records nothing for them). A lock the record does
+    /// not name is never released while the transaction is pending; once it is decided, whoever
+    /// meets the lock releases it like a late one (docs/PROTOCOL.md "One round trip per locked
+    /// read").
     async fn lock_read(&self, st: &mut State, r: &ItemRef) -> Result<LockInfo> {
         if self.may_lock_with_creation(st, r) {
             return self.lock_with_creation(st, r).await;
         }
-        if !self.may_hold_unrecorded_reads(st) {
-            // The record must exist before any lock that names it: a lock whose record is absent
-            // is taken for a vanished transaction's and released.
-            return self.drive_lock(st, r).await;
+        if self.may_hold_unrecorded_reads(st) {
+            return self.hold_lock(st, r).await;
         }
-        self.hold_lock(st, r).await
+        if self.inner.settings.locked_reads == LockedReads::RecordWithLock
+            && st.meta.is_some()
+            && !st.record_in_doubt
+        {
+            return self.record_with_lock(st, r).await;
+        }
+        // The record must exist before any lock that names it: a lock whose record is absent is
+        // taken for a vanished transaction's and released.
+        self.drive_lock(st, r).await
+    }
+
+    /// A read's record append and its lock, sent together (`LockedReads::RecordWithLock`, once
+    /// the record exists). Either may land first: a lock before its append is a lock the pending
+    /// record does not name yet, which nobody releases while the transaction is pending; an
+    /// append before its lock names an item not yet locked, as recording first does. If the
+    /// append finds the transaction decided by someone else, the lock that landed is released
+    /// here, like a late lock (conditional on our ownership and on not being applied).
+    async fn record_with_lock(&self, st: &mut State, r: &ItemRef) -> Result<LockInfo> {
+        if let Some(l) = st.items[r].lock.clone() {
+            self.flush(st).await?;
+            return Ok(l);
+        }
+        let e = st.items[r].clone();
+        let first = self.expected_existence(st, r).await?;
+        let (recorded, locked) = tokio::join!(
+            self.flush(st),
+            // Boxed as in `hold_lock`: the lock loop's future is large.
+            Box::pin(self.lock_one(&e.table, &e.key, first))
+        );
+        if let Ok(l) = &locked {
+            st.items.get_mut(r).expect("entry exists").lock = Some(l.clone());
+        }
+        if let Err(err) = recorded {
+            // Decided without this read (or its record is gone, which only a decided transaction's
+            // is): the lock is a late lock of ours.
+            if locked.is_ok()
+                && (st.outcome.is_some() || matches!(err, Error::UnknownOutcome { .. }))
+            {
+                self.release_late_read_lock(st, r).await?;
+            }
+            return Err(err);
+        }
+        locked
+    }
+
+    /// Releases the lock this handle holds on `r`'s item for a read its transaction will not
+    /// include (conditional on our ownership and on the lock not being applied), and forgets it.
+    async fn release_late_read_lock(&self, st: &mut State, r: &ItemRef) -> Result<()> {
+        let mut late = std::collections::BTreeMap::from([(r.clone(), st.items[r].clone())]);
+        settle::release_unapplied_locks(&self.inner, &self.id, &mut late).await?;
+        st.items.get_mut(r).expect("entry exists").lock = None;
+        Ok(())
     }
 
     /// Whether a read's lock may go out with the record's creation: the setting is on, the
     /// record was never written (no creation of it may have landed) and the item is not held.
     fn may_lock_with_creation(&self, st: &State, r: &ItemRef) -> bool {
-        self.inner.settings.lock_reads_before_recording
+        self.inner.settings.locked_reads != LockedReads::RecordThenLock
             && st.meta.is_none()
             && !st.record_in_doubt
             && st.items.get(r).is_some_and(|e| e.lock.is_none())
     }
 
     /// The first locked read of a transaction without a record (with
-    /// `Settings::lock_reads_before_recording`): the record's creation, which records the read,
+    /// `Settings::locked_reads` other than `RecordThenLock`): the record's creation, which records the read,
     /// and the read's lock go out together, one round trip for both. A contender that meets the
     /// lock before the record exists puts a tombstone under our id before it releases the lock
     /// (`record::put_tombstone`): the creation then fails on it and the read reports the
@@ -174,7 +225,17 @@ impl Transaction {
                 self.queue_guard()
             )
         );
-        recorded?;
+        if let Err(err) = recorded {
+            if let (Ok(LockOutcome::Locked(lock)), None, false) =
+                (attempt, st.meta, st.record_in_doubt)
+            {
+                // The creation surely did not land (a missing table, a refused request) and
+                // cannot land later: nobody else can decide this lock; release it.
+                st.items.get_mut(r).expect("entry exists").lock = Some(lock);
+                self.release_late_read_lock(st, r).await?;
+            }
+            return Err(err);
+        }
         match attempt {
             Ok(LockOutcome::Locked(lock)) if sent.elapsed() < record::KEEP / 2 => {
                 st.items.get_mut(r).expect("entry exists").lock = Some(lock.clone());
@@ -184,10 +245,12 @@ impl Transaction {
         }
     }
 
-    /// Whether a read may be locked before its request is recorded: the setting is on and the
+    /// Whether a read may be locked without its request being recorded (`LockThenRecord`) and the
     /// record surely exists.
     fn may_hold_unrecorded_reads(&self, st: &State) -> bool {
-        self.inner.settings.lock_reads_before_recording && st.meta.is_some() && !st.record_in_doubt
+        self.inner.settings.locked_reads == LockedReads::LockThenRecord
+            && st.meta.is_some()
+            && !st.record_in_doubt
     }
 
     /// True when every request not yet in the record is a read whose item this handle holds: its

@@ -639,7 +639,13 @@ impl ChaosWorker {
             if w % 2 == 1 {
                 s.one_shot_max_items = 0;
             }
-            s.lock_reads_before_recording = w % 4 >= 2;
+            // Each way of taking locked reads: a quarter of the workers lock first, a quarter
+            // record first, the rest send both together (the default).
+            s.locked_reads = match w % 4 {
+                2 => dynamodb_transactions::LockedReads::LockThenRecord,
+                3 => dynamodb_transactions::LockedReads::RecordThenLock,
+                _ => dynamodb_transactions::LockedReads::RecordWithLock,
+            };
             s.roll_forward = w % 4 == 1;
             s.lock_wait = std::time::Duration::from_secs(3);
             s.contention = dynamodb_transactions::ContentionPolicy::Ordered {

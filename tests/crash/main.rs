@@ -10,7 +10,7 @@ use std::sync::Arc;
 use aws_sdk_dynamodb::types::AttributeValue;
 use common::*;
 use dynamodb_transactions::fault::{FaultInjector, FaultMode, RequestCounter};
-use dynamodb_transactions::{Error, TransactionManager, TxId, TxState};
+use dynamodb_transactions::{Error, LockedReads, TransactionManager, TxId, TxState};
 use workload::*;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,7 +44,7 @@ fn manager_with(
         .configure(|s| {
             s.rollback_on_drop = false;
             s.batch_locks = w.batch_locks();
-            s.lock_reads_before_recording = w == Workload::LockedReadsThenWrites;
+            s.locked_reads = w.locked_reads();
             s.roll_forward = w.rolls_forward();
             s.judge_conditions = w != Workload::RolledForwardUnjudged;
             s.wait_in_ticket_order = w.queued();
@@ -303,9 +303,10 @@ async fn one_run(
         }
     }
 
-    if w == Workload::LockedReadsThenWrites {
-        // Read locks the record never named (the setting's price) stay until a transaction that
-        // needs the item meets them: here a reader in a transaction of its own, which changes
+    if w.reads_first() && w.locked_reads() != LockedReads::RecordThenLock {
+        // Read locks the record never named (with `LockThenRecord`, every read's after a crash;
+        // with `RecordWithLock`, the read whose append was in flight) stay until a transaction
+        // that needs the item meets them: here a reader in a transaction of its own, which changes
         // nothing.
         let (m3, _) = env.second_coordinator();
         for l in ["a", "b", "d"] {
@@ -402,8 +403,13 @@ async fn sweep_matrix(w: Workload, one_shot: bool) {
         // The record (with its chunk row) and every lock, cancelled because the put of b assumes
         // a create; the same with b locked as existing; the commit.
         assert_eq!(total, 3, "requests of the batched one-request commit");
-    } else if w == Workload::ReadsThenWrites && one_shot {
-        // Three reads, each recorded then locked; the commit records the writes itself.
+    } else if matches!(
+        w,
+        Workload::ReadsThenWrites | Workload::RecordedReadsThenWrites
+    ) && one_shot
+    {
+        // Three reads, each recorded and locked (together, or one then the other); the commit
+        // records the writes itself.
         assert_eq!(
             total, 7,
             "requests of reads then a folded one-request commit"
@@ -536,6 +542,11 @@ async fn crash_reads_then_writes_one_shot() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crash_reads_then_writes_phased() {
     sweep_matrix(Workload::ReadsThenWrites, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_recorded_reads_then_writes_one_shot() {
+    sweep_matrix(Workload::RecordedReadsThenWrites, true).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

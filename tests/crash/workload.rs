@@ -3,7 +3,7 @@
 //! record lists).
 
 use aws_sdk_dynamodb::types::ReturnValue;
-use dynamodb_transactions::{Error, Item, Transaction, TxId};
+use dynamodb_transactions::{Error, Item, LockedReads, Transaction, TxId};
 
 use crate::common::*;
 
@@ -29,8 +29,12 @@ pub(crate) enum Workload {
     BatchedInserts,
     /// Reads of a, b and d under lock first, then the writes of existing items on them: every item
     /// is held when the commit starts, so the one-request commit records the writes itself (their
-    /// requests folded into its decisive write).
+    /// requests folded into its decisive write). Reads as by default (`LockedReads::RecordWithLock`):
+    /// the first read's lock goes out with the record's creation, each other read's with the
+    /// record's append.
     ReadsThenWrites,
+    /// `ReadsThenWrites` with `LockedReads::RecordThenLock`: each read is recorded, then locked.
+    RecordedReadsThenWrites,
     /// The buffered workload with `Settings::roll_forward`, committed in phases (the insert of c
     /// conditional on its absence, the put of b on `attribute_exists(v)`): the batch marks the
     /// writes' locks, and every write is applied by the write that unlocks its item after the flip
@@ -40,9 +44,9 @@ pub(crate) enum Workload {
     /// `RolledForward` with `Settings::judge_conditions` off: the put of b is applied before the
     /// flip (its condition DynamoDB's to judge), beside the writes rolled forward.
     RolledForwardUnjudged,
-    /// `ReadsThenWrites` with `Settings::lock_reads_before_recording`: the first read's lock goes
-    /// out together with the record's creation, the other reads send only their locks, and the
-    /// commit records the writes (and the unrecorded reads need nothing).
+    /// `ReadsThenWrites` with `LockedReads::LockThenRecord`: the first read's lock goes out
+    /// together with the record's creation, the other reads send only their locks, and the commit
+    /// records the writes (and the unrecorded reads need nothing).
     LockedReadsThenWrites,
     /// `Buffered` with a 20 KB attribute in the put of b: the requests are too many bytes for the
     /// record's header, so the record is created with its requests in a chunk row, in one
@@ -91,6 +95,7 @@ impl Workload {
                 | Workload::RolledForward
                 | Workload::RolledForwardUnjudged
                 | Workload::ReadsThenWrites
+                | Workload::RecordedReadsThenWrites
                 | Workload::LockedReadsThenWrites
                 | Workload::BatchedChunked
                 | Workload::Gated
@@ -107,9 +112,19 @@ impl Workload {
         matches!(
             self,
             Workload::ReadsThenWrites
+                | Workload::RecordedReadsThenWrites
                 | Workload::LockedReadsThenWrites
                 | Workload::QueuedReadsThenWrites
         )
+    }
+
+    /// How the workload's reads record their requests and lock their items.
+    pub(crate) fn locked_reads(self) -> LockedReads {
+        match self {
+            Workload::RecordedReadsThenWrites => LockedReads::RecordThenLock,
+            Workload::LockedReadsThenWrites => LockedReads::LockThenRecord,
+            _ => LockedReads::RecordWithLock,
+        }
     }
 
     /// Updates [`EXTRA_ITEMS`] more items (see [`extra_view`]).
@@ -177,6 +192,7 @@ pub(crate) async fn work(
                 | Workload::RolledForward
                 | Workload::RolledForwardUnjudged
                 | Workload::ReadsThenWrites
+                | Workload::RecordedReadsThenWrites
                 | Workload::LockedReadsThenWrites
                 | Workload::BufferedChunked
                 | Workload::BatchedChunked

@@ -191,13 +191,13 @@ async fn orphan_images_and_locks_of_deleted_records_are_cleaned() {
     );
 }
 
-/// With `lock_reads_before_recording`, a read's lock the record never named outlives the
+/// With `LockedReads::LockThenRecord`, a read's lock the record never named outlives the
 /// transaction's rollback by another coordinator; a sweep of the items releases it once the record
 /// is finalized (completing the owner alone would leave the lock).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sweep_releases_read_locks_a_finalized_record_never_named() {
     let env = TestEnv::with_settings("sweep-unnamed", |s| {
-        s.lock_reads_before_recording = true;
+        s.locked_reads = dynamodb_transactions::LockedReads::LockThenRecord;
         s.rollback_on_drop = false;
     })
     .await;
@@ -236,4 +236,59 @@ async fn a_sweep_releases_read_locks_a_finalized_record_never_named() {
         env.raw_get(&env.table, &key("b")).await.unwrap(),
         item(&[("Id", s("b")), ("v", s("x"))])
     );
+}
+
+/// The bound on a lock its record does not name, with default settings: a coordinator whose
+/// second read's append never landed (while the read's lock did) dies. Its record is pending and
+/// names only the first read. One sweep pass that scans the items' table, once the record has
+/// been still for `rollback_after`, rolls the transaction back, releases the named lock with the
+/// rollback and the unnamed one as the lock of a finalized transaction.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_sweep_pass_clears_the_unnamed_read_lock_of_a_crashed_coordinator() {
+    let env = TestEnv::with_settings("sweep-crashed-read", |s| {
+        s.rollback_on_drop = false;
+    })
+    .await;
+    for k in ["a", "b"] {
+        env.raw_put(&env.table, item(&[("Id", s(k)), ("v", s("x"))]))
+            .await;
+    }
+    let tx = env.manager.begin();
+    let id = tx.id().clone();
+    tx.get_item()
+        .table_name(&env.table)
+        .key("Id", s("a"))
+        .send()
+        .await
+        .unwrap();
+    // The second read sends the record's append, then its lock: the append fails before it is
+    // sent, the lock lands, and the coordinator dies.
+    env.faults
+        .fail_operation_at("UpdateItem", 1, FaultMode::BeforeSend);
+    tx.get_item()
+        .table_name(&env.table)
+        .key("Id", s("b"))
+        .send()
+        .await
+        .unwrap_err();
+    tx.abandon();
+    assert_eq!(state(&env, &id).await, Some((TxState::Pending, false)));
+    let b = env.raw_get(&env.table, &key("b")).await.unwrap();
+    assert_eq!(b["_TxId"], s(id.as_str()), "b's lock landed: {b:?}");
+
+    let report = env
+        .manager
+        .sweep(&SweepOptions::finish_everything_now().tables_to_scan([env.table.clone()]))
+        .await
+        .unwrap();
+    assert_eq!(report.errors.len(), 0, "{report:?}");
+    assert_eq!(report.rolled_back, vec![id.clone()], "{report:?}");
+    assert_eq!(report.stale_locks_completed, 1, "{report:?}");
+    assert_eq!(state(&env, &id).await, Some((TxState::RolledBack, true)));
+    for k in ["a", "b"] {
+        assert_eq!(
+            env.raw_get(&env.table, &key(k)).await.unwrap(),
+            item(&[("Id", s(k)), ("v", s("x"))])
+        );
+    }
 }

@@ -1,4 +1,4 @@
-//! One round trip per locked read (`Settings::lock_reads_before_recording`): once the record
+//! One round trip per locked read (`Settings::locked_reads`). With `LockThenRecord`, once the record
 //! exists a read sends only its lock, and its request is recorded with the record's next write (or
 //! never, when the commit has only held reads to record). Request counts, contenders meeting a
 //! read's lock its record does not name, and a crash at every request of the path.
@@ -12,7 +12,7 @@ use crate::assert_clean;
 use crate::common::*;
 
 fn lock_first(s: &mut dynamodb_transactions::Settings) {
-    s.lock_reads_before_recording = true;
+    s.locked_reads = dynamodb_transactions::LockedReads::LockThenRecord;
 }
 
 /// Both commit paths, reads locked before they are recorded.
@@ -106,6 +106,65 @@ async fn a_transfer_reads_with_one_lock_request_each() {
     // Create + lock, lock, the commit, which records the two writes and the second read itself
     // (was 6: one append per read, then the writes' append).
     assert_eq!(env.counter.total(), 4, "{c:?}");
+    assert_eq!(c.get("TransactWriteItems"), Some(&1), "{c:?}");
+    assert_eq!(env.raw_get(&env.table, &key("a")).await.unwrap()["v"], n(0));
+    assert_eq!(env.raw_get(&env.table, &key("b")).await.unwrap()["v"], n(2));
+    assert_clean(&env).await;
+}
+
+/// The keys of the items a transaction's record names.
+async fn named_keys(env: &TestEnv, id: &TxId) -> Vec<String> {
+    let mut keys: Vec<String> = env
+        .record_rows(id)
+        .await
+        .iter()
+        .filter_map(|r| r.get("_TxR").and_then(|v| v.as_l().ok()))
+        .flatten()
+        .filter_map(|req| {
+            let AttributeValue::M(m) = req else {
+                return None;
+            };
+            m.values().find_map(|v| match v {
+                AttributeValue::M(k) => k.get("Id").and_then(|id| id.as_s().ok()).cloned(),
+                _ => None,
+            })
+        })
+        .collect();
+    keys.sort();
+    keys.dedup();
+    keys
+}
+
+/// With default settings a locked read waits for one round trip: its record write (the record's
+/// creation for the first, an append after) goes out together with its lock. A transfer then
+/// waits for 3 round trips, and its record names both reads before the commit, so whoever
+/// completes the transaction, if this handle dies, finds every lock it took.
+#[tokio::test]
+async fn by_default_a_read_is_recorded_and_locked_in_one_round_trip() {
+    let env = TestEnv::new("rl-default").await;
+    seed(&env, &["a", "b"]).await;
+    warm(&env).await;
+    env.counter.reset();
+    let tx = env.manager.begin();
+    let a = read(&tx, &env.table, "a").await.unwrap().unwrap();
+    let b = read(&tx, &env.table, "b").await.unwrap().unwrap();
+    let c = env.counter.snapshot();
+    // The record's creation with a's lock, then its append with b's lock.
+    assert_eq!(env.counter.round_trips(), 2, "{c:?}");
+    assert_eq!(env.counter.total(), 4, "{c:?}");
+    assert_eq!(named_keys(&env, tx.id()).await, ["a", "b"]);
+    for k in ["a", "b"] {
+        let raw = env.raw_get(&env.table, &key(k)).await.unwrap();
+        assert_eq!(raw["_TxId"], s(tx.id().as_str()), "{raw:?}");
+    }
+    env.counter.reset();
+    set(&tx, &env.table, "a", a - 1).await.unwrap();
+    set(&tx, &env.table, "b", b + 1).await.unwrap();
+    tx.commit().await.unwrap();
+    let c = env.counter.snapshot();
+    // One more: the commit, which records the two writes on held items itself.
+    assert_eq!(env.counter.round_trips(), 1, "{c:?}");
+    assert_eq!(env.counter.total(), 1, "{c:?}");
     assert_eq!(c.get("TransactWriteItems"), Some(&1), "{c:?}");
     assert_eq!(env.raw_get(&env.table, &key("a")).await.unwrap()["v"], n(0));
     assert_eq!(env.raw_get(&env.table, &key("b")).await.unwrap()["v"], n(2));
