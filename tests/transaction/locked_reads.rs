@@ -90,6 +90,30 @@ async fn n_locked_reads_cost_n_plus_two_requests() {
     assert_clean(&env).await;
 }
 
+/// With default settings, ten locked reads and the commit wait for 11 round trips (each read's
+/// record write goes with its lock), and the record names every read.
+#[tokio::test]
+async fn by_default_n_locked_reads_and_a_commit_take_n_plus_one_round_trips() {
+    let env = TestEnv::new("rl-default-n").await;
+    let ids: Vec<String> = (0..10).map(|i| format!("k{i}")).collect();
+    let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+    seed(&env, &refs).await;
+    warm(&env).await;
+    env.counter.reset();
+    let tx = env.manager.begin();
+    let id = tx.id().clone();
+    for k in &refs {
+        assert_eq!(read(&tx, &env.table, k).await.unwrap(), Some(1));
+    }
+    tx.commit().await.unwrap();
+    let c = env.counter.snapshot();
+    assert_eq!(env.counter.round_trips(), 11, "{c:?}");
+    // Each read's record write and lock, the commit.
+    assert_eq!(env.counter.total(), 21, "{c:?}");
+    assert_eq!(named_keys(&env, &id).await, refs);
+    assert_clean(&env).await;
+}
+
 #[tokio::test]
 async fn a_transfer_reads_with_one_lock_request_each() {
     let env = TestEnv::with_settings("rl-transfer", lock_first).await;
