@@ -27,7 +27,7 @@ pub enum Driver {
     /// then unlocks (one more write per item than the default, which rolls writes forward).
     ApplyFirst,
     /// The Java library's shape: `concurrency = 1`, `one_shot_max_items = 0`, no fast path, locks
-    /// item by item.
+    /// item by item, reads recorded then locked.
     Sequential,
     /// One `TransactWriteItems` with the N actions (N ≤ 100, writes only).
     Native,
@@ -112,6 +112,7 @@ impl Driver {
                 st.one_shot_max_items = 0;
                 st.write_only_fast_path = false;
                 st.batch_locks = false;
+                st.locked_reads = dynamodb_transactions::LockedReads::RecordThenLock;
             }
             Driver::Native | Driver::NativeTwice | Driver::NativeOptimistic => {}
         }
