@@ -15,6 +15,7 @@ use crate::common::*;
 use crate::{lock, ticket_of};
 
 mod commit_paths;
+mod crashed_waiter;
 
 fn now_ms() -> u64 {
     std::time::SystemTime::now()

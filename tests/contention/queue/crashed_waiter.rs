@@ -1,0 +1,139 @@
+//! A waiter that dies while it waits in ticket order, at each of its first requests (its record's
+//! creation with its lock attempt, the holder's record read, its registration in that record, its
+//! polls and its own record's reads), either before the request or after it landed with its answer
+//! lost: nothing it leaves stops the holder from committing, with the registration carried or not,
+//! nor a newcomer from taking the item once the dead waiter's entry has expired, and a sweep
+//! settles the waiter's own record.
+
+use std::time::Duration;
+
+use dynamodb_transactions::fault::{FaultInjector, FaultMode};
+use dynamodb_transactions::sweeper::SweepOptions;
+use dynamodb_transactions::{TxId, TxState};
+
+use super::*;
+
+/// Requests of the waiter at which it dies, one run each.
+const CRASH_POINTS: u64 = 10;
+
+async fn read_modify_write(
+    tx: &dynamodb_transactions::Transaction,
+    table: &str,
+) -> Result<(), Error> {
+    let got = tx
+        .get_item()
+        .table_name(table)
+        .key("Id", s("k"))
+        .send()
+        .await?;
+    let v: u64 = got.item.as_ref().expect("k exists")["v"]
+        .as_n()
+        .unwrap()
+        .parse()
+        .unwrap();
+    set_v(tx, table, "k", v + 1).await.map(|_| ())
+}
+
+async fn a_waiter_dying_at_every_request(mode: FaultMode, prefix: &str) {
+    let env = TestEnv::new(prefix).await;
+    let table = env.table.clone();
+    // Tickets at the first record write: the holder's is older, so the waiter waits (wound-wait)
+    // rather than rolling the holder back.
+    let tune = |s: &mut dynamodb_transactions::Settings| {
+        s.queue_ttl = Duration::from_millis(800);
+    };
+    let holders = fifo_tuned(&env, client(), true, Duration::from_secs(10), tune);
+    let newcomers = fifo_tuned(&env, client(), true, Duration::from_secs(10), tune);
+    let faults = FaultInjector::new();
+    let waiters = fifo_tuned(
+        &env,
+        client_with(vec![shared(faults.clone())]),
+        true,
+        Duration::from_secs(10),
+        tune,
+    );
+    let mut carried = 0;
+    for k in 1..=CRASH_POINTS {
+        let label = format!("{mode:?} at request {k}");
+        env.raw_put(&table, item(&[("Id", s("k")), ("v", n(1))]))
+            .await;
+        let h = holders.begin();
+        read_modify_write(&h, &table).await.unwrap();
+
+        faults.crash_at(k, mode);
+        let w = waiters.begin();
+        let wid: TxId = w.id().clone();
+        let waiter = {
+            let table = table.clone();
+            tokio::spawn(async move {
+                let r = read_modify_write(&w, &table).await;
+                w.abandon();
+                r
+            })
+        };
+        let started = std::time::Instant::now();
+        while !faults.struck() {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "{label}: the waiter never sent request {k}"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        h.commit()
+            .await
+            .unwrap_or_else(|e| panic!("{label}: holder: {e}"));
+        // Dead: every request fails from the crash on, so its call ends with an error.
+        let r = tokio::time::timeout(Duration::from_secs(20), waiter)
+            .await
+            .unwrap_or_else(|_| panic!("{label}: the dead waiter's call never returned"))
+            .unwrap();
+        assert!(r.is_err(), "{label}: a dead waiter wrote: {r:?}");
+        faults.disarm();
+        // A registration that landed is carried into the item's queue by the holder's unlock.
+        let raw = env.raw_get(&table, &key("k")).await.unwrap();
+        if !ticket_keys(&raw).is_empty() {
+            carried += 1;
+        }
+
+        let newcomer = newcomers.begin();
+        read_modify_write(&newcomer, &table)
+            .await
+            .unwrap_or_else(|e| panic!("{label}: newcomer: {e}"));
+        newcomer
+            .commit()
+            .await
+            .unwrap_or_else(|e| panic!("{label}: newcomer's commit: {e}"));
+        let raw = env.raw_get(&table, &key("k")).await.unwrap();
+        assert_eq!(
+            raw["v"],
+            n(3),
+            "{label}: the holder's and the newcomer's: {raw:?}"
+        );
+        assert!(!raw.contains_key("_TxId"), "{label}: {raw:?}");
+
+        // The waiter's record, if it landed, is pending (nobody met it since) until a sweep.
+        let report = env
+            .manager
+            .sweep(&SweepOptions::finish_everything_now())
+            .await
+            .unwrap();
+        assert!(report.errors.is_empty(), "{label}: {report:?}");
+        match env.tx_state(&wid).await {
+            None | Some((TxState::RolledBack, true)) => {}
+            other => panic!("{label}: the waiter's record after the sweep: {other:?}"),
+        }
+    }
+    // The waiter registered (its seventh request) before it died in some runs: the newcomer then
+    // waited for the dead waiter's carried entry to expire.
+    assert!(carried > 0, "no run left a carried registration");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_dying_before_any_of_its_requests_leaves_nothing_in_the_way() {
+    a_waiter_dying_at_every_request(FaultMode::BeforeSend, "ct-fifo-dead-before").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_dying_after_any_of_its_requests_landed_leaves_nothing_in_the_way() {
+    a_waiter_dying_at_every_request(FaultMode::AfterSend, "ct-fifo-dead-after").await;
+}
