@@ -35,8 +35,8 @@
 //! - **no lost image**: an applied item of an undecided or rolled-back transaction always carries
 //!   its before-image, or points to one that exists in the images table;
 //! - **locks are covered by records**: an item locked by a transaction is named in its record, or
-//!   the record is gone and the lock was never applied (with `ReadShape::LockThenRecord`, a read's
-//!   unapplied lock may come before its request is recorded);
+//!   the record is gone and the lock was never applied (with `ReadShape::LockThenRecord`, an
+//!   interactive read's unapplied lock may come before its request is recorded);
 //! - **locked reads hold until commit**: when a transaction commits, every item a handle of it
 //!   read under lock (interactively) still holds what the read returned;
 //! - **finalized means settled**: a finalized record has no applied lock left, and no write left

@@ -343,6 +343,15 @@ impl ProtocolModel {
         self.recorded_op(tx, i, requests).is_some()
     }
 
+    /// `tx` reads the item under lock interactively: with `LockThenRecord`, its lock may land
+    /// before the record names it.
+    pub(crate) fn reads_now(&self, tx: Tx, i: usize) -> bool {
+        self.plan(tx)
+            .entries
+            .iter()
+            .any(|e| e.item == i && e.op == Op::Get && e.now)
+    }
+
     pub(crate) fn fresh_coordinator(&self, tx: Tx) -> Coordinator {
         let n = self.plan(tx).entries.len();
         Coordinator {

@@ -275,13 +275,14 @@ impl Model for ProtocolModel {
                 |m: &ProtocolModel, s: &State| {
                     s.items.iter().enumerate().all(|(i, it)| match it.owner {
                         None => !it.transient && it.applied == Applied::No && !it.roll,
-                        // `LockThenRecord`: a read's lock may come before its request is
-                        // recorded (never an applied one).
+                        // `LockThenRecord`: an interactive read's lock may come before its request
+                        // is recorded (never an applied one).
                         Some(t) => match s.records[t as usize] {
                             Some(r) => {
                                 m.covered(t, i, r.requests)
                                     || (m.cfg.reads == ReadShape::LockThenRecord
-                                        && it.applied == Applied::No)
+                                        && it.applied == Applied::No
+                                        && m.reads_now(t, i))
                             }
                             None => it.applied == Applied::No,
                         },
