@@ -3,6 +3,12 @@
 
 use super::*;
 
+const SHAPES: [ReadShape; 3] = [
+    ReadShape::RecordThenLock,
+    ReadShape::LockThenRecord,
+    ReadShape::RecordWithLock,
+];
+
 /// Interactive locked reads: a transaction reads two items (one absent) under lock and writes a
 /// third, committing in one request, while another writes both items it read (in phases); one
 /// crash, one lost response, records deleted once finalized. `shape` says how a read reaches
@@ -51,11 +57,12 @@ fn transfer(shape: ReadShape) -> Config {
 
 #[test]
 fn transfer_with_the_writes_folded_into_the_commit() {
-    for shape in [ReadShape::RecordThenLock, ReadShape::LockThenRecord] {
+    for shape in SHAPES {
         let mut cfg = transfer(shape);
         cfg.name = match shape {
             ReadShape::RecordThenLock => "transfer, folded commit, record then lock",
             ReadShape::LockThenRecord => "transfer, folded commit, lock then record",
+            ReadShape::RecordWithLock => "transfer, folded commit, record with lock",
         };
         assert_model_holds(cfg);
     }
@@ -148,11 +155,12 @@ fn locked_reads_phased_lock_then_record() {
 
 #[test]
 fn locked_reads_with_a_second_handle() {
-    for shape in [ReadShape::RecordThenLock, ReadShape::LockThenRecord] {
+    for shape in SHAPES {
         let mut cfg = locked_reads_second_handle(shape);
         cfg.name = match shape {
             ReadShape::RecordThenLock => "locked reads, second handle, record then lock",
             ReadShape::LockThenRecord => "locked reads, second handle, lock then record",
+            ReadShape::RecordWithLock => "locked reads, second handle, record with lock",
         };
         assert_model_holds(cfg);
     }
