@@ -58,7 +58,8 @@
 //! on the version, finalizing or deleting images too early, releasing an applied lock, reading a
 //! batch's before-images before its locks, a lock whose record is absent released without a
 //! tombstone, releasing a pending transaction's unrecorded lock, rolling forward the write of an
-//! unmarked lock, marking locks taken item by item) and expects a counterexample for each.
+//! unmarked lock, marking locks taken item by item) and expects a counterexample for each (the two
+//! releases of a lock its record does not name under `LockThenRecord` and `RecordWithLock` alike).
 //!
 //! Not modelled: the wait/wound choices of the ordered contention policy (they only decide *when*
 //! a pending holder is rolled back, and the world may roll back at any time), user

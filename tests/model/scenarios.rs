@@ -5,7 +5,7 @@ use super::*;
 
 mod locked_reads;
 
-use locked_reads::locked_reads;
+use locked_reads::{locked_reads, locked_reads_writer_of_second};
 
 /// Two transactions over an existing and an absent item: one commits in one request, the other in
 /// phases (with a delete and an insert); one crash, one lost response.
@@ -401,25 +401,30 @@ fn buggy_protocols_are_caught() {
             Bug::OrphanReleaseWithoutTombstone,
             locked_reads(ReadShape::LockThenRecord),
         ),
-        (Bug::ReleaseUnrecordedLock, {
-            // A writer of the item read second only (it is not held up by the first read's lock).
-            let mut cfg = locked_reads(ReadShape::LockThenRecord);
-            cfg.txs[1] = plan(CommitPath::OneRequest, vec![entry(2, Op::Put(5))]);
-            cfg
-        }),
+        (
+            Bug::ReleaseUnrecordedLock,
+            locked_reads_writer_of_second(ReadShape::LockThenRecord),
+        ),
     ];
-    for (bug, mut cfg) in cases {
-        cfg.bug = Some(bug);
-        let checker = check(cfg);
-        let violated: Vec<&str> = checker
-            .model()
-            .properties()
-            .into_iter()
-            .filter(|p| p.expectation == Expectation::Always)
-            .filter(|p| checker.discovery(p.name).is_some())
-            .map(|p| p.name)
-            .collect();
-        println!("{bug:?}: caught by {violated:?}");
-        assert!(!violated.is_empty(), "{bug:?} was not caught");
+    for (bug, cfg) in cases {
+        assert_caught(bug, cfg);
     }
+}
+
+/// Runs the checker on `cfg` broken by `bug` (until its first counterexample) and fails unless an
+/// `always` property is violated.
+fn assert_caught(bug: Bug, mut cfg: Config) {
+    let reads = cfg.reads;
+    cfg.bug = Some(bug);
+    let checker = check(cfg);
+    let violated: Vec<&str> = checker
+        .model()
+        .properties()
+        .into_iter()
+        .filter(|p| p.expectation == Expectation::Always)
+        .filter(|p| checker.discovery(p.name).is_some())
+        .map(|p| p.name)
+        .collect();
+    println!("{bug:?} ({reads:?}): caught by {violated:?}");
+    assert!(!violated.is_empty(), "{bug:?} was not caught ({reads:?})");
 }
