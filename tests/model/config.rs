@@ -58,6 +58,15 @@ pub(crate) enum ReadShape {
     /// its record does not name is treated as a late lock once the transaction is decided, and
     /// never released while it is pending.
     LockThenRecord,
+    /// The first read of a transaction without a record is `LockThenRecord`'s (the record's
+    /// creation and the lock in flight together). Every later read sends the record's append
+    /// (its request and any other unrecorded one, conditional on the version) and its lock
+    /// together, one round trip; they land in either order, and the read returns once both
+    /// answered. An append that finds the transaction decided leaves the lock to be released like
+    /// a late one; an append that fails transiently leaves the read unrecorded until the next
+    /// record write (the commit's, which records every request). A lock landed before its append
+    /// is one its record does not name, under `LockThenRecord`'s rules.
+    RecordWithLock,
 }
 
 #[derive(Clone, Debug)]

@@ -86,7 +86,7 @@ impl ProtocolModel {
                 } else {
                     c.in_doubt = true;
                 }
-                if lost && self.cfg.reads == ReadShape::LockThenRecord {
+                if lost && self.cfg.reads != ReadShape::RecordThenLock {
                     // The read whose lock went with this creation fails (the creation's answer
                     // is lost): its lock, landed or not, is not trusted; the read, repeated,
                     // records then locks.
@@ -105,19 +105,44 @@ impl ProtocolModel {
                     requests: target,
                     ..r
                 });
+                let appending = self.appending_read(&c, tx);
+                let c = &mut s.coordinators[k as usize];
                 if !lost {
-                    let c = &mut s.coordinators[k as usize];
                     c.version = v + 1;
                     c.recorded = target;
+                } else if appending.is_some() {
+                    // `RecordWithLock`: the read does not repeat its append; the next record
+                    // write meets the version this one set and learns it (`merge_record`).
+                    c.append_failed = appending;
                 }
             }
             // The condition failed: ALL_OLD shows our own earlier write (same nonce), another
             // handle's append, or a decision.
+            //
+            // With `RecordWithLock`, a read's append that finds the transaction decided (or its
+            // record gone) ends the handle here, its lock maybe still in flight. The model does
+            // not let that lock land afterwards, but every such run is matched by one where the
+            // failed append comes after the lock landed: it changes nothing but this handle's
+            // phase, and fails as surely later (a decision, or an absence, is final). A landed
+            // lock is released by the world like a late one, as `finish_decided` releases it.
             (_, Some(_)) if !lost => self.absorb(s, k),
             // An append to a vanished record: `UnknownOutcome` (late locks released by the world).
             (v, None) if v > 0 && !lost => Self::done(s, k),
             _ => return false,
         }
+        true
+    }
+
+    /// `RecordWithLock`: the append sent with a read's lock fails transiently without landing
+    /// (throttled, or its timeout before it reached the table): the read returns once its lock
+    /// answered, unrecorded; the next record write records it. Counted as a lost response.
+    pub(crate) fn append_fails(&self, s: &mut State, k: Slot) -> bool {
+        let tx = self.tx_of(k);
+        let c = &s.coordinators[k as usize];
+        let Some(e) = self.appending_read(c, tx) else {
+            return false;
+        };
+        s.coordinators[k as usize].append_failed = Some(e);
         true
     }
 
@@ -454,6 +479,7 @@ impl ProtocolModel {
                     batch_absent: None,
                     pre_read: None,
                     in_doubt: false,
+                    append_failed: None,
                     reads: vec![None; n],
                 };
             }

@@ -6,16 +6,21 @@
 //!
 //! - the coordinators of 2–3 transactions over 2–3 items (buffered or interactive writes, the
 //!   one-request and the phased commit, the write-only fast path, read locks (taken at commit, or
-//!   interactively in either `ReadShape`; a write on an item read earlier, whose request the
-//!   one-request commit records itself when every item is held), inserts of absent
-//!   items, deletes, large items whose before-image lives in the images table), and the batched
-//!   locking commit (record and locks in one TransactWriteItems, images read after the locks,
-//!   cancellation and ambiguous failure falling back to the per-item path), and roll-forward
-//!   (`Settings::roll_forward`: the batch marks each write's lock, a marked write is applied by the
-//!   write that settles its item after the flip, and a `Committed` reader computes it meanwhile);
+//!   interactively in each `ReadShape`: `RecordThenLock`; `LockThenRecord`, the first read's lock
+//!   sent with the record's creation and later reads only locking; `RecordWithLock`, the same
+//!   first read and each later read's append sent with its lock; a write on an item read earlier,
+//!   whose request the one-request commit records itself when every item is held), inserts of
+//!   absent items, deletes, large items whose before-image lives in the images table), and the
+//!   batched locking commit (record and locks in one TransactWriteItems, images read after the
+//!   locks, cancellation and ambiguous failure falling back to the per-item path), and
+//!   roll-forward (`Settings::roll_forward`: the batch marks each write's lock, a marked write is
+//!   applied by the write that settles its item after the flip, and a `Committed` reader computes
+//!   it meanwhile);
 //! - crashes of a coordinator between any two of its requests, and resumption of its transaction
 //!   by a new coordinator (`TransactionManager::resume`) that commits or rolls it back;
-//! - lost responses (the write landed, the coordinator did not hear back and retries the step);
+//! - lost responses (the write landed, the coordinator did not hear back and retries the step;
+//!   with `RecordWithLock`, a read's append whose answer is lost, or which fails without landing,
+//!   is not retried: the read goes on unrecorded);
 //! - everybody else — contending coordinators, the sweeper, readers — as the "world": at any moment
 //!   it may roll back any pending transaction (a contender's wound, `dead_after`, the sweeper, a
 //!   skewed clock), settle any item of a decided transaction, finalize, delete records and images,
@@ -35,8 +40,9 @@
 //! - **no lost image**: an applied item of an undecided or rolled-back transaction always carries
 //!   its before-image, or points to one that exists in the images table;
 //! - **locks are covered by records**: an item locked by a transaction is named in its record, or
-//!   the record is gone and the lock was never applied (with `ReadShape::LockThenRecord`, a read's
-//!   unapplied lock may come before its request is recorded);
+//!   the record is gone and the lock was never applied (with `ReadShape::LockThenRecord` or
+//!   `ReadShape::RecordWithLock`, an interactive read's unapplied lock may come before its request
+//!   is recorded);
 //! - **locked reads hold until commit**: when a transaction commits, every item a handle of it
 //!   read under lock (interactively) still holds what the read returned;
 //! - **finalized means settled**: a finalized record has no applied lock left, and no write left
@@ -52,7 +58,8 @@
 //! on the version, finalizing or deleting images too early, releasing an applied lock, reading a
 //! batch's before-images before its locks, a lock whose record is absent released without a
 //! tombstone, releasing a pending transaction's unrecorded lock, rolling forward the write of an
-//! unmarked lock, marking locks taken item by item) and expects a counterexample for each.
+//! unmarked lock, marking locks taken item by item) and expects a counterexample for each (the two
+//! releases of a lock its record does not name under `LockThenRecord` and `RecordWithLock` alike).
 //!
 //! Not modelled: the wait/wound choices of the ordered contention policy (they only decide *when*
 //! a pending holder is rolled back, and the world may roll back at any time), user

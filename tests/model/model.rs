@@ -22,6 +22,9 @@ pub(crate) enum Action {
     /// `record::create` / `record::append` (from `Transaction::flush`): PutItem / UpdateItem of the
     /// header conditional on absence / `_TxS = P AND _TxV = v`.
     Record { c: Slot, lost: bool },
+    /// `RecordWithLock`: the append sent with a read's lock fails without landing; the read goes
+    /// on unrecorded.
+    AppendFails { c: Slot },
     /// `ReleaseUnrecordedLock` only: a contender releases a lock its pending record does not name.
     ReleaseStray { tx: Tx, item: u8 },
     /// `item_lock::lock_write`: lock an existing item (ALL_OLD), or insert the placeholder of an
@@ -76,6 +79,9 @@ pub(crate) enum Next {
     /// `LockThenRecord`: the record's creation and the first read's lock in flight together
     /// (`Transaction::lock_with_creation`).
     RecordAndLock(u8),
+    /// `RecordWithLock`, a read once the record exists: the record's append and the read's lock in
+    /// flight together (the lock only while it has not answered).
+    AppendWithLock(u8),
     Lock(Vec<u8>),
     SaveImage(Vec<u8>),
     ReadHeader,
@@ -202,9 +208,17 @@ impl ProtocolModel {
                 && c.version == 0
                 && !c.in_doubt
                 && (0..c.known).all(|x| !held(x))
-                && self.cfg.reads == ReadShape::LockThenRecord
+                && self.cfg.reads != ReadShape::RecordThenLock
             {
                 return Next::RecordAndLock(e);
+            }
+            // A later read's append, with its lock while that has not answered.
+            if read
+                && c.version > 0
+                && self.cfg.reads == ReadShape::RecordWithLock
+                && c.recorded < self.record_target(c, tx)
+            {
+                return Next::AppendWithLock(e);
             }
             if c.recorded < self.record_target(c, tx) {
                 return Next::Record;
@@ -300,7 +314,8 @@ impl ProtocolModel {
     }
 
     /// The first interactive request of the plan this (original) handle has not finished: a read
-    /// not locked yet, a write not applied yet.
+    /// not locked yet (with `RecordWithLock`, or whose record write, sent with its lock, has not
+    /// answered yet), a write not applied yet.
     pub(crate) fn interactive(&self, c: &Coordinator, tx: Tx) -> Option<u8> {
         if c.resumed.is_some() {
             return None;
@@ -309,10 +324,25 @@ impl ProtocolModel {
             let entry = self.entry(tx, e);
             entry.now
                 && match c.items[e as usize] {
-                    Knows::Locked { applied, .. } => entry.op.is_write() && !applied,
+                    Knows::Locked { applied, .. } if entry.op.is_write() => !applied,
+                    Knows::Locked { .. } => {
+                        self.cfg.reads == ReadShape::RecordWithLock
+                            && c.recorded <= e
+                            && c.append_failed != Some(e)
+                    }
                     _ => true,
                 }
         })
+    }
+
+    /// `RecordWithLock`: the read whose record write (an append, the record existing) goes out
+    /// with its lock.
+    pub(crate) fn appending_read(&self, c: &Coordinator, tx: Tx) -> Option<u8> {
+        let e = self.interactive(c, tx)?;
+        (self.cfg.reads == ReadShape::RecordWithLock
+            && c.version > 0
+            && self.entry(tx, e).op == Op::Get)
+            .then_some(e)
     }
 
     /// How many of the plan's requests the handle's next record write records (the record holds a
@@ -322,9 +352,14 @@ impl ProtocolModel {
         match self.interactive(c, tx) {
             // Once the record exists, a read only locks.
             Some(e) if lock_first && self.entry(tx, e).op == Op::Get && c.version > 0 => c.recorded,
+            // `RecordWithLock`: the append sent with the read's lock failed transiently; the read
+            // is recorded by the next record write.
+            Some(e) if c.append_failed == Some(e) => c.recorded,
             Some(e) => e + 1,
             // Only held reads left unrecorded: the commit records nothing for them (its
-            // per-item writes release them, conditional on our lock).
+            // per-item writes release them, conditional on our lock). Not with `RecordWithLock`,
+            // whose reads record themselves: one left unrecorded (its append failed
+            // transiently) is recorded by the commit, as with `RecordThenLock`.
             None if lock_first
                 && c.version > 0
                 && (c.recorded..c.known).all(|e| {
@@ -341,6 +376,15 @@ impl ProtocolModel {
     /// The item's lock is named by the first `requests` requests of its transaction's record.
     pub(crate) fn covered(&self, tx: Tx, i: usize, requests: u8) -> bool {
         self.recorded_op(tx, i, requests).is_some()
+    }
+
+    /// `tx` reads the item under lock interactively: with `LockThenRecord` or `RecordWithLock`,
+    /// its lock may land before the record names it.
+    pub(crate) fn reads_now(&self, tx: Tx, i: usize) -> bool {
+        self.plan(tx)
+            .entries
+            .iter()
+            .any(|e| e.item == i && e.op == Op::Get && e.now)
     }
 
     pub(crate) fn fresh_coordinator(&self, tx: Tx) -> Coordinator {
@@ -360,6 +404,7 @@ impl ProtocolModel {
             batch_absent: None,
             pre_read: None,
             in_doubt: false,
+            append_failed: None,
             reads: vec![None; n],
         }
     }
@@ -403,6 +448,19 @@ impl ProtocolModel {
                             .any(|r| r.item == e.item && r.op == Op::Get)
                 })
         })
+    }
+
+    /// `RecordWithLock` with a lost response to spend, and a plan with an interactive read after
+    /// another interactive request (once the record exists): a read's append may fail.
+    pub(crate) fn appends_may_fail(&self) -> bool {
+        self.cfg.reads == ReadShape::RecordWithLock
+            && self.cfg.lost_responses > 0
+            && self.cfg.txs.iter().any(|p| {
+                p.entries
+                    .iter()
+                    .enumerate()
+                    .any(|(i, e)| e.now && e.op == Op::Get && p.entries[..i].iter().any(|x| x.now))
+            })
     }
 
     /// Some transaction takes its locks in one batch.

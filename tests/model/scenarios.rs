@@ -3,6 +3,10 @@
 
 use super::*;
 
+mod locked_reads;
+
+use locked_reads::{locked_reads, locked_reads_writer_of_second};
+
 /// Two transactions over an existing and an absent item: one commits in one request, the other in
 /// phases (with a delete and an insert); one crash, one lost response.
 fn two_by_two() -> Config {
@@ -324,161 +328,6 @@ fn batched_locks_second_handles_and_a_lost_response() {
     assert_model_holds(batched_concurrent_handles());
 }
 
-/// Interactive locked reads: a transaction reads two items (one absent) under lock and writes a
-/// third, committing in one request, while another writes both items it read (in phases); one
-/// crash, one lost response, records deleted once finalized. `shape` says how a read reaches
-/// its lock.
-fn locked_reads(shape: ReadShape) -> Config {
-    Config {
-        reads: shape,
-        ..config(
-            "interactive locked reads vs a writer",
-            vec![Some(1), Some(2), None],
-            vec![false, false, false],
-            vec![
-                plan(
-                    CommitPath::OneRequest,
-                    vec![read_now(0), read_now(2), entry(1, Op::Update)],
-                ),
-                plan(
-                    CommitPath::Phased,
-                    vec![entry(0, Op::Update), entry(2, Op::Put(5))],
-                ),
-            ],
-        )
-    }
-}
-
-/// A transfer's shape: two locked reads, then a write on an item read; every item is held when the
-/// commit starts, so the one-request commit records the write itself (`fold_into_decision`),
-/// against a writer of the other item read.
-fn transfer(shape: ReadShape) -> Config {
-    Config {
-        reads: shape,
-        ..config(
-            "a transfer whose commit records its writes",
-            vec![Some(1), Some(2)],
-            vec![false, false],
-            vec![
-                plan(
-                    CommitPath::OneRequest,
-                    vec![read_now(0), read_now(1), entry(1, Op::Update)],
-                ),
-                plan(CommitPath::Phased, vec![entry(0, Op::Put(5))]),
-            ],
-        )
-    }
-}
-
-#[test]
-fn transfer_with_the_writes_folded_into_the_commit() {
-    for shape in [ReadShape::RecordThenLock, ReadShape::LockThenRecord] {
-        let mut cfg = transfer(shape);
-        cfg.name = match shape {
-            ReadShape::RecordThenLock => "transfer, folded commit, record then lock",
-            ReadShape::LockThenRecord => "transfer, folded commit, lock then record",
-        };
-        assert_model_holds(cfg);
-    }
-}
-
-/// A second handle may resume the transaction at any moment while its first coordinator runs;
-/// records are deleted once finalized. A creation answered ambiguously, if it were retried as a
-/// creation, would be caught here: the model found the record created anew after a second handle had
-/// committed the transaction and its record had been deleted ("committed state is immutable"
-/// failed): a handle now reads a record whose creation is in doubt and, finding none, ends the
-/// transaction under a tombstone.
-#[test]
-fn transfer_with_a_second_handle() {
-    let mut cfg = transfer(ReadShape::LockThenRecord);
-    cfg.name = "transfer, folded commit, a second handle";
-    cfg.second_handles = vec![0];
-    cfg.crashes = 0;
-    assert_model_holds(cfg);
-}
-
-/// Larger: the transfer with a second handle, one crash and one lost response, records deleted
-/// once finalized.
-#[test]
-#[ignore = "larger run (~3 min in release): cargo test --release --test model -- --ignored"]
-fn transfer_with_a_second_handle_a_crash_and_a_lost_response() {
-    let mut cfg = transfer(ReadShape::LockThenRecord);
-    cfg.name = "transfer, folded commit, a second handle, a crash, a lost response";
-    cfg.second_handles = vec![0];
-    cfg.crashes = 1;
-    cfg.lost_responses = 1;
-    assert_model_holds(cfg);
-}
-
-/// Larger: locked reads whose first lock goes with the record's creation, two lost responses.
-#[test]
-#[ignore = "larger run (1.2M unique states, ~8 s in release): cargo test --release --test model -- --ignored"]
-fn locked_reads_lock_then_record_two_lost_responses() {
-    let mut cfg = locked_reads(ReadShape::LockThenRecord);
-    cfg.name = "locked reads, lock then record, two lost responses";
-    cfg.lost_responses = 2;
-    assert_model_holds(cfg);
-}
-
-/// Two locked reads while a second handle may resume the transaction at any moment (its first
-/// coordinator still running) and commit it in phases, with or without the second read, while a
-/// writer wants the item read second.
-fn locked_reads_second_handle(shape: ReadShape) -> Config {
-    Config {
-        reads: shape,
-        crashes: 0,
-        lost_responses: 0,
-        second_handles: vec![0],
-        delete_records: false,
-        ..config(
-            "locked reads with a second handle",
-            vec![Some(1), Some(2), Some(3)],
-            vec![false, false, false],
-            vec![
-                plan(
-                    CommitPath::Phased,
-                    vec![read_now(1), read_now(0), entry(2, Op::Update)],
-                ),
-                plan(CommitPath::OneRequest, vec![entry(0, Op::Update)]),
-            ],
-        )
-    }
-}
-
-#[test]
-fn locked_reads_record_then_lock() {
-    let mut cfg = locked_reads(ReadShape::RecordThenLock);
-    cfg.name = "locked reads, record then lock";
-    assert_model_holds(cfg);
-}
-
-#[test]
-fn locked_reads_lock_then_record() {
-    let mut cfg = locked_reads(ReadShape::LockThenRecord);
-    cfg.name = "locked reads, lock then record";
-    assert_model_holds(cfg);
-}
-
-#[test]
-fn locked_reads_phased_lock_then_record() {
-    let mut cfg = locked_reads(ReadShape::LockThenRecord);
-    cfg.name = "locked reads, lock then record, phased commit";
-    cfg.txs[0].commit = CommitPath::Phased;
-    assert_model_holds(cfg);
-}
-
-#[test]
-fn locked_reads_with_a_second_handle() {
-    for shape in [ReadShape::RecordThenLock, ReadShape::LockThenRecord] {
-        let mut cfg = locked_reads_second_handle(shape);
-        cfg.name = match shape {
-            ReadShape::RecordThenLock => "locked reads, second handle, record then lock",
-            ReadShape::LockThenRecord => "locked reads, second handle, lock then record",
-        };
-        assert_model_holds(cfg);
-    }
-}
-
 fn check(cfg: Config) -> impl Checker<ProtocolModel> {
     let bug = cfg.bug.is_some();
     model_support::check(ProtocolModel { cfg }, bug)
@@ -552,25 +401,30 @@ fn buggy_protocols_are_caught() {
             Bug::OrphanReleaseWithoutTombstone,
             locked_reads(ReadShape::LockThenRecord),
         ),
-        (Bug::ReleaseUnrecordedLock, {
-            // A writer of the item read second only (it is not held up by the first read's lock).
-            let mut cfg = locked_reads(ReadShape::LockThenRecord);
-            cfg.txs[1] = plan(CommitPath::OneRequest, vec![entry(2, Op::Put(5))]);
-            cfg
-        }),
+        (
+            Bug::ReleaseUnrecordedLock,
+            locked_reads_writer_of_second(ReadShape::LockThenRecord),
+        ),
     ];
-    for (bug, mut cfg) in cases {
-        cfg.bug = Some(bug);
-        let checker = check(cfg);
-        let violated: Vec<&str> = checker
-            .model()
-            .properties()
-            .into_iter()
-            .filter(|p| p.expectation == Expectation::Always)
-            .filter(|p| checker.discovery(p.name).is_some())
-            .map(|p| p.name)
-            .collect();
-        println!("{bug:?}: caught by {violated:?}");
-        assert!(!violated.is_empty(), "{bug:?} was not caught");
+    for (bug, cfg) in cases {
+        assert_caught(bug, cfg);
     }
+}
+
+/// Runs the checker on `cfg` broken by `bug` (until its first counterexample) and fails unless an
+/// `always` property is violated.
+fn assert_caught(bug: Bug, mut cfg: Config) {
+    let reads = cfg.reads;
+    cfg.bug = Some(bug);
+    let checker = check(cfg);
+    let violated: Vec<&str> = checker
+        .model()
+        .properties()
+        .into_iter()
+        .filter(|p| p.expectation == Expectation::Always)
+        .filter(|p| checker.discovery(p.name).is_some())
+        .map(|p| p.name)
+        .collect();
+    println!("{bug:?} ({reads:?}): caught by {violated:?}");
+    assert!(!violated.is_empty(), "{bug:?} was not caught ({reads:?})");
 }

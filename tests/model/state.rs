@@ -154,6 +154,10 @@ pub(crate) struct Coordinator {
     /// A creation of the record was sent and its answer lost (`record_in_doubt`): the record is
     /// read, never created again, and a later read locks only after the record is known.
     pub(crate) in_doubt: bool,
+    /// `RecordWithLock`: the append sent with this interactive read's lock failed transiently
+    /// (its answer lost, landed or not): the read returns once its lock answered, its request
+    /// left to the next record write.
+    pub(crate) append_failed: Option<u8>,
     /// Ghost: what each interactive read returned to this handle's caller (`Some(None)`: absent).
     pub(crate) reads: Vec<Option<Option<u8>>>,
 }

@@ -93,6 +93,15 @@ impl Model for ProtocolModel {
                         out.push(Action::Record { c: k, lost });
                         out.push(Action::Lock { c: k, entry, lost });
                     }
+                    Next::AppendWithLock(entry) => {
+                        out.push(Action::Record { c: k, lost });
+                        if !matches!(c.items[entry as usize], Knows::Locked { .. }) {
+                            out.push(Action::Lock { c: k, entry, lost });
+                        }
+                        if lost {
+                            out.push(Action::AppendFails { c: k });
+                        }
+                    }
                     Next::Lock(es) => {
                         out.extend(
                             es.into_iter()
@@ -195,6 +204,7 @@ impl Model for ProtocolModel {
             }
             Action::ReadImage { c, entry } => self.read_image(&mut s, c, entry),
             Action::Record { c, lost } => self.record(&mut s, c, lost),
+            Action::AppendFails { c } => self.append_fails(&mut s, c),
             Action::Lock { c, entry, lost } => self.lock(&mut s, c, entry, lost),
             Action::ReadHeader { c } => self.read_header(&mut s, c),
             Action::SaveImage { c, entry } => self.save_image(&mut s, c, entry),
@@ -238,6 +248,7 @@ impl Model for ProtocolModel {
             Action::FastCommit { lost: true, .. }
                 | Action::BatchLock { lost: true, .. }
                 | Action::Record { lost: true, .. }
+                | Action::AppendFails { .. }
                 | Action::Lock { lost: true, .. }
                 | Action::Apply { lost: true, .. }
                 | Action::CommitOneRequest { lost: true, .. }
@@ -275,13 +286,14 @@ impl Model for ProtocolModel {
                 |m: &ProtocolModel, s: &State| {
                     s.items.iter().enumerate().all(|(i, it)| match it.owner {
                         None => !it.transient && it.applied == Applied::No && !it.roll,
-                        // `LockThenRecord`: a read's lock may come before its request is
-                        // recorded (never an applied one).
+                        // `LockThenRecord`, `RecordWithLock`: an interactive read's lock may come
+                        // before its request is recorded (never an applied one).
                         Some(t) => match s.records[t as usize] {
                             Some(r) => {
                                 m.covered(t, i, r.requests)
-                                    || (m.cfg.reads == ReadShape::LockThenRecord
-                                        && it.applied == Applied::No)
+                                    || (m.cfg.reads != ReadShape::RecordThenLock
+                                        && it.applied == Applied::No
+                                        && m.reads_now(t, i))
                             }
                             None => it.applied == Applied::No,
                         },
@@ -340,6 +352,15 @@ impl Model for ProtocolModel {
                                     r.state == TxState::Pending && !m.covered(t, i, r.requests)
                                 })
                             })
+                        })
+                },
+            ),
+            Property::sometimes(
+                "a read goes on after its append failed, and its transaction commits",
+                |m: &ProtocolModel, s: &State| {
+                    !m.appends_may_fail()
+                        || s.coordinators.iter().enumerate().any(|(k, c)| {
+                            c.append_failed.is_some() && s.commits[m.tx_of(k as Slot) as usize] == 1
                         })
                 },
             ),
