@@ -314,15 +314,25 @@ pub(crate) async fn release_unapplied_locks(
     tx_id: &TxId,
     items: &mut Items,
 ) -> Result<()> {
-    let c = &inner.client;
     for e in items.values_mut() {
-        if let Some(l) = e.lock.take()
-            && !l.applied
-        {
-            item_lock::release_write(&e.table, &e.key, l.transient, false, tx_id)
-                .send(c, None)
-                .await?;
-        }
+        release_unapplied_lock(inner, tx_id, e).await?;
+    }
+    Ok(())
+}
+
+/// [`release_unapplied_locks`] for one item: forgets the lock `e` holds and, unless it is applied,
+/// releases it (conditional on `tx_id` owning it and on its not being applied).
+pub(crate) async fn release_unapplied_lock(
+    inner: &Inner,
+    tx_id: &TxId,
+    e: &mut super::Entry,
+) -> Result<()> {
+    if let Some(l) = e.lock.take()
+        && !l.applied
+    {
+        item_lock::release_write(&e.table, &e.key, l.transient, false, tx_id)
+            .send(&inner.client, None)
+            .await?;
     }
     Ok(())
 }

@@ -132,18 +132,13 @@ impl Transaction {
         if self.may_lock_with_creation(st, r) {
             return self.lock_with_creation(st, r).await;
         }
-        if self.may_hold_unrecorded_reads(st) {
-            return self.hold_lock(st, r).await;
+        match self.inner.settings.locked_reads {
+            LockedReads::LockThenRecord if record_known(st) => self.hold_lock(st, r).await,
+            LockedReads::RecordWithLock if record_known(st) => self.record_with_lock(st, r).await,
+            // The record must exist before any lock that names it: a lock whose record is absent
+            // is taken for a vanished transaction's and released.
+            _ => self.drive_lock(st, r).await,
         }
-        if self.inner.settings.locked_reads == LockedReads::RecordWithLock
-            && st.meta.is_some()
-            && !st.record_in_doubt
-        {
-            return self.record_with_lock(st, r).await;
-        }
-        // The record must exist before any lock that names it: a lock whose record is absent is
-        // taken for a vanished transaction's and released.
-        self.drive_lock(st, r).await
     }
 
     /// A read's record append and its lock, sent together (`LockedReads::RecordWithLock`, once
@@ -153,9 +148,8 @@ impl Transaction {
     /// append finds the transaction decided by someone else, the lock that landed is released
     /// here, like a late lock (conditional on our ownership and on not being applied).
     async fn record_with_lock(&self, st: &mut State, r: &ItemRef) -> Result<LockInfo> {
-        if let Some(l) = st.items[r].lock.clone() {
-            self.flush(st).await?;
-            return Ok(l);
+        if st.items[r].lock.is_some() {
+            return self.drive_lock(st, r).await;
         }
         let e = st.items[r].clone();
         let first = self.expected_existence(st, r).await?;
@@ -183,14 +177,15 @@ impl Transaction {
     /// Releases the lock this handle holds on `r`'s item for a read its transaction will not
     /// include (conditional on our ownership and on the lock not being applied), and forgets it.
     async fn release_late_read_lock(&self, st: &mut State, r: &ItemRef) -> Result<()> {
-        let mut late = std::collections::BTreeMap::from([(r.clone(), st.items[r].clone())]);
-        settle::release_unapplied_locks(&self.inner, &self.id, &mut late).await?;
+        // On a copy: the lock stays known to this handle until its release is answered.
+        let mut e = st.items[r].clone();
+        settle::release_unapplied_lock(&self.inner, &self.id, &mut e).await?;
         st.items.get_mut(r).expect("entry exists").lock = None;
         Ok(())
     }
 
-    /// Whether a read's lock may go out with the record's creation: the setting is on, the
-    /// record was never written (no creation of it may have landed) and the item is not held.
+    /// Whether a read's lock may go out with the record's creation: `Settings::locked_reads` is
+    /// not `RecordThenLock`, the record was never written (no creation of it may have landed) and the item is not held.
     fn may_lock_with_creation(&self, st: &State, r: &ItemRef) -> bool {
         self.inner.settings.locked_reads != LockedReads::RecordThenLock
             && st.meta.is_none()
@@ -248,9 +243,7 @@ impl Transaction {
     /// Whether a read may be locked without its request being recorded (`LockThenRecord`) and the
     /// record surely exists.
     fn may_hold_unrecorded_reads(&self, st: &State) -> bool {
-        self.inner.settings.locked_reads == LockedReads::LockThenRecord
-            && st.meta.is_some()
-            && !st.record_in_doubt
+        self.inner.settings.locked_reads == LockedReads::LockThenRecord && record_known(st)
     }
 
     /// True when every request not yet in the record is a read whose item this handle holds: its
@@ -469,6 +462,11 @@ impl Transaction {
         }
         Ok(())
     }
+}
+
+/// Whether this handle knows its record exists and what it holds (no write of it in doubt).
+fn record_known(st: &State) -> bool {
+    st.meta.is_some() && !st.record_in_doubt
 }
 
 pub(super) fn index_request(st: &mut State, i: usize) {

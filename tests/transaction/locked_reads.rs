@@ -71,19 +71,27 @@ async fn set(tx: &Transaction, table: &str, id: &str, v: i64) -> dynamodb_transa
         .map(|_| ())
 }
 
+/// Ten items seeded, then one transaction that reads each under lock and commits, its requests
+/// alone counted. Returns the transaction's id and the items' keys.
+async fn ten_locked_reads_and_a_commit(env: &TestEnv) -> (TxId, Vec<String>) {
+    let ids: Vec<String> = (0..10).map(|i| format!("k{i}")).collect();
+    let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+    seed(env, &refs).await;
+    warm(env).await;
+    env.counter.reset();
+    let tx = env.manager.begin();
+    let id = tx.id().clone();
+    for k in &refs {
+        assert_eq!(read(&tx, &env.table, k).await.unwrap(), Some(1));
+    }
+    tx.commit().await.unwrap();
+    (id, ids)
+}
+
 #[tokio::test]
 async fn n_locked_reads_cost_n_plus_two_requests() {
     let env = TestEnv::with_settings("rl-count", lock_first).await;
-    let ids: Vec<String> = (0..10).map(|i| format!("k{i}")).collect();
-    let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
-    seed(&env, &refs).await;
-    warm(&env).await;
-    env.counter.reset();
-    let tx = env.manager.begin();
-    for id in &refs {
-        assert_eq!(read(&tx, &env.table, id).await.unwrap(), Some(1));
-    }
-    tx.commit().await.unwrap();
+    ten_locked_reads_and_a_commit(&env).await;
     let c = env.counter.snapshot();
     // The record's creation, one lock per read, the commit.
     assert_eq!(env.counter.total(), 12, "{c:?}");
@@ -95,22 +103,12 @@ async fn n_locked_reads_cost_n_plus_two_requests() {
 #[tokio::test]
 async fn by_default_n_locked_reads_and_a_commit_take_n_plus_one_round_trips() {
     let env = TestEnv::new("rl-default-n").await;
-    let ids: Vec<String> = (0..10).map(|i| format!("k{i}")).collect();
-    let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
-    seed(&env, &refs).await;
-    warm(&env).await;
-    env.counter.reset();
-    let tx = env.manager.begin();
-    let id = tx.id().clone();
-    for k in &refs {
-        assert_eq!(read(&tx, &env.table, k).await.unwrap(), Some(1));
-    }
-    tx.commit().await.unwrap();
+    let (id, ids) = ten_locked_reads_and_a_commit(&env).await;
     let c = env.counter.snapshot();
     assert_eq!(env.counter.round_trips(), 11, "{c:?}");
     // Each read's record write and lock, the commit.
     assert_eq!(env.counter.total(), 21, "{c:?}");
-    assert_eq!(named_keys(&env, &id).await, refs);
+    assert_eq!(named_keys(&env, &id).await, ids);
     assert_clean(&env).await;
 }
 
