@@ -16,9 +16,9 @@ use rand::{Rng, SeedableRng};
 use crate::common::TestEnv;
 use crate::*;
 
-/// Replaces every third answer of `GetRecords` and of `GetShardIterator` (after DynamoDB Local
-/// served it: records read are lost with the answer) with an error, taking turns: an expired
-/// iterator (`GetRecords` only), throttling, an internal error.
+/// Replaces the second, third and fourth answers of `GetRecords` and of `GetShardIterator`, then
+/// every third (after DynamoDB Local served them: records read are lost with the answer), with an
+/// error, taking turns: an expired iterator (`GetRecords` only), throttling, an internal error.
 #[derive(Debug, Clone, Default)]
 struct StreamFaults {
     seen: Arc<Mutex<HashMap<String, u64>>>,
@@ -48,10 +48,13 @@ impl Intercept for StreamFaults {
             *n += 1;
             *n
         };
-        if n % 3 != 0 {
-            return Ok(());
-        }
-        let turn = (n / 3) % 3;
+        // Calls 2, 3 and 4 take one fault each, so every kind is injected however few calls a
+        // loaded machine makes in the feed's idle time; then every third call.
+        let turn = match n {
+            2..=4 => n - 2,
+            _ if n > 4 && n % 3 == 0 => (n / 3) % 3,
+            _ => return Ok(()),
+        };
         let (status, code) = match turn {
             0 if op == "GetRecords" => (400u16, "ExpiredIteratorException"),
             0 | 1 => (400, "LimitExceededException"),

@@ -177,7 +177,8 @@ impl Reader {
                         s.retry_at = Some(Instant::now());
                         Ok(())
                     }
-                    c if is_throttling(c) => {
+                    // Throttled or failed through the SDK's retries: back off, as GetRecords does.
+                    c if is_throttling(c) || e.is_retryable() => {
                         s.failures += 1;
                         s.retry_at = Some(Instant::now() + backoff(s.failures));
                         Ok(())
