@@ -18,9 +18,16 @@ use aws_sdk_dynamodb::types::{
 };
 use dynamodb_transactions::fault::{
     CanonicalNumbers, Delayer, DynamoDbProfile, FaultInjector, ProfileSettings, RequestCounter,
-    Throttler,
 };
 use dynamodb_transactions::{Item, TransactionManager};
+
+mod chaos;
+mod hooks;
+// Not every test binary uses them.
+#[allow(unused_imports)]
+pub use chaos::ChaosWorker;
+#[allow(unused_imports)]
+pub use hooks::{Hook, RunBefore};
 
 static ENDPOINT: OnceLock<String> = OnceLock::new();
 
@@ -601,135 +608,4 @@ pub fn seed_and_scale(seed_var: &str, default: u64, scale_var: &str) -> (u64, us
         .and_then(|s| s.parse().ok())
         .unwrap_or(1);
     (seed, scale)
-}
-
-/// One coordinator of a chaos workload, with its own faults: a fault injector for crashes and lost
-/// responses, 3 % of responses throttled after the server applied them, and a quarter of the
-/// requests delayed up to 100 ms before going out and/or after the answer, all seeded from the run's
-/// seed and the worker's number.
-pub struct ChaosWorker {
-    pub manager: TransactionManager,
-    pub faults: FaultInjector,
-    pub throttle: Throttler,
-    pub delays: Delayer,
-}
-
-impl ChaosWorker {
-    /// Worker `w` on `env`'s tables. Odd workers commit in phases, so both commit paths meet the
-    /// faults, and worker 1 of every four rolls its writes forward past the commit
-    /// (`roll_forward`); workers 2 and 3 of every four lock their reads before recording them (the
-    /// first lock with the record's creation, tombstones); crashed coordinators hold their locks
-    /// until contenders find them dead (2 s).
-    pub fn new(env: &TestEnv, seed: u64, w: usize) -> ChaosWorker {
-        let faults = FaultInjector::new();
-        let throttle = Throttler::new(0.03, seed ^ (w as u64 + 1));
-        let delays = Delayer::new(
-            0.25,
-            std::time::Duration::from_millis(100),
-            seed.rotate_left(17) ^ (w as u64 + 1),
-        );
-        let manager = TransactionManager::builder(client_with_delays(
-            vec![shared(faults.clone()), shared(throttle.clone())],
-            Some(&delays),
-        ))
-        .transactions_table(env.manager.transactions_table())
-        .images_table(env.manager.images_table())
-        .configure(|s| {
-            s.rollback_on_drop = false;
-            if w % 2 == 1 {
-                s.one_shot_max_items = 0;
-            }
-            // Each way of taking locked reads: a quarter of the workers lock first, a quarter
-            // record first, the rest send both together (the default).
-            s.locked_reads = match w % 4 {
-                2 => dynamodb_transactions::LockedReads::LockThenRecord,
-                3 => dynamodb_transactions::LockedReads::RecordThenLock,
-                _ => dynamodb_transactions::LockedReads::RecordWithLock,
-            };
-            s.roll_forward = w % 4 == 1;
-            s.lock_wait = std::time::Duration::from_secs(3);
-            s.contention = dynamodb_transactions::ContentionPolicy::Ordered {
-                dead_after: std::time::Duration::from_secs(2),
-                ticket_at_begin: false,
-            };
-        })
-        .build();
-        ChaosWorker {
-            manager,
-            faults,
-            throttle,
-            delays,
-        }
-    }
-}
-
-pub type Hook = Box<dyn FnOnce() + Send>;
-
-/// Runs a hook just before the first request of one DynamoDB operation (`"*"`: any operation)
-/// whose body contains a given text is sent; that request waits until the hook is done. The hook runs on its own thread
-/// with its own runtime (interceptors are synchronous), so it can drive another coordinator with
-/// its own client while this one is held at that exact point.
-#[derive(Clone)]
-pub struct RunBefore {
-    operation: &'static str,
-    needle: String,
-    hook: std::sync::Arc<std::sync::Mutex<Option<Hook>>>,
-}
-
-impl std::fmt::Debug for RunBefore {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RunBefore")
-            .field("operation", &self.operation)
-            .finish()
-    }
-}
-
-impl RunBefore {
-    pub fn new(
-        operation: &'static str,
-        needle: &str,
-        hook: impl FnOnce() + Send + 'static,
-    ) -> Self {
-        RunBefore {
-            operation,
-            needle: needle.to_string(),
-            hook: std::sync::Arc::new(std::sync::Mutex::new(Some(Box::new(hook)))),
-        }
-    }
-
-    pub fn ran(&self) -> bool {
-        self.hook.lock().unwrap().is_none()
-    }
-}
-
-impl aws_sdk_dynamodb::config::Intercept for RunBefore {
-    fn name(&self) -> &'static str {
-        "RunBefore"
-    }
-
-    fn read_before_transmit(
-        &self,
-        ctx: &aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef<'_>,
-        _rc: &aws_sdk_dynamodb::config::RuntimeComponents,
-        _cfg: &mut aws_sdk_dynamodb::config::ConfigBag,
-    ) -> Result<(), aws_sdk_dynamodb::error::BoxError> {
-        let req = ctx.request();
-        let target = req.headers().get("x-amz-target").unwrap_or_default();
-        if self.operation != "*" && !target.ends_with(&format!(".{}", self.operation)) {
-            return Ok(());
-        }
-        let body = req
-            .body()
-            .bytes()
-            .map(|b| String::from_utf8_lossy(b).into_owned())
-            .unwrap_or_default();
-        if !body.contains(&self.needle) {
-            return Ok(());
-        }
-        let Some(hook) = self.hook.lock().unwrap().take() else {
-            return Ok(());
-        };
-        std::thread::spawn(hook).join().expect("the hook panicked");
-        Ok(())
-    }
 }

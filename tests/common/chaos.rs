@@ -1,0 +1,67 @@
+//! The coordinators of chaos workloads: each with its own crashes, lost answers, throttling and
+//! delays.
+
+use dynamodb_transactions::TransactionManager;
+use dynamodb_transactions::fault::{Delayer, FaultInjector, Throttler};
+
+use super::{TestEnv, client_with_delays, shared};
+
+/// One coordinator of a chaos workload, with its own faults: a fault injector for crashes and lost
+/// responses, 3 % of responses throttled after the server applied them, and a quarter of the
+/// requests delayed up to 100 ms before going out and/or after the answer, all seeded from the run's
+/// seed and the worker's number.
+pub struct ChaosWorker {
+    pub manager: TransactionManager,
+    pub faults: FaultInjector,
+    pub throttle: Throttler,
+    pub delays: Delayer,
+}
+
+impl ChaosWorker {
+    /// Worker `w` on `env`'s tables. Odd workers commit in phases, so both commit paths meet the
+    /// faults, and worker 1 of every four rolls its writes forward past the commit
+    /// (`roll_forward`); workers 2 and 3 of every four lock their reads before recording them (the
+    /// first lock with the record's creation, tombstones); crashed coordinators hold their locks
+    /// until contenders find them dead (2 s).
+    pub fn new(env: &TestEnv, seed: u64, w: usize) -> ChaosWorker {
+        let faults = FaultInjector::new();
+        let throttle = Throttler::new(0.03, seed ^ (w as u64 + 1));
+        let delays = Delayer::new(
+            0.25,
+            std::time::Duration::from_millis(100),
+            seed.rotate_left(17) ^ (w as u64 + 1),
+        );
+        let manager = TransactionManager::builder(client_with_delays(
+            vec![shared(faults.clone()), shared(throttle.clone())],
+            Some(&delays),
+        ))
+        .transactions_table(env.manager.transactions_table())
+        .images_table(env.manager.images_table())
+        .configure(|s| {
+            s.rollback_on_drop = false;
+            if w % 2 == 1 {
+                s.one_shot_max_items = 0;
+            }
+            // Each way of taking locked reads: a quarter of the workers lock first, a quarter
+            // record first, the rest send both together (the default).
+            s.locked_reads = match w % 4 {
+                2 => dynamodb_transactions::LockedReads::LockThenRecord,
+                3 => dynamodb_transactions::LockedReads::RecordThenLock,
+                _ => dynamodb_transactions::LockedReads::RecordWithLock,
+            };
+            s.roll_forward = w % 4 == 1;
+            s.lock_wait = std::time::Duration::from_secs(3);
+            s.contention = dynamodb_transactions::ContentionPolicy::Ordered {
+                dead_after: std::time::Duration::from_secs(2),
+                ticket_at_begin: false,
+            };
+        })
+        .build();
+        ChaosWorker {
+            manager,
+            faults,
+            throttle,
+            delays,
+        }
+    }
+}
