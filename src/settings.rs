@@ -138,6 +138,8 @@ pub struct Settings {
     /// item registers its ticket in the holder's record; whoever completes the holder writes those
     /// entries onto the item with its unlock (`_TxQ`, `_TxQF`), and every lock attempt on an
     /// existing item is conditional on no live entry on it being older than the attempt's ticket.
+    /// A waiter refused by an older entry on an unlocked item (no holder to register with)
+    /// writes its own entry on the item, conditional on it still unlocked and its queue as read.
     /// A newcomer (with a ticket or without) then never takes an item ahead of a live registered
     /// waiter with an older ticket. Entries expire after [`queue_ttl`](Self::queue_ttl) unless
     /// renewed. Readers never see the queue's attributes.

@@ -354,26 +354,35 @@ pub(crate) fn lock_condition(ph: &mut Placeholders, mine: Option<u64>) -> String
     }
 }
 
-/// Drops the expired entries (at `now`) of the queue of an unlocked item, conditional on the item
-/// still unlocked and its queue as read (`_TxQV`). True when the rewrite landed; false when the
-/// item changed since (someone else dropped them, took or released it).
-pub(crate) async fn drop_expired(
+/// Rewrites the queue of an unlocked item as read (`was`): without its expired entries (at
+/// `now`), and with `join`'s entry (ticket, expiry) when given: a waiter refused by an older entry
+/// takes its own place on the item, so that whoever comes after it queues behind it even if it
+/// never meets a holder to register with. Conditional on the item still unlocked (a locked item's
+/// queue must not change: its holder writes it back as its lock read it) and its queue as read
+/// (`_TxQV`). True when the rewrite landed; false when the item changed since (someone else
+/// rewrote its queue, took or released it).
+pub(crate) async fn rewrite(
     client: &Client,
     table: &str,
     key: &Item,
     was: &ItemQueue,
     now: u64,
+    join: Option<(u64, u64)>,
 ) -> Result<bool> {
     let Some(version) = was.version else {
         return Ok(false);
     };
     let mut ph = Placeholders::default();
-    let next: Entries = was
+    let mut next: Entries = was
         .entries
         .iter()
         .filter(|(_, e)| **e > now)
         .map(|(t, e)| (*t, *e))
         .collect();
+    if let Some((ticket, expiry)) = join {
+        let e = next.entry(ticket).or_insert(expiry);
+        *e = (*e).max(expiry);
+    }
     let cond = format!(
         "attribute_exists({qv}) AND attribute_not_exists({o}) AND {qv} = {v}",
         qv = ph.name(QUEUE_VERSION),
@@ -392,6 +401,16 @@ pub(crate) async fn drop_expired(
         ph,
     };
     Ok(matches!(w.send(client, None).await?, Written::Ok(_)))
+}
+
+/// Whether a waiter with `ticket`, refused by an older entry of `queue` at `now`, should write
+/// its own entry on the item: it carries none, or one that expires within two thirds of `ttl`
+/// (the waiter looks at least every third of it, so a live waiter's entry never lapses).
+pub(crate) fn should_join(queue: &ItemQueue, ticket: u64, now: u64, ttl: u64) -> bool {
+    queue
+        .entries
+        .get(&ticket)
+        .is_none_or(|&e| e < now + ttl * 2 / 3)
 }
 
 #[cfg(test)]
@@ -494,6 +513,20 @@ mod tests {
         assert_eq!(p.next_look(1, head, cap, t0 + ms(200)), Some(ms(20)));
         // Past the expected end, the head looks every quarter hold, at least `head`.
         assert_eq!(p.next_look(1, head, cap, t0 + ms(400)), Some(head));
+    }
+
+    #[test]
+    fn a_refused_waiter_joins_once_and_renews_before_its_entry_lapses() {
+        let q = ItemQueue {
+            entries: entries(&[(2, 1_000), (7, 2_500)]),
+            first: Some(2),
+            version: Some(3),
+        };
+        // Not on the item: joins.
+        assert!(should_join(&q, 9, 0, 3_000));
+        // On it, expiring at 2,500: renewed once less than 2,000 (two thirds of 3,000) is left.
+        assert!(!should_join(&q, 7, 400, 3_000));
+        assert!(should_join(&q, 7, 600, 3_000));
     }
 
     #[test]

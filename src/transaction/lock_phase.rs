@@ -185,13 +185,28 @@ impl Transaction {
                     ahead = queue.live_before(mine, now);
                     pace.observe(None, ahead, tokio::time::Instant::now());
                     match queue.oldest_live_before(mine, now) {
-                        Some(on) => (None, Resolution::Wait { on }),
+                        Some(on) => {
+                            // Take a place on the item (renewed while waiting there), so that
+                            // whoever comes after queues behind this waiter even if it never
+                            // meets a holder to register with. Best effort: a rewrite that
+                            // finds the item changed (taken, released, rewritten) leaves it to
+                            // the next look, which registers with a holder or joins again.
+                            let ttl = settings.queue_ttl.as_millis() as u64;
+                            if item_lock::queue::should_join(&queue, mine, now, ttl) {
+                                let join = Some((mine, now + ttl));
+                                let joined =
+                                    item_lock::queue::rewrite(c, table, key, &queue, now, join)
+                                        .await;
+                                debug!(tx = %self.id, table, ?joined, "joined the item's queue");
+                            }
+                            (None, Resolution::Wait { on })
+                        }
                         None => {
                             // No live entry is older: drop the expired ones (conditional on the
                             // queue as read), then try again.
                             if queue.first.is_some_and(|f| f < mine) {
                                 let dropped =
-                                    item_lock::queue::drop_expired(c, table, key, &queue, now)
+                                    item_lock::queue::rewrite(c, table, key, &queue, now, None)
                                         .await;
                                 debug!(tx = %self.id, table, ?dropped, "dropped expired queue entries");
                             }

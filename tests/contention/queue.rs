@@ -16,6 +16,7 @@ use crate::{lock, ticket_of};
 
 mod commit_paths;
 mod crashed_waiter;
+mod joined;
 
 fn now_ms() -> u64 {
     std::time::SystemTime::now()
@@ -139,6 +140,7 @@ async fn a_newcomer_is_refused_behind_an_older_live_entry_and_passes_it_once_exp
     // Ticket 0 is older than every ticket the counter hands out.
     env.raw_put(&env.table, queued_item("k", &[(0, far)], 1))
         .await;
+    let mut queued = vec![0];
     for ticket_at_begin in [true, false] {
         let m = fifo(&env, ticket_at_begin, Duration::from_millis(400));
         let tx = m.begin();
@@ -147,10 +149,16 @@ async fn a_newcomer_is_refused_behind_an_older_live_entry_and_passes_it_once_exp
             is_locked_out(&err),
             "ticket_at_begin={ticket_at_begin}: {err:?}"
         );
+        // Not locked; the refused transaction's entry joined the queue (see queue/joined.rs).
+        queued.push(ticket_of(&env, tx.id()).await);
+        let raw = env.raw_get(&env.table, &key("k")).await.unwrap();
+        assert!(!raw.contains_key("_TxId"), "{raw:?}");
+        assert_eq!(raw["v"], n(1));
+        assert_eq!(raw["_TxQF"].as_m().unwrap()["t"], n(0));
         assert_eq!(
-            env.raw_get(&env.table, &key("k")).await.unwrap(),
-            queued_item("k", &[(0, far)], 1),
-            "ticket_at_begin={ticket_at_begin}: the item untouched"
+            ticket_keys(&raw),
+            queued,
+            "ticket_at_begin={ticket_at_begin}"
         );
         tx.rollback().await.unwrap();
     }
@@ -312,14 +320,13 @@ async fn unlock_carries_queue(rollback: bool) {
     assert!(is_locked_out(&err), "{err:?}");
     lock(&w, &env.table, "k").await.unwrap();
     w.commit().await.unwrap();
+    let late_t = ticket_of(&env, late.id()).await;
     late.rollback().await.unwrap();
     let raw = env.raw_get(&env.table, &key("k")).await.unwrap();
-    assert_eq!(
-        raw["_TxQ"],
-        queue_value(&[(young, far)]),
-        "its own entry dropped"
-    );
-    assert_eq!(raw["_TxQV"], n(3));
+    // The waiter's own entry dropped; the refused newcomer's (it joined the free item's queue)
+    // stays until it expires.
+    assert_eq!(ticket_keys(&raw), vec![late_t, young], "{raw:?}");
+    assert_eq!(raw["_TxQV"], n(4), "the join, then the unlock");
 }
 
 #[tokio::test]

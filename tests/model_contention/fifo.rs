@@ -11,6 +11,8 @@
 //! - **release** (`Release`): whoever completes the holder (its coordinator, a wounder, the
 //!   sweeper) reads its record and writes, with the unlock, the item's queue: the entries the item
 //!   carried (frozen while it was locked) plus the record's registrations, less the expired ones;
+//! - **join** (`Join`): a waiter refused by an older entry on the unlocked item writes its own
+//!   entry on the item, conditional on the item unlocked and its queue as read;
 //! - **try** (`Try`): a lock attempt, conditional on the item being unlocked and on its queue's
 //!   oldest unexpired ticket being no older than the taker's (the fast condition on the oldest
 //!   entry, or, when older entries have all expired, the slow one on the queue as read); a
@@ -65,12 +67,16 @@ pub struct FifoState {
     pub item_queue: Set,
     /// The registrations in the current holder's record.
     pub record_queue: Set,
+    /// The item's entries as the holder's lock read them: what a one-request commit writes back
+    /// (merged with the registrations it knows), the item's queue not changing while locked.
+    pub locked_queue: Set,
     /// Departed transactions whose entries have expired.
     pub expired: Set,
     pub leaves_left: u8,
     /// Ghosts for the properties.
     pub barged: bool,
     pub older_went_first: bool,
+    pub joined: bool,
 }
 
 /// Deliberate bugs, to show the checker catches them.
@@ -89,6 +95,9 @@ pub enum FifoBug {
     RegisterAfterDecision,
     /// Entries never expire: a departed waiter's entry blocks the item.
     NoExpiry,
+    /// A refused waiter's entry is written on the item whether or not it is locked: the holder's
+    /// unlock writes back the queue its lock read, and the entry is lost.
+    JoinWhileLocked,
 }
 
 #[derive(Clone, Debug)]
@@ -106,6 +115,7 @@ pub struct FifoModel {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum FifoAction {
     Try(Tx),
+    Join(Tx),
     Register(Tx),
     Decide(Tx),
     Release(Tx),
@@ -178,10 +188,12 @@ impl Model for FifoModel {
             holder: None,
             item_queue: 0,
             record_queue: 0,
+            locked_queue: 0,
             expired: 0,
             leaves_left: self.cfg.leaves,
             barged: false,
             older_went_first: false,
+            joined: false,
         }]
     }
 
@@ -202,6 +214,15 @@ impl Model for FifoModel {
                         && s.record_queue & bit(t) == 0
                     {
                         out.push(FifoAction::Register(t));
+                    }
+                    // Refused by an older entry (not by a holder), with no entry on the item: it
+                    // writes its own (conditional on the item unlocked).
+                    let refused_by_queue = Self::floor(s).is_some_and(|f| f < t);
+                    if refused_by_queue
+                        && s.item_queue & bit(t) == 0
+                        && (s.holder.is_none() || self.bug(FifoBug::JoinWhileLocked))
+                    {
+                        out.push(FifoAction::Join(t));
                     }
                     if s.leaves_left > 0 {
                         out.push(FifoAction::Leave(t));
@@ -240,12 +261,18 @@ impl Model for FifoModel {
                     if self.bug(FifoBug::TakerClearsQueue) {
                         s.item_queue = 0;
                     }
+                    s.locked_queue = s.item_queue;
                     s.record_queue = 0;
                 } else {
                     s.phases[t] = Phase::Waiting {
                         registered: matches!(s.phases[t], Phase::Waiting { registered: true }),
                     };
                 }
+            }
+            FifoAction::Join(t) => {
+                s.item_queue |= bit(t);
+                s.phases[t] = Phase::Waiting { registered: true };
+                s.joined = true;
             }
             FifoAction::Register(t) => {
                 let h = s.holder?;
@@ -261,10 +288,12 @@ impl Model for FifoModel {
             }
             FifoAction::Decide(h) => s.phases[h] = Phase::Holding { decided: true },
             FifoAction::Release(h) => {
+                // The queue as the lock read it (the same as the item's now, unless a bug wrote
+                // it while locked).
                 let carried = if self.bug(FifoBug::ReleaseForgetsCarried) {
                     0
                 } else {
-                    s.item_queue
+                    s.locked_queue
                 };
                 s.item_queue = (carried | s.record_queue) & !s.expired & !bit(h);
                 s.record_queue = 0;
@@ -306,6 +335,10 @@ impl Model for FifoModel {
             Property::sometimes(
                 "an older arrival goes ahead of younger waiters",
                 |_: &FifoModel, s: &FifoState| s.older_went_first,
+            ),
+            Property::sometimes(
+                "a waiter refused by the queue joins it on the item",
+                |_: &FifoModel, s: &FifoState| s.joined,
             ),
             Property::sometimes(
                 "a departed waiter's entry expires",
@@ -354,6 +387,7 @@ fn buggy_fifo_is_caught() {
         (FifoBug::RegisterAfterDecision, 4),
         (FifoBug::NoExpiry, 3),
         (FifoBug::FastPathPassesExpiredHead, 4),
+        (FifoBug::JoinWhileLocked, 4),
     ];
     for (bug, txs) in cases {
         let mut cfg = config("fifo, broken", txs, 1);

@@ -3,7 +3,8 @@
 //! polls and its own record's reads), either before the request or after it landed with its answer
 //! lost: nothing it leaves stops the holder from committing, with the registration carried or not,
 //! nor a newcomer from taking the item once the dead waiter's entry has expired, and a sweep
-//! settles the waiter's own record.
+//! settles the waiter's own record. The same for a waiter that finds the item free but refused by
+//! an older entry, and joins the item's queue.
 
 use std::time::Duration;
 
@@ -34,7 +35,16 @@ async fn read_modify_write(
     set_v(tx, table, "k", v + 1).await.map(|_| ())
 }
 
-async fn a_waiter_dying_at_every_request(mode: FaultMode, prefix: &str) {
+/// What the waiter meets at the item.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Meets {
+    /// A pending holder with an older ticket: the waiter registers in its record.
+    Holder,
+    /// The item free, with an older waiter's live entry: the waiter joins the item's queue.
+    OlderEntry,
+}
+
+async fn a_waiter_dying_at_every_request(mode: FaultMode, meets: Meets, prefix: &str) {
     let env = TestEnv::new(prefix).await;
     let table = env.table.clone();
     // Tickets at the first record write: the holder's is older, so the waiter waits (wound-wait)
@@ -55,10 +65,20 @@ async fn a_waiter_dying_at_every_request(mode: FaultMode, prefix: &str) {
     let mut carried = 0;
     for k in 1..=CRASH_POINTS {
         let label = format!("{mode:?} at request {k}");
-        env.raw_put(&table, item(&[("Id", s("k")), ("v", n(1))]))
-            .await;
-        let h = holders.begin();
-        read_modify_write(&h, &table).await.unwrap();
+        let h = match meets {
+            Meets::Holder => {
+                env.raw_put(&table, item(&[("Id", s("k")), ("v", n(1))]))
+                    .await;
+                let h = holders.begin();
+                read_modify_write(&h, &table).await.unwrap();
+                Some(h)
+            }
+            Meets::OlderEntry => {
+                let far = now_ms() + 60_000;
+                env.raw_put(&table, queued_item("k", &[(0, far)], 1)).await;
+                None
+            }
+        };
 
         faults.crash_at(k, mode);
         let w = waiters.begin();
@@ -79,9 +99,11 @@ async fn a_waiter_dying_at_every_request(mode: FaultMode, prefix: &str) {
             );
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
-        h.commit()
-            .await
-            .unwrap_or_else(|e| panic!("{label}: holder: {e}"));
+        if let Some(h) = h {
+            h.commit()
+                .await
+                .unwrap_or_else(|e| panic!("{label}: holder: {e}"));
+        }
         // Dead: every request fails from the crash on, so its call ends with an error.
         let r = tokio::time::timeout(Duration::from_secs(20), waiter)
             .await
@@ -89,10 +111,29 @@ async fn a_waiter_dying_at_every_request(mode: FaultMode, prefix: &str) {
             .unwrap();
         assert!(r.is_err(), "{label}: a dead waiter wrote: {r:?}");
         faults.disarm();
-        // A registration that landed is carried into the item's queue by the holder's unlock.
+        // A registration that landed is carried into the item's queue by the holder's unlock; a
+        // join that landed is on the item beside the older entry.
         let raw = env.raw_get(&table, &key("k")).await.unwrap();
-        if !ticket_keys(&raw).is_empty() {
+        let older = usize::from(meets == Meets::OlderEntry);
+        if ticket_keys(&raw).len() > older {
             carried += 1;
+        }
+        assert!(!raw.contains_key("_TxId"), "{label}: {raw:?}");
+        if meets == Meets::OlderEntry {
+            // The older waiter leaves too: its entry expires.
+            env.client
+                .update_item()
+                .table_name(&table)
+                .key("Id", s("k"))
+                .update_expression("SET #q.#t = :past, #f.#e = :past")
+                .expression_attribute_names("#q", "_TxQ")
+                .expression_attribute_names("#t", "0")
+                .expression_attribute_names("#f", "_TxQF")
+                .expression_attribute_names("#e", "e")
+                .expression_attribute_values(":past", n(now_ms() - 1_000))
+                .send()
+                .await
+                .unwrap();
         }
 
         let newcomer = newcomers.begin();
@@ -106,8 +147,8 @@ async fn a_waiter_dying_at_every_request(mode: FaultMode, prefix: &str) {
         let raw = env.raw_get(&table, &key("k")).await.unwrap();
         assert_eq!(
             raw["v"],
-            n(3),
-            "{label}: the holder's and the newcomer's: {raw:?}"
+            n(if meets == Meets::Holder { 3 } else { 2 }),
+            "{label}: the holder's (if any) and the newcomer's: {raw:?}"
         );
         assert!(!raw.contains_key("_TxId"), "{label}: {raw:?}");
 
@@ -123,17 +164,34 @@ async fn a_waiter_dying_at_every_request(mode: FaultMode, prefix: &str) {
             other => panic!("{label}: the waiter's record after the sweep: {other:?}"),
         }
     }
-    // The waiter registered (its seventh request) before it died in some runs: the newcomer then
-    // waited for the dead waiter's carried entry to expire.
-    assert!(carried > 0, "no run left a carried registration");
+    // The waiter registered (its seventh request) or joined (its fifth) before it died in some runs: the
+    // newcomer then waited for the dead waiter's entry to expire.
+    assert!(
+        carried > 0,
+        "{meets:?}: no run left the dead waiter's entry"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_dying_before_any_of_its_requests_leaves_nothing_in_the_way() {
-    a_waiter_dying_at_every_request(FaultMode::BeforeSend, "ct-fifo-dead-before").await;
+    a_waiter_dying_at_every_request(FaultMode::BeforeSend, Meets::Holder, "ct-fifo-dead-before")
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_dying_after_any_of_its_requests_landed_leaves_nothing_in_the_way() {
-    a_waiter_dying_at_every_request(FaultMode::AfterSend, "ct-fifo-dead-after").await;
+    a_waiter_dying_at_every_request(FaultMode::AfterSend, Meets::Holder, "ct-fifo-dead-after")
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_joining_waiter_dying_before_any_of_its_requests_leaves_nothing_in_the_way() {
+    let (mode, meets) = (FaultMode::BeforeSend, Meets::OlderEntry);
+    a_waiter_dying_at_every_request(mode, meets, "ct-fifo-join-before").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_joining_waiter_dying_after_any_of_its_requests_landed_leaves_nothing_in_the_way() {
+    let (mode, meets) = (FaultMode::AfterSend, Meets::OlderEntry);
+    a_waiter_dying_at_every_request(mode, meets, "ct-fifo-join-after").await;
 }
