@@ -66,7 +66,7 @@
 //! variants.
 //!
 //! `queued` (tests/model_contention/queued.rs) puts that queue into wound-wait over several items:
-//! 3–4 transactions locking two items each (or one) in differing orders, tickets, `_TxW` waits,
+//! 3–5 transactions locking two items each (or one) in differing orders, tickets, `_TxW` waits,
 //! wounds, takeovers, crashes and give-ups, with registrations in the holder's record, the merged
 //! queue written by every release, the queue condition on every lock attempt and waits for the
 //! oldest live older entry, and entries of departed waiters expiring. It checks that waits

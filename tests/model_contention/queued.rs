@@ -2,7 +2,7 @@
 //! the queue of `fifo` inside the wound-wait of `tests/model_contention.rs`, checked with
 //! `stateright`. It follows `Transaction::lock_one` and `contention::resolve`, one request (or one
 //! decision on what a request returned) per step:
-//! - 3–4 transactions, each locking its items one after the other and then committing; a
+//! - 3–5 transactions, each locking its items one after the other and then committing; a
 //!   transaction's ticket is its index (0 the oldest), in its record from the start
 //!   (`tickets_at_begin`: `ticket_at_begin`, a `run` retry) or from its first contention (a
 //!   holder, or any queue: an attempt without a ticket is refused by any queue);
