@@ -65,6 +65,16 @@
 //! (docs/PROTOCOL.md "Waiting in ticket order"), its own model with its own properties and broken
 //! variants.
 //!
+//! `queued` (tests/model_contention/queued.rs) puts that queue into wound-wait over several items:
+//! 3–5 transactions locking two items each (or one) in differing orders, tickets, `_TxW` waits,
+//! wounds, takeovers, crashes and give-ups, with registrations in the holder's record, the merged
+//! queue written by every release, the queue condition on every lock attempt and waits for the
+//! oldest live older entry, and entries of departed waiters expiring. It checks that waits
+//! (queue waits too) point at older transactions, no deadlock, no starvation, no newcomer ahead
+//! of a live registered waiter, the oldest never wounded, wounds only as judged, and catches its
+//! own broken variants; it finds that a waiter behind an older entry of a free item can lose its
+//! place (its entry is renewed only by registering with a holder), a question of fairness only.
+//!
 //! Abstractions: a lock attempt, and the `_TxW` clear that follows a successful one, are one step;
 //! a handle learns that its transaction was decided at its next step (the protocol model covers the
 //! late locks such a handle may take); `wound_grace`, `lock_wait` timeouts and backoff only delay
@@ -76,6 +86,8 @@ mod model_support;
 mod checks;
 #[path = "model_contention/fifo.rs"]
 mod fifo;
+#[path = "model_contention/queued.rs"]
+mod queued;
 
 use stateright::{Model, Property};
 

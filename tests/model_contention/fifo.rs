@@ -29,8 +29,8 @@
 //! departed waiter's entry has expired), **no starvation** (every path ends with every live
 //! transaction having had the item), and `sometimes`: every transaction holds the item, an
 //! older arrival goes ahead of younger waiters, a departed waiter's entry expires. Wound-wait
-//! across items is `tests/model_contention.rs`'s; the queue only adds waits from a younger ticket
-//! towards an older one (see the design), which that model's argument covers.
+//! across items is `tests/model_contention.rs`'s; the queue with it across several items is
+//! `queued` (tests/model_contention/queued.rs).
 
 use stateright::{Model, Property};
 
