@@ -90,6 +90,24 @@ fn queued_item(id: &str, entries: &[(u64, u64)], version: u64) -> Item {
     ])
 }
 
+/// Makes the entry of ticket 0 on `k` (older than any ticket the counter hands out) expired, as if
+/// its waiter had left a while ago.
+async fn expire_oldest_entry(env: &TestEnv, table: &str, k: &str) {
+    env.client
+        .update_item()
+        .table_name(table)
+        .key("Id", s(k))
+        .update_expression("SET #q.#t = :past, #f.#e = :past")
+        .expression_attribute_names("#q", "_TxQ")
+        .expression_attribute_names("#t", "0")
+        .expression_attribute_names("#f", "_TxQF")
+        .expression_attribute_names("#e", "e")
+        .expression_attribute_values(":past", n(now_ms() - 1_000))
+        .send()
+        .await
+        .unwrap();
+}
+
 /// A buffered `SET v = <v>` of `k` in `tx`.
 async fn set_v(
     tx: &dynamodb_transactions::Transaction,

@@ -194,7 +194,7 @@ fn four_transactions_three_items_with_queues() {
 }
 
 #[test]
-#[ignore = "larger run (1.31M states, ~10 s in release): cargo test --release --test model_contention -- --ignored"]
+#[ignore = "larger run (1.17M states, ~6 s in release): cargo test --release --test model_contention -- --ignored"]
 fn four_transactions_crossing_with_queues() {
     assert_queued_holds(four_crossing());
 }
@@ -202,7 +202,7 @@ fn four_transactions_crossing_with_queues() {
 /// Two of the four record their ticket from the start (`run` retries), the others at their first
 /// contention.
 #[test]
-#[ignore = "larger run (1.80M states, ~9 s in release): cargo test --release --test model_contention -- --ignored"]
+#[ignore = "larger run (1.67M states, ~8 s in release): cargo test --release --test model_contention -- --ignored"]
 fn four_transactions_crossing_some_tickets_at_first_contention() {
     let mut cfg = four_crossing();
     cfg.name = "queued: 4 tx x 2 items, all crossing, 2 departures, tickets of 1 and 3 at begin";
@@ -211,7 +211,7 @@ fn four_transactions_crossing_some_tickets_at_first_contention() {
 }
 
 #[test]
-#[ignore = "larger run (0.98M states, ~4 s in release): cargo test --release --test model_contention -- --ignored"]
+#[ignore = "larger run (0.90M states, ~4 s in release): cargo test --release --test model_contention -- --ignored"]
 fn four_transactions_three_items_three_departures() {
     let mut cfg = four_by_three();
     cfg.name = "queued: 4 tx x 3 items, 3 departures";
@@ -221,7 +221,7 @@ fn four_transactions_three_items_three_departures() {
 
 /// Five transactions over three items (the fifth crossing the first), one departure.
 #[test]
-#[ignore = "larger run (8.4M states, ~60 s and 1 GB in release): cargo test --release --test model_contention -- --ignored"]
+#[ignore = "larger run (6.9M states, ~40 s and 1 GB in release): cargo test --release --test model_contention -- --ignored"]
 fn five_transactions_three_items_with_queues() {
     let mut cfg = four_by_three();
     cfg.name = "queued: 5 tx x 3 items, 1 departure";

@@ -121,19 +121,7 @@ async fn a_waiter_dying_at_every_request(mode: FaultMode, meets: Meets, prefix: 
         assert!(!raw.contains_key("_TxId"), "{label}: {raw:?}");
         if meets == Meets::OlderEntry {
             // The older waiter leaves too: its entry expires.
-            env.client
-                .update_item()
-                .table_name(&table)
-                .key("Id", s("k"))
-                .update_expression("SET #q.#t = :past, #f.#e = :past")
-                .expression_attribute_names("#q", "_TxQ")
-                .expression_attribute_names("#t", "0")
-                .expression_attribute_names("#f", "_TxQF")
-                .expression_attribute_names("#e", "e")
-                .expression_attribute_values(":past", n(now_ms() - 1_000))
-                .send()
-                .await
-                .unwrap();
+            expire_oldest_entry(&env, &table, "k").await;
         }
 
         let newcomer = newcomers.begin();

@@ -32,19 +32,7 @@ async fn a_waiter_refused_by_the_queue_on_a_free_item_keeps_its_place_on_it() {
 
     // The older waiter gave up: its entry expires. A newcomer, younger than the waiter, is now
     // refused by the waiter's entry instead of taking the item.
-    env.client
-        .update_item()
-        .table_name(&env.table)
-        .key("Id", s("k"))
-        .update_expression("SET #q.#t = :past, #f.#e = :past")
-        .expression_attribute_names("#q", "_TxQ")
-        .expression_attribute_names("#t", "0")
-        .expression_attribute_names("#f", "_TxQF")
-        .expression_attribute_names("#e", "e")
-        .expression_attribute_values(":past", n(now_ms() - 1_000))
-        .send()
-        .await
-        .unwrap();
+    expire_oldest_entry(&env, &env.table, "k").await;
     let newcomer = m.begin();
     let err = lock(&newcomer, &env.table, "k").await.unwrap_err();
     assert!(is_locked_out(&err), "the newcomer waits: {err:?}");
