@@ -1,10 +1,9 @@
 //! Waiting in ticket order ([`Settings::wait_in_ticket_order`](crate::Settings::wait_in_ticket_order)):
 //! the queue an item carries, the condition that makes a lock attempt respect it, the merge an
-//! unlock writes, and the rewrite that drops expired entries. See docs/PROTOCOL.md "Waiting in
-//! ticket order".
+//! unlock writes, and the rewrite of a free item's queue (dropping expired entries, adding a
+//! refused waiter's own). See docs/PROTOCOL.md "Waiting in ticket order".
 //!
-//! On an item (written only with its lock attempt's rewrite of expired entries, while unlocked,
-//! and with its unlock):
+//! On an item (written only by a waiter's rewrite, while unlocked, and with its unlock):
 //! - `_TxQ` (M): the entries the item carries, keyed by ticket (decimal text), each its expiry
 //!   (N, epoch ms);
 //! - `_TxQF` (M): the oldest of them, `{t: ticket, e: expiry}`: what the lock condition reads;
