@@ -80,4 +80,4 @@ mod world_steps;
 use config::*;
 use model::*;
 use state::*;
-use stateright::{Checker, Expectation, Model, Property};
+use stateright::{Expectation, Model, Property};

@@ -2,7 +2,7 @@
 //! and the deliberately broken variants it must catch.
 
 use super::*;
-use stateright::{Checker, Expectation};
+use stateright::Expectation;
 
 fn config(name: &'static str, items: usize, plans: Vec<Vec<usize>>) -> Config {
     Config {
@@ -94,11 +94,6 @@ fn three_by_two_small_clock() -> Config {
     cfg
 }
 
-fn check(cfg: Config) -> impl Checker<ContentionModel> {
-    let bug = cfg.bug.is_some();
-    model_support::check(ContentionModel { cfg }, bug)
-}
-
 fn assert_model_holds(cfg: Config) {
     let (name, bug) = (cfg.name, cfg.bug.is_some());
     model_support::assert_model_holds(name, ContentionModel { cfg }, bug);
@@ -159,16 +154,7 @@ fn buggy_contention_is_caught() {
     ];
     for (bug, mut cfg) in cases {
         cfg.bug = Some(bug);
-        let checker = check(cfg);
-        let violated: Vec<&str> = checker
-            .model()
-            .properties()
-            .into_iter()
-            .filter(|p| p.expectation == Expectation::Always)
-            .filter(|p| checker.discovery(p.name).is_some())
-            .map(|p| p.name)
-            .collect();
-        println!("{bug:?}: caught by {violated:?}");
-        assert!(!violated.is_empty(), "{bug:?} was not caught");
+        let model = ContentionModel { cfg };
+        model_support::assert_caught(&format!("{bug:?}"), model, &[Expectation::Always]);
     }
 }

@@ -379,7 +379,7 @@ fn five_transactions_at_one_item_with_two_departures() {
 
 #[test]
 fn buggy_fifo_is_caught() {
-    use stateright::{Checker, Expectation};
+    use stateright::Expectation;
     let cases = [
         (FifoBug::LockIgnoresQueue, 3),
         (FifoBug::ReleaseForgetsCarried, 4),
@@ -392,16 +392,7 @@ fn buggy_fifo_is_caught() {
     for (bug, txs) in cases {
         let mut cfg = config("fifo, broken", txs, 1);
         cfg.bug = Some(bug);
-        let checker = crate::model_support::check(FifoModel { cfg }, true);
-        let violated: Vec<&str> = checker
-            .model()
-            .properties()
-            .into_iter()
-            .filter(|p| p.expectation != Expectation::Sometimes)
-            .filter(|p| checker.discovery(p.name).is_some())
-            .map(|p| p.name)
-            .collect();
-        println!("{bug:?}: caught by {violated:?}");
-        assert!(!violated.is_empty(), "{bug:?} was not caught");
+        let kinds = [Expectation::Always, Expectation::Eventually];
+        crate::model_support::assert_caught(&format!("{bug:?}"), FifoModel { cfg }, &kinds);
     }
 }

@@ -271,16 +271,7 @@ fn buggy_queues_are_caught() {
     for (bug, mut cfg) in cases {
         cfg.bug = Some(bug);
         cfg.strict_fifo = false;
-        let checker = crate::model_support::check(QueuedModel { cfg }, true);
-        let violated: Vec<&str> = checker
-            .model()
-            .properties()
-            .into_iter()
-            .filter(|p| p.expectation == Expectation::Always)
-            .filter(|p| checker.discovery(p.name).is_some())
-            .map(|p| p.name)
-            .collect();
-        println!("{bug:?}: caught by {violated:?}");
-        assert!(!violated.is_empty(), "{bug:?} was not caught");
+        let model = QueuedModel { cfg };
+        crate::model_support::assert_caught(&format!("{bug:?}"), model, &[Expectation::Always]);
     }
 }

@@ -65,3 +65,26 @@ where
         }
     }
 }
+
+/// Checks `model`, a deliberately broken variant named `what`, until its first counterexample, and
+/// fails the test unless a property of one of `kinds` (`always`, and `eventually` where given) is
+/// violated; prints the ones that are.
+#[allow(dead_code)] // Not every model has broken variants.
+pub fn assert_caught<M>(what: &str, model: M, kinds: &[Expectation])
+where
+    M: Model + Send + Sync + 'static,
+    M::State: Clone + Debug + Hash + PartialEq + Send + Sync + 'static,
+    M::Action: Clone + Debug + PartialEq + Send + Sync + 'static,
+{
+    let checker = check(model, true);
+    let violated: Vec<&str> = checker
+        .model()
+        .properties()
+        .into_iter()
+        .filter(|p| kinds.contains(&p.expectation))
+        .filter(|p| checker.discovery(p.name).is_some())
+        .map(|p| p.name)
+        .collect();
+    println!("{what}: caught by {violated:?}");
+    assert!(!violated.is_empty(), "{what} was not caught");
+}
