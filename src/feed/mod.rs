@@ -319,8 +319,8 @@ impl ChangeFeed {
     ///
     /// A followed table without a stream, or with a stream without both images:
     /// [`Error::InvalidRequest`]; a failed DynamoDB or DynamoDB Streams request (after the SDK's
-    /// retries and the feed's backoff on throttling and server errors): [`Error::DynamoDb`]. The feed stays usable:
-    /// call `next` again.
+    /// retries and the feed's backoff on throttling and server errors): [`Error::DynamoDb`]. The
+    /// feed stays usable: call `next` again.
     ///
     /// # Cancel safety
     ///

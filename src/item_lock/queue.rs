@@ -372,16 +372,8 @@ pub(crate) async fn rewrite(
         return Ok(false);
     };
     let mut ph = Placeholders::default();
-    let mut next: Entries = was
-        .entries
-        .iter()
-        .filter(|(_, e)| **e > now)
-        .map(|(t, e)| (*t, *e))
-        .collect();
-    if let Some((ticket, expiry)) = join {
-        let e = next.entry(ticket).or_insert(expiry);
-        *e = (*e).max(expiry);
-    }
+    // The merge an unlock writes, with the joining entry in place of the registrations.
+    let next = merged(&was.entries, &join.into_iter().collect(), None, now);
     let cond = format!(
         "attribute_exists({qv}) AND attribute_not_exists({o}) AND {qv} = {v}",
         qv = ph.name(QUEUE_VERSION),

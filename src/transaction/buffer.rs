@@ -185,7 +185,8 @@ impl Transaction {
     }
 
     /// Whether a read's lock may go out with the record's creation: `Settings::locked_reads` is
-    /// not `RecordThenLock`, the record was never written (no creation of it may have landed) and the item is not held.
+    /// not `RecordThenLock`, the record was never written (no creation of it may have landed) and
+    /// the item is not held.
     fn may_lock_with_creation(&self, st: &State, r: &ItemRef) -> bool {
         self.inner.settings.locked_reads != LockedReads::RecordThenLock
             && st.meta.is_none()

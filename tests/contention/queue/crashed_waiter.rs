@@ -152,8 +152,8 @@ async fn a_waiter_dying_at_every_request(mode: FaultMode, meets: Meets, prefix: 
             other => panic!("{label}: the waiter's record after the sweep: {other:?}"),
         }
     }
-    // The waiter registered (its seventh request) or joined (its fifth) before it died in some runs: the
-    // newcomer then waited for the dead waiter's entry to expire.
+    // The waiter registered (its seventh request) or joined (its fifth) before it died in some
+    // runs: the newcomer then waited for the dead waiter's entry to expire.
     assert!(
         carried > 0,
         "{meets:?}: no run left the dead waiter's entry"
