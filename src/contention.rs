@@ -125,7 +125,14 @@ pub(crate) async fn resolve(
             Some(h) => h,
         };
         if h.state != TxState::Pending {
-            complete_decided(inner, owner, table, key).await?;
+            if h.finalized {
+                // Every item its record names is settled (most often by the one-request commit
+                // that decided it): what may be left here is a lock it does not name, released
+                // as such, without loading the record to complete it again.
+                steal_orphan(inner, owner, table, key, true).await?;
+            } else {
+                complete_decided(inner, owner, table, key).await?;
+            }
             return Ok(Resolution::Retry);
         }
         let mut judged = Judged {

@@ -534,6 +534,15 @@ pub async fn measure(
         .iter()
         .filter(|r| matches!(r.op.as_str(), "GetItem" | "BatchGetItem" | "Query"))
         .count();
+    if args.ops_per_tx {
+        let mut by: std::collections::BTreeMap<(String, bool), usize> = Default::default();
+        for r in &recs {
+            *by.entry((r.op.clone(), r.ok)).or_default() += 1;
+        }
+        for ((op, ok), n) in by {
+            eprintln!("  {mode}: {op} ok={ok}: {:.2}/tx", per_tx(n));
+        }
+    }
     let holders = match workload {
         Workload::Transfer(_) => (args.accounts / 2) as f64,
         Workload::Counter => 1.0,

@@ -100,6 +100,10 @@ pub struct Args {
     /// Contention: every library run waits in ticket order (`Settings::wait_in_ticket_order`).
     #[arg(long)]
     wait_in_ticket_order: bool,
+    /// Contention: print each run's requests per committed transaction, by operation and
+    /// outcome (to stderr; where the requests of a contended run go).
+    #[arg(long)]
+    ops_per_tx: bool,
     /// Contention: random seed.
     #[arg(long, default_value_t = 11)]
     seed: u64,

@@ -17,10 +17,12 @@ use super::{LOCK_DATE, LockInfo, OWNER, Observed, PAD, ROLL, TRANSIENT, new_stam
 pub(crate) enum LockOutcome {
     Locked(LockInfo),
     /// Another transaction holds it. `ahead`: with a queue guard and a ticket, the live entries
-    /// older than the ticket the item carries (0 otherwise).
+    /// older than the ticket the item carries (0 otherwise); `own_entry`: the expiry of the
+    /// ticket's own entry among them, if the item carries one (which the holder's unlock keeps).
     Held {
         owner: TxId,
         ahead: usize,
+        own_entry: Option<u64>,
     },
     /// Unlocked, but its queue's oldest entry is older than the attempt's ticket (or the attempt
     /// had none): refused by the queue (`Settings::wait_in_ticket_order`), as the item carries it.
@@ -57,6 +59,7 @@ pub(crate) async fn lock(
     Ok(LockOutcome::Held {
         owner: TxId(String::new()),
         ahead: 0,
+        own_entry: None,
     })
 }
 
@@ -205,14 +208,21 @@ async fn lock_write(
                 Some(o) if o == me.as_str() => {
                     Ok(Some(LockOutcome::Locked(LockInfo::from_observed(&obs))))
                 }
-                Some(o) => Ok(Some(LockOutcome::Held {
-                    owner: TxId(o.clone()),
-                    ahead: match queue {
-                        Some(Some(mine)) => super::queue::ItemQueue::of(&obs.queue)
-                            .live_before(mine, crate::ddb::now_millis()),
-                        _ => 0,
-                    },
-                })),
+                Some(o) => {
+                    let (ahead, own_entry) = match queue {
+                        Some(Some(mine)) => {
+                            let q = super::queue::ItemQueue::of(&obs.queue);
+                            let ahead = q.live_before(mine, crate::ddb::now_millis());
+                            (ahead, q.entries.get(&mine).copied())
+                        }
+                        _ => (0, None),
+                    };
+                    Ok(Some(LockOutcome::Held {
+                        owner: TxId(o.clone()),
+                        ahead,
+                        own_entry,
+                    }))
+                }
                 None if queue.is_some() && obs.exists && !obs.queue.is_empty() => {
                     let q = super::queue::ItemQueue::of(&obs.queue);
                     if q.first.is_some() {
@@ -221,11 +231,13 @@ async fn lock_write(
                     Ok(Some(LockOutcome::Held {
                         owner: TxId(String::new()),
                         ahead: 0,
+                        own_entry: None,
                     }))
                 }
                 None => Ok(Some(LockOutcome::Held {
                     owner: TxId(String::new()),
                     ahead: 0,
+                    own_entry: None,
                 })),
             }
         }

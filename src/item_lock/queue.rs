@@ -398,10 +398,15 @@ pub(crate) async fn rewrite(
 /// its own entry on the item: it carries none, or one that expires within two thirds of `ttl`
 /// (the waiter looks at least every third of it, so a live waiter's entry never lapses).
 pub(crate) fn should_join(queue: &ItemQueue, ticket: u64, now: u64, ttl: u64) -> bool {
-    queue
-        .entries
-        .get(&ticket)
-        .is_none_or(|&e| e < now + ttl * 2 / 3)
+    needs_renewal(queue.entries.get(&ticket).copied(), now, ttl)
+}
+
+/// Whether a waiter's entry on an item, expiring at `entry` (`None`: it carries none), needs
+/// writing again at `now`: it is absent or expires within two thirds of `ttl`. A waiter whose
+/// entry a locked item carries with more life left needs no registration with the holder, whose
+/// unlock keeps it.
+pub(crate) fn needs_renewal(entry: Option<u64>, now: u64, ttl: u64) -> bool {
+    entry.is_none_or(|e| e < now + ttl * 2 / 3)
 }
 
 #[cfg(test)]

@@ -144,6 +144,8 @@ impl Transaction {
         let mut last_check = tokio::time::Instant::now();
         // Transactions before this one at the item, as the last attempt showed it.
         let mut ahead: usize;
+        // The expiry of this waiter's own entry on the item, as the last attempt showed it.
+        let mut own_entry: Option<u64> = None;
         loop {
             self.wrote.store(true, Ordering::SeqCst);
             let guard = self.queue_guard();
@@ -221,9 +223,14 @@ impl Transaction {
                         }
                     }
                 }
-                LockOutcome::Held { owner, ahead: a } => {
+                LockOutcome::Held {
+                    owner,
+                    ahead: a,
+                    own_entry: o,
+                } => {
                     debug!(tx = %self.id, other = %owner, table, "item locked by another transaction");
                     ahead = 1 + a;
+                    own_entry = o;
                     pace.observe(Some(owner.as_str()), ahead, tokio::time::Instant::now());
                     if last_owner.as_ref() != Some(&owner) {
                         met_at = tokio::time::Instant::now();
@@ -298,16 +305,24 @@ impl Transaction {
                         marked_waiting_on = Some(on);
                     }
                     // Waiting in ticket order: take a place in the pending holder's record (at
-                    // the first wait on it, then renewed every third of the entry's life).
-                    if let (true, Some(holder), Some(&mine)) =
-                        (fifo, owner.as_ref(), self.ticket_recorded.get())
+                    // the first wait on it, then renewed every third of the entry's life),
+                    // unless the item carries this waiter's entry with life enough left: the
+                    // holder's unlock keeps it, and a registration would only write the
+                    // holder's record (cancelling its one-request commit) for nothing.
+                    let ttl_ms = settings.queue_ttl.as_millis() as u64;
+                    let renew = item_lock::queue::needs_renewal(
+                        own_entry,
+                        crate::ddb::now_millis(),
+                        ttl_ms,
+                    );
+                    if let (true, true, Some(holder), Some(&mine)) =
+                        (fifo, renew, owner.as_ref(), self.ticket_recorded.get())
                     {
                         let due = registered.as_ref().is_none_or(|(h, at)| {
                             h != holder || at.elapsed() >= settings.queue_ttl / 3
                         });
                         if due {
-                            let expiry =
-                                crate::ddb::now_millis() + settings.queue_ttl.as_millis() as u64;
+                            let expiry = crate::ddb::now_millis() + ttl_ms;
                             let item = item_lock::queue::item_hash(table, key);
                             let tx_table = &self.inner.tx_table;
                             match record::register_waiter(c, tx_table, holder, &item, mine, expiry)

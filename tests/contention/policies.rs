@@ -335,3 +335,61 @@ async fn crossing_lock_orders_never_deadlock_with(source: TicketSource) {
         );
     }
 }
+
+/// A lock left on an item by a transaction whose record is decided and finalized (a read's lock
+/// the record does not name): the contender that meets it releases it, reading only the record's
+/// header and the item, without completing the transaction again (whose items are all settled).
+#[tokio::test]
+async fn a_finalized_holders_stray_lock_is_released_without_completing_it_again() {
+    let env = TestEnv::new("ct-final").await;
+    env.raw_put(&env.table, item(&[("Id", s("k")), ("v", n(1))]))
+        .await;
+    let m = ordered(&env, Duration::from_secs(30));
+    // The lock attributes a read leaves, taken from a real one.
+    let probe = m.begin();
+    lock(&probe, &env.table, "k").await.unwrap();
+    let locked = env.raw_get(&env.table, &key("k")).await.unwrap();
+    probe.rollback().await.unwrap();
+    // A transaction that committed (finalized) naming only another item, and its stray lock on k.
+    let gone = m.begin();
+    lock(&gone, &env.table, "other").await.unwrap();
+    let gone_id = gone.id().clone();
+    gone.commit().await.unwrap();
+    let mut stray = locked.clone();
+    stray.insert("_TxId".into(), s(gone_id.as_str()));
+    env.raw_put(&env.table, stray).await;
+
+    let counter = dynamodb_transactions::fault::RequestCounter::new();
+    let m2 = TransactionManager::builder(client_with(vec![shared(counter.clone())]))
+        .transactions_table(env.manager.transactions_table())
+        .images_table(env.manager.images_table())
+        .configure(|s| {
+            s.rollback_on_drop = false;
+            s.contention = ContentionPolicy::Ordered {
+                dead_after: Duration::from_secs(30),
+                ticket_at_begin: true,
+            };
+        })
+        .build();
+    let tx = m2.begin();
+    let got = tx
+        .get_item()
+        .table_name(&env.table)
+        .key("Id", s("k"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(got.item().unwrap()["v"], n(1));
+    let raw = env.raw_get(&env.table, &key("k")).await.unwrap();
+    assert_eq!(raw["_TxId"], s(tx.id().as_str()), "taken: {raw:?}");
+    // The record's creation, its ticket (the counter, then the record); the lock refused, the
+    // holder's header, the item, its release, the lock taken. Completing the holder again would
+    // read its whole record and the item once more, and try to finalize it again.
+    let sent = counter.snapshot();
+    assert_eq!(sent.get("Query"), None, "{sent:?}");
+    assert_eq!(sent.get("BatchGetItem"), Some(&1), "{sent:?}");
+    assert_eq!(sent.get("UpdateItem"), Some(&5), "{sent:?}");
+    tx.rollback().await.unwrap();
+    let status = m.transaction_state(&gone_id).await.unwrap().unwrap();
+    assert_eq!((status.state, status.finalized), (TxState::Committed, true));
+}

@@ -14,6 +14,7 @@ use dynamodb_transactions::{ContentionPolicy, Error, Item, TransactionManager, T
 use crate::common::*;
 use crate::{lock, ticket_of};
 
+mod carried;
 mod commit_paths;
 mod crashed_waiter;
 mod joined;

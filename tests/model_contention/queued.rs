@@ -13,7 +13,8 @@
 //!   whatever its ticket (`dead_after`);
 //! - a waiter registers in the holder's record, conditional on that record being pending (not on
 //!   its own: a waiter rolled back meanwhile registers until it notices); one that finds the
-//!   holder decided looks again at once;
+//!   holder decided looks again at once; one whose live entry the held item carries registers
+//!   nothing (the holder's release keeps it);
 //! - a decision releases the transaction's items at once, each unlock writing the item's queue:
 //!   its entries ∪ the record's registrations for it, less the expired ones and the holder's own
 //!   (no registration lands after the decision, so reading them with it loses nothing);
@@ -421,7 +422,14 @@ impl QueuedModel {
             let c = &mut s.coords[t as usize];
             match decide(t, theirs, their_wait) {
                 Some(on) => {
-                    let registered = matches!(c.phase,
+                    // The item carries its live entry: the holder's release keeps it, so the
+                    // waiter registers nothing (`needs_renewal`: it is renewed only when low).
+                    let carried = it.queue & !it.expired & bit(t) != 0;
+                    if carried {
+                        s.registered |= bit(t);
+                    }
+                    let registered = carried
+                        || matches!(c.phase,
                         Phase::Waiting { holder: Some(h), registered: true, .. } if h == o);
                     c.phase = Phase::Waiting {
                         on,
