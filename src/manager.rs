@@ -327,16 +327,37 @@ impl TransactionManager {
     where
         F: AsyncFnMut(&Transaction) -> Result<T>,
     {
-        let attempts = self.inner.settings.run_attempts.max(1);
         // One ticket for every attempt: a retried unit of work only gets older.
         let ticket: Arc<tokio::sync::OnceCell<u64>> = Arc::default();
+        // Its places in items' queues, kept across attempts with the ticket, taken back at the end.
+        let places = crate::transaction::Places::default();
+        let r = self.run_attempts(&mut work, ticket, &places).await;
+        places.leave(&self.inner).await;
+        r
+    }
+
+    /// `run`'s attempts, with the unit of work's ticket and places.
+    async fn run_attempts<T, F>(
+        &self,
+        work: &mut F,
+        ticket: Arc<tokio::sync::OnceCell<u64>>,
+        places: &crate::transaction::Places,
+    ) -> Result<T>
+    where
+        F: AsyncFnMut(&Transaction) -> Result<T>,
+    {
+        let attempts = self.inner.settings.run_attempts.max(1);
         let mut attempt = 0;
         // What the failed attempt read, locked first by the next one (`run_relocks_reads`).
         let mut relock: Vec<(String, Item)> = Vec::new();
         loop {
             attempt += 1;
-            let tx =
-                Transaction::with_ticket(self.inner.clone(), TxId::new_random(), ticket.clone());
+            let tx = Transaction::with_ticket(
+                self.inner.clone(),
+                TxId::new_random(),
+                ticket.clone(),
+                places.clone(),
+            );
             let id = tx.id().clone();
             let worked = match tx.lock_reads(&relock).await {
                 Ok(()) => work(&tx).await,

@@ -368,12 +368,48 @@ pub(crate) async fn rewrite(
     now: u64,
     join: Option<(u64, u64)>,
 ) -> Result<bool> {
+    // The merge an unlock writes, with the joining entry in place of the registrations.
+    let next = merged(&was.entries, &join.into_iter().collect(), None, now);
+    rewrite_to(client, table, key, was, &next).await
+}
+
+/// Takes `ticket`'s entry off `table`/`key` when the item is unlocked and carries it (with its
+/// expired entries): a waiter that gives up for good leaves its place rather than hold up the
+/// transactions behind it until the entry expires. Read first, then rewritten conditional on the
+/// queue as read (see [`rewrite`]); a locked item is left alone (its holder writes the queue back
+/// as its lock read it: the entry expires after `queue_ttl`), and so is an item changed between
+/// the read and the write. True when the entry was taken off.
+pub(crate) async fn leave(client: &Client, table: &str, key: &Item, ticket: u64) -> Result<bool> {
+    let raw = crate::ddb::batch_get(client, &[(table.to_string(), key.clone())]).await?;
+    let Some((_, raw)) = raw.first() else {
+        return Ok(false);
+    };
+    let was = ItemQueue::of(raw);
+    if raw.contains_key(OWNER) || !was.entries.contains_key(&ticket) {
+        return Ok(false);
+    }
+    let next = merged(
+        &was.entries,
+        &Entries::new(),
+        Some(ticket),
+        crate::ddb::now_millis(),
+    );
+    rewrite_to(client, table, key, &was, &next).await
+}
+
+/// Writes `next` as the queue of the unlocked item whose queue was read as `was`, conditional on
+/// it still unlocked and its queue as read.
+async fn rewrite_to(
+    client: &Client,
+    table: &str,
+    key: &Item,
+    was: &ItemQueue,
+    next: &Entries,
+) -> Result<bool> {
     let Some(version) = was.version else {
         return Ok(false);
     };
     let mut ph = Placeholders::default();
-    // The merge an unlock writes, with the joining entry in place of the registrations.
-    let next = merged(&was.entries, &join.into_iter().collect(), None, now);
     let cond = format!(
         "attribute_exists({qv}) AND attribute_not_exists({o}) AND {qv} = {v}",
         qv = ph.name(QUEUE_VERSION),
@@ -381,7 +417,7 @@ pub(crate) async fn rewrite(
         v = ph.value("QueueVer", AttributeValue::N(version.to_string())),
     );
     let mut u = UpdateExpr::default();
-    update_queue(&mut u, &mut ph, &next);
+    update_queue(&mut u, &mut ph, next);
     let w = Write {
         table: table.into(),
         kind: WriteKind::Update {

@@ -20,10 +20,19 @@ impl Drop for Transaction {
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
             let inner = self.inner.clone();
             let id = self.id.clone();
+            let places = self.places.clone();
             crate::metrics::dropped_handle();
             handle.spawn(async move {
                 // As `TransactionManager::rollback_transaction`: resume, then roll back.
-                let rollback = async { Transaction::load(inner, &id).await?.rollback().await };
+                let rollback =
+                    async { Transaction::load(inner.clone(), &id).await?.rollback().await };
+                // Then take back its places in items' queues: nobody comes back for them (a
+                // dropped `run` drops its unit of work).
+                let rollback = async {
+                    let r = rollback.await;
+                    places.leave(&inner).await;
+                    r
+                };
                 match rollback.await {
                     // Committed meanwhile, or the record's creation never landed: nothing to undo.
                     Ok(()) | Err(Error::AlreadyCommitted { .. } | Error::TransactionNotFound { .. }) => {}

@@ -166,6 +166,8 @@ impl Transaction {
             };
             let (owner, resolution) = match out {
                 LockOutcome::Locked(l) => {
+                    // Its own entry, if any, goes with the unlock.
+                    self.places.locked(table, key);
                     if marked_waiting_on.is_some() {
                         // No longer blocked: others must not think we are.
                         record::clear_waiting(c, &self.inner.tx_table, &self.id).await?;
@@ -200,6 +202,9 @@ impl Transaction {
                                     item_lock::queue::rewrite(c, table, key, &queue, now, join)
                                         .await;
                                 debug!(tx = %self.id, table, ?joined, "joined the item's queue");
+                                if matches!(joined, Ok(true)) {
+                                    self.places.took(table, key, mine);
+                                }
                             }
                             (None, Resolution::Wait { on })
                         }
@@ -329,7 +334,9 @@ impl Transaction {
                                 .await
                             {
                                 Ok(true) => {
-                                    registered = Some((holder.clone(), tokio::time::Instant::now()))
+                                    registered =
+                                        Some((holder.clone(), tokio::time::Instant::now()));
+                                    self.places.took(table, key, mine);
                                 }
                                 // Decided since it was judged: nothing registered, and the
                                 // item is free or soon is. Look again at once, before a

@@ -24,6 +24,7 @@ mod finish;
 mod lock_phase;
 mod one_request;
 mod phased;
+mod places;
 mod write_only;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -143,7 +144,14 @@ pub struct Transaction {
     /// The ticket in this transaction's record, once this handle knows it: the only ticket it
     /// contends with (see `contention::Contender::ticket`).
     ticket_recorded: OnceCell<u64>,
+    /// Where this unit of work holds a place in an item's queue, shared like `ticket`.
+    places: places::Places,
+    /// The places are this handle's alone (not a `run` attempt's, whose retries keep them): its
+    /// commit or rollback, once finished, takes back the ones left.
+    own_places: bool,
 }
+
+pub(crate) use places::Places;
 
 #[derive(Debug, Default)]
 struct State {
@@ -224,14 +232,18 @@ enum CommitStep {
 
 impl Transaction {
     pub(crate) fn new(inner: Arc<Inner>, id: TxId) -> Transaction {
-        Transaction::with_ticket(inner, id, Arc::default())
+        let mut tx = Transaction::with_ticket(inner, id, Arc::default(), Places::default());
+        tx.own_places = true;
+        tx
     }
 
-    /// A new transaction that inherits the ticket of earlier attempts of the same unit of work.
+    /// A new transaction that inherits the ticket (and the places in items' queues taken with it)
+    /// of earlier attempts of the same unit of work.
     pub(crate) fn with_ticket(
         inner: Arc<Inner>,
         id: TxId,
         ticket: Arc<OnceCell<u64>>,
+        places: Places,
     ) -> Transaction {
         Transaction {
             inner,
@@ -241,6 +253,8 @@ impl Transaction {
             wrote: AtomicBool::new(false),
             ticket,
             ticket_recorded: OnceCell::new(),
+            places,
+            own_places: false,
         }
     }
 
@@ -275,7 +289,8 @@ impl Transaction {
         // A resumed handle is the transaction others see in the record: it contends with the
         // record's ticket (a fresh one would make it younger in its own eyes only).
         let ticket = Arc::new(OnceCell::new_with(rec.header.ticket));
-        let tx = Transaction::with_ticket(inner, id, ticket);
+        let mut tx = Transaction::with_ticket(inner, id, ticket, Places::default());
+        tx.own_places = true;
         if let Some(t) = rec.header.ticket {
             let _ = tx.ticket_recorded.set(t);
         }
@@ -425,6 +440,7 @@ impl Transaction {
         crate::metrics::commit_result(&r);
         crate::metrics::record_outcome(&r, "committed");
         self.finished.store(true, Ordering::SeqCst);
+        self.leave_own_places().await;
         r
     }
 
@@ -460,7 +476,16 @@ impl Transaction {
         .map_err(|e| e.in_transaction(&self.id));
         self.finished.store(true, Ordering::SeqCst);
         crate::metrics::record_outcome(&r, "rolled_back");
+        self.leave_own_places().await;
         r
+    }
+
+    /// Takes back the places this handle's transaction holds in items' queues, unless they belong
+    /// to a `run` whose next attempt keeps them.
+    async fn leave_own_places(&self) {
+        if self.own_places {
+            self.places.leave(&self.inner).await;
+        }
     }
 
     /// Leaves the transaction as it is, without committing or rolling back, as if this process had

@@ -18,6 +18,7 @@ mod carried;
 mod commit_paths;
 mod crashed_waiter;
 mod joined;
+mod left;
 
 fn now_ms() -> u64 {
     std::time::SystemTime::now()
@@ -159,7 +160,6 @@ async fn a_newcomer_is_refused_behind_an_older_live_entry_and_passes_it_once_exp
     // Ticket 0 is older than every ticket the counter hands out.
     env.raw_put(&env.table, queued_item("k", &[(0, far)], 1))
         .await;
-    let mut queued = vec![0];
     for ticket_at_begin in [true, false] {
         let m = fifo(&env, ticket_at_begin, Duration::from_millis(400));
         let tx = m.begin();
@@ -169,17 +169,20 @@ async fn a_newcomer_is_refused_behind_an_older_live_entry_and_passes_it_once_exp
             "ticket_at_begin={ticket_at_begin}: {err:?}"
         );
         // Not locked; the refused transaction's entry joined the queue (see queue/joined.rs).
-        queued.push(ticket_of(&env, tx.id()).await);
+        let mine = ticket_of(&env, tx.id()).await;
         let raw = env.raw_get(&env.table, &key("k")).await.unwrap();
         assert!(!raw.contains_key("_TxId"), "{raw:?}");
         assert_eq!(raw["v"], n(1));
         assert_eq!(raw["_TxQF"].as_m().unwrap()["t"], n(0));
         assert_eq!(
             ticket_keys(&raw),
-            queued,
+            vec![0, mine],
             "ticket_at_begin={ticket_at_begin}"
         );
+        // Its rollback takes the entry back off (see queue/left.rs).
         tx.rollback().await.unwrap();
+        let raw = env.raw_get(&env.table, &key("k")).await.unwrap();
+        assert_eq!(ticket_keys(&raw), vec![0], "{raw:?}");
     }
     // The entry expired (its waiter left): the next attempt drops it and takes the item.
     for ticket_at_begin in [true, false] {
@@ -340,12 +343,14 @@ async fn unlock_carries_queue(rollback: bool) {
     lock(&w, &env.table, "k").await.unwrap();
     w.commit().await.unwrap();
     let late_t = ticket_of(&env, late.id()).await;
+    let raw = env.raw_get(&env.table, &key("k")).await.unwrap();
+    assert_eq!(ticket_keys(&raw), vec![late_t, young], "{raw:?}");
     late.rollback().await.unwrap();
     let raw = env.raw_get(&env.table, &key("k")).await.unwrap();
-    // The waiter's own entry dropped; the refused newcomer's (it joined the free item's queue)
-    // stays until it expires.
-    assert_eq!(ticket_keys(&raw), vec![late_t, young], "{raw:?}");
-    assert_eq!(raw["_TxQV"], n(4), "the join, then the unlock");
+    // The waiter's own entry dropped by its unlock; the refused newcomer's (it joined the free
+    // item's queue) taken off by its rollback.
+    assert_eq!(ticket_keys(&raw), vec![young], "{raw:?}");
+    assert_eq!(raw["_TxQV"], n(5), "the join, the unlock, the leave");
 }
 
 #[tokio::test]

@@ -1,0 +1,103 @@
+//! A waiter that gives up for good takes its entry off the item's queue (when the item is free),
+//! so that the transactions behind it need not wait for the entry to expire: after `rollback` of
+//! a handle, after `run`'s last attempt (its retries keep the place), and after a dropped handle's
+//! background rollback. Asserted on the item's queue attributes.
+
+use super::*;
+
+/// An unlocked item `k` whose queue holds an older live entry (ticket 0), which refuses every
+/// newcomer: each joins the queue behind it.
+async fn behind_an_older_entry(env: &TestEnv) {
+    env.raw_put(&env.table, queued_item("k", &[(0, now_ms() + 600_000)], 1))
+        .await;
+}
+
+async fn queue_on_k(env: &TestEnv) -> Vec<u64> {
+    queue_of(&env.client, &env.table).await
+}
+
+async fn queue_of(client: &aws_sdk_dynamodb::Client, table: &str) -> Vec<u64> {
+    let got = client
+        .get_item()
+        .table_name(table)
+        .key("Id", s("k"))
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap();
+    ticket_keys(got.item().unwrap())
+}
+
+#[tokio::test]
+async fn a_rolled_back_waiter_takes_its_entry_off_the_free_item() {
+    let env = TestEnv::new("ct-fifo-left").await;
+    behind_an_older_entry(&env).await;
+    let m = fifo(&env, true, Duration::from_millis(300));
+    let w = m.begin();
+    let err = lock(&w, &env.table, "k").await.unwrap_err();
+    assert!(is_locked_out(&err), "{err:?}");
+    let mine = ticket_of(&env, w.id()).await;
+    assert_eq!(queue_on_k(&env).await, vec![0, mine], "joined");
+    w.rollback().await.unwrap();
+    let raw = env.raw_get(&env.table, &key("k")).await.unwrap();
+    assert_eq!(ticket_keys(&raw), vec![0], "left: {raw:?}");
+    assert_eq!(raw["_TxQF"].as_m().unwrap()["t"], n(0), "{raw:?}");
+    assert_eq!(raw["v"], n(1));
+    assert!(!raw.contains_key("_TxId"), "{raw:?}");
+}
+
+#[tokio::test]
+async fn a_unit_of_work_keeps_its_place_across_retries_and_leaves_it_after_the_last() {
+    let env = TestEnv::new("ct-fifo-left-run").await;
+    behind_an_older_entry(&env).await;
+    let m = fifo_tuned(&env, client(), true, Duration::from_millis(300), |s| {
+        s.run_attempts = 2;
+        // The closure runs in both attempts (not the retry's relock of `k` before it).
+        s.run_relocks_reads = false;
+    });
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let (raw, seen2) = (env.client.clone(), seen.clone());
+    let table = env.table.clone();
+    let err = m
+        .run(async move |tx| {
+            // What the item's queue holds as this attempt starts.
+            let q = queue_of(&raw, &table).await;
+            seen2.lock().unwrap().push(q);
+            lock(tx, &table, "k").await
+        })
+        .await
+        .unwrap_err();
+    assert!(is_locked_out(&err), "{err:?}");
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    assert_eq!(seen[0], vec![0], "{seen:?}");
+    assert_eq!(seen[1].len(), 2, "the retry found its place kept: {seen:?}");
+    assert_eq!(
+        queue_on_k(&env).await,
+        vec![0],
+        "and run left it at the end"
+    );
+}
+
+#[tokio::test]
+async fn a_dropped_waiter_takes_its_entry_off_in_the_background() {
+    let env = TestEnv::new("ct-fifo-left-drop").await;
+    behind_an_older_entry(&env).await;
+    let m = fifo_tuned(&env, client(), true, Duration::from_millis(300), |s| {
+        s.rollback_on_drop = true
+    });
+    let w = m.begin();
+    let err = lock(&w, &env.table, "k").await.unwrap_err();
+    assert!(is_locked_out(&err), "{err:?}");
+    assert_eq!(queue_on_k(&env).await.len(), 2, "joined");
+    drop(w);
+    let mut left = false;
+    for _ in 0..100 {
+        if queue_on_k(&env).await == vec![0] {
+            left = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(left, "{:?}", queue_on_k(&env).await);
+}
