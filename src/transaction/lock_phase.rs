@@ -289,6 +289,17 @@ impl Transaction {
                     }
                 }
                 Resolution::Grace => {
+                    // A running holder, younger or without a ticket (rolled back after the grace
+                    // if still running): a waiter in ticket order takes its place with it too,
+                    // so that its unlock puts the waiter in the item's queue, and a newcomer
+                    // without a ticket queues behind it instead of taking the item first.
+                    if let Some(holder) = owner.as_ref()
+                        && !self
+                            .register_with(holder, table, key, own_entry, &mut registered)
+                            .await
+                    {
+                        continue;
+                    }
                     crate::settings::backoff(settings, 0).await;
                 }
                 Resolution::Wait { on } => {
@@ -309,47 +320,14 @@ impl Transaction {
                         last_touch = tokio::time::Instant::now();
                         marked_waiting_on = Some(on);
                     }
-                    // Waiting in ticket order: take a place in the pending holder's record (at
-                    // the first wait on it, then renewed every third of the entry's life),
-                    // unless the item carries this waiter's entry with life enough left: the
-                    // holder's unlock keeps it, and a registration would only write the
-                    // holder's record (cancelling its one-request commit) for nothing.
-                    let ttl_ms = settings.queue_ttl.as_millis() as u64;
-                    let renew = item_lock::queue::needs_renewal(
-                        own_entry,
-                        crate::ddb::now_millis(),
-                        ttl_ms,
-                    );
-                    if let (true, true, Some(holder), Some(&mine)) =
-                        (fifo, renew, owner.as_ref(), self.ticket_recorded.get())
+                    // Waiting in ticket order: take a place in the pending holder's record.
+                    if let Some(holder) = owner.as_ref()
+                        && !self
+                            .register_with(holder, table, key, own_entry, &mut registered)
+                            .await
                     {
-                        let due = registered.as_ref().is_none_or(|(h, at)| {
-                            h != holder || at.elapsed() >= settings.queue_ttl / 3
-                        });
-                        if due {
-                            let expiry = crate::ddb::now_millis() + ttl_ms;
-                            let item = item_lock::queue::item_hash(table, key);
-                            let tx_table = &self.inner.tx_table;
-                            match record::register_waiter(c, tx_table, holder, &item, mine, expiry)
-                                .await
-                            {
-                                Ok(true) => {
-                                    registered =
-                                        Some((holder.clone(), tokio::time::Instant::now()));
-                                    self.places.took(table, key, mine);
-                                }
-                                // Decided since it was judged: nothing registered, and the
-                                // item is free or soon is. Look again at once, before a
-                                // newcomer that finds no queue on it takes it.
-                                Ok(false) => {
-                                    registered = None;
-                                    waits += 1;
-                                    continue;
-                                }
-                                // Registering again is harmless: the next wait tries again.
-                                Err(e) => debug!(tx = %self.id, error = %e, "registration failed"),
-                            }
-                        }
+                        waits += 1;
+                        continue;
                     }
                     waits += 1;
                     // Registered waiters pace their looks by their place and the holds measured
@@ -411,6 +389,60 @@ impl Transaction {
             key: key.clone(),
             owner: last_owner.unwrap_or_else(|| TxId(String::new())),
         })
+    }
+
+    /// Waiting in ticket order: takes a place for `table`/`key` in the record of its pending
+    /// `holder` (at the first wait on it, then renewed every third of the entry's life), unless
+    /// the item carries this waiter's entry (`own_entry`, its expiry as the last attempt showed it)
+    /// with life enough left: the holder's unlock keeps it, and a registration would only write the
+    /// holder's record (cancelling its one-request commit) for nothing. `registered`: the holder
+    /// last registered with, and when. False when the holder was found decided since it was
+    /// judged: nothing registered, and the item is free or soon is, so the caller looks again at
+    /// once, before a newcomer that finds no queue on it takes it. Without the setting or a
+    /// recorded ticket, nothing is sent.
+    async fn register_with(
+        &self,
+        holder: &TxId,
+        table: &str,
+        key: &Item,
+        own_entry: Option<u64>,
+        registered: &mut Option<(TxId, tokio::time::Instant)>,
+    ) -> bool {
+        let settings = &self.inner.settings;
+        let Some(&mine) = self.ticket_recorded.get().filter(|_| settings.queues()) else {
+            return true;
+        };
+        let ttl_ms = settings.queue_ttl.as_millis() as u64;
+        if !item_lock::queue::needs_renewal(own_entry, crate::ddb::now_millis(), ttl_ms) {
+            return true;
+        }
+        let due = registered
+            .as_ref()
+            .is_none_or(|(h, at)| h != holder || at.elapsed() >= settings.queue_ttl / 3);
+        if !due {
+            return true;
+        }
+        let expiry = crate::ddb::now_millis() + ttl_ms;
+        let item = item_lock::queue::item_hash(table, key);
+        let (c, tx_table) = (&self.inner.client, &self.inner.tx_table);
+        let landed = record::register_waiter(c, tx_table, holder, &item, mine, expiry).await;
+        debug!(tx = %self.id, %holder, ticket = mine, ?landed, "registered with the holder");
+        match landed {
+            Ok(true) => {
+                *registered = Some((holder.clone(), tokio::time::Instant::now()));
+                self.places.took(table, key, mine);
+                true
+            }
+            Ok(false) => {
+                *registered = None;
+                false
+            }
+            // Registering again is harmless: the next wait tries again.
+            Err(e) => {
+                debug!(tx = %self.id, error = %e, "registration failed");
+                true
+            }
+        }
     }
 
     /// The queue part of this handle's lock attempts: with `Settings::wait_in_ticket_order`, its

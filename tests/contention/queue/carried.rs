@@ -74,3 +74,55 @@ async fn a_waiter_whose_carried_entry_runs_low_renews_it_through_the_holder() {
         "the unlock carried the renewed entry: {raw:?}"
     );
 }
+
+/// A holder that took the item without contention has no ticket: a waiter judges it younger and,
+/// while it gives it `wound_grace` to finish, registers with it all the same, so that its unlock
+/// puts the waiter in the item's queue, ahead of any newcomer.
+#[tokio::test]
+async fn a_waiter_registers_with_a_running_holder_without_a_ticket() {
+    let env = TestEnv::new("ct-fifo-ticketless").await;
+    env.raw_put(&env.table, item(&[("Id", s("k")), ("v", n(1))]))
+        .await;
+    // Tickets at the first contention; a grace long enough for the holder to commit in it.
+    let m = fifo_tuned(&env, client(), false, Duration::from_secs(20), |s| {
+        s.wound_grace = Duration::from_secs(15)
+    });
+    let h = m.begin();
+    lock(&h, &env.table, "k").await.unwrap();
+    let w = Arc::new(m.begin());
+    let (w2, table) = (w.clone(), env.table.clone());
+    let waiting = tokio::spawn(async move { lock(&w2, &table, "k").await });
+    let mut holder = header(&env, h.id()).await;
+    for _ in 0..100 {
+        if !registrations(&holder).is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        holder = header(&env, h.id()).await;
+    }
+    assert!(
+        !holder.contains_key("_TxK"),
+        "the holder has no ticket: {holder:?}"
+    );
+    let theirs = ticket_of(&env, w.id()).await;
+    assert_eq!(
+        registrations(&holder)
+            .iter()
+            .map(|r| r.0)
+            .collect::<Vec<_>>(),
+        vec![theirs],
+        "registered during the grace: {holder:?}"
+    );
+    set_v(&h, &env.table, "k", 2).await.unwrap();
+    h.commit().await.unwrap();
+    waiting.await.unwrap().unwrap();
+    let raw = env.raw_get(&env.table, &key("k")).await.unwrap();
+    assert_eq!(raw["v"], n(2));
+    assert_eq!(raw["_TxId"], s(w.id().as_str()), "{raw:?}");
+    assert_eq!(
+        ticket_keys(&raw),
+        vec![theirs],
+        "carried by the unlock: {raw:?}"
+    );
+    Arc::into_inner(w).unwrap().rollback().await.unwrap();
+}
