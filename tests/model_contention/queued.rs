@@ -14,7 +14,8 @@
 //! - a waiter registers in the holder's record, conditional on that record being pending (not on
 //!   its own: a waiter rolled back meanwhile registers until it notices); one that finds the
 //!   holder decided looks again at once; one whose live entry the held item carries registers
-//!   nothing (the holder's release keeps it);
+//!   nothing (the holder's release keeps it); one about to wound a younger or ticketless holder
+//!   may register with it first (during `wound_grace`, an optional step);
 //! - a decision releases the transaction's items at once, each unlock writing the item's queue:
 //!   its entries ∪ the record's registrations for it, less the expired ones and the holder's own
 //!   (no registration lands after the decision, so reading them with it loses nothing);
@@ -201,6 +202,10 @@ pub enum QAction {
     GiveUp(Tx),
     /// The entries of transaction `.1` at item `.0` expire.
     Expire(u8, Tx),
+    /// The coordinator, about to wound the younger (or ticketless) holder of its item after
+    /// `wound_grace`, registers with it meanwhile (conditional on it pending). Optional: a grace
+    /// that ends, or a holder decided, before the registration lands is the run without it.
+    GraceRegister(Tx),
 }
 
 /// What a contender with ticket `mine` does about a pending holder (`contention::resolve`):
@@ -542,6 +547,17 @@ impl Model for QueuedModel {
             {
                 out.push(QAction::TakeOver(t));
             }
+            if let Phase::Wounding {
+                victim,
+                rule: Rule::Ticket,
+            } = c.phase
+                && Self::pending(s, victim)
+                && let Some(item) = self.item_of(s, t)
+                && s.items[item as usize].holder == Some(victim)
+                && s.items[item as usize].regs & bit(t) == 0
+            {
+                out.push(QAction::GraceRegister(t));
+            }
             if s.departures_left > 0 {
                 out.push(QAction::Crash(t));
                 if waiting && matches!(c.phase, Phase::Waiting { .. }) {
@@ -569,6 +585,15 @@ impl Model for QueuedModel {
                     victim,
                     rule: Rule::Dead,
                 };
+            }
+            QAction::GraceRegister(t) => {
+                let item = self.item_of(&s, t)?;
+                let it = &mut s.items[item as usize];
+                it.regs |= bit(t);
+                it.expired &= !bit(t);
+                s.coords[t as usize].queued = false;
+                s.registered |= bit(t);
+                s.lapsed &= !bit(t);
             }
             QAction::Crash(t) => {
                 s.coords[t as usize].live = false;
@@ -627,6 +652,16 @@ impl Model for QueuedModel {
             Property::sometimes("a waiter registers", |_: &M, s: &QState| {
                 s.items.iter().any(|it| it.regs != 0)
             }),
+            Property::sometimes(
+                "a waiter registers with the younger holder it is about to wound",
+                |_: &M, s: &QState| {
+                    s.coords.iter().enumerate().any(|(t, c)| {
+                        matches!(c.phase, Phase::Wounding { victim, rule: Rule::Ticket }
+                            if s.items.iter().any(|it| it.holder == Some(victim)
+                                && it.regs & bit(t as Tx) != 0))
+                    })
+                },
+            ),
             Property::sometimes("a transaction is wounded", |_: &M, s: &QState| {
                 s.status.contains(&Status::Wounded)
             }),
