@@ -25,15 +25,11 @@ impl Drop for Transaction {
             handle.spawn(async move {
                 // As `TransactionManager::rollback_transaction`: resume, then roll back.
                 let rollback =
-                    async { Transaction::load(inner.clone(), &id).await?.rollback().await };
+                    async { Transaction::load(inner.clone(), &id).await?.rollback().await }.await;
                 // Then take back its places in items' queues: nobody comes back for them (a
                 // dropped `run` drops its unit of work).
-                let rollback = async {
-                    let r = rollback.await;
-                    places.leave(&inner).await;
-                    r
-                };
-                match rollback.await {
+                places.leave(&inner).await;
+                match rollback {
                     // Committed meanwhile, or the record's creation never landed: nothing to undo.
                     Ok(()) | Err(Error::AlreadyCommitted { .. } | Error::TransactionNotFound { .. }) => {}
                     Err(e) => {

@@ -412,8 +412,11 @@ impl Transaction {
         let Some(&mine) = self.ticket_recorded.get().filter(|_| settings.queues()) else {
             return true;
         };
-        let ttl_ms = settings.queue_ttl.as_millis() as u64;
-        if !item_lock::queue::needs_renewal(own_entry, crate::ddb::now_millis(), ttl_ms) {
+        let (now, ttl_ms) = (
+            crate::ddb::now_millis(),
+            settings.queue_ttl.as_millis() as u64,
+        );
+        if !item_lock::queue::needs_renewal(own_entry, now, ttl_ms) {
             return true;
         }
         let due = registered
@@ -422,7 +425,7 @@ impl Transaction {
         if !due {
             return true;
         }
-        let expiry = crate::ddb::now_millis() + ttl_ms;
+        let expiry = now + ttl_ms;
         let item = item_lock::queue::item_hash(table, key);
         let (c, tx_table) = (&self.inner.client, &self.inner.tx_table);
         let landed = record::register_waiter(c, tx_table, holder, &item, mine, expiry).await;
