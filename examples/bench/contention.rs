@@ -609,6 +609,11 @@ pub async fn bench_contention(
     let hot = HOT
         .iter()
         .filter(|h| args.native_attempts > 0 || matches!(h.how, How::Library(_)))
+        .filter(|h| {
+            args.hot_filter
+                .as_ref()
+                .is_none_or(|f| h.name.contains(f.as_str()))
+        })
         .map(|&h| (h, false));
     for (run, tuned) in modes.chain(native).chain(hot) {
         let name = match (run.how, tuned) {

@@ -97,6 +97,9 @@ pub struct Args {
     /// Contention: only the hot-item runs (and the native transfer), not every ticket mode.
     #[arg(long)]
     hot_only: bool,
+    /// Contention: only the hot-item runs whose name contains this (say `from then to`).
+    #[arg(long)]
+    hot_filter: Option<String>,
     /// Contention: every library run waits in ticket order (`Settings::wait_in_ticket_order`).
     #[arg(long)]
     wait_in_ticket_order: bool,
