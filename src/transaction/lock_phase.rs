@@ -23,6 +23,14 @@ use super::{State, Transaction};
 /// record to learn whether it was rolled back.
 const OWN_RECORD_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
 
+/// Whether a lock wait (until `deadline`) outlasts `e`: a write DynamoDB refused, past its own
+/// resends, because its item is part of a `TransactWriteItems` in flight (a holder's commit, most
+/// often). That is contention on the item, which the transaction frees as it lands, not a failure
+/// of the waiting transaction.
+fn in_flight(e: &Error, deadline: tokio::time::Instant) -> bool {
+    crate::ddb::is_conflict(e) && tokio::time::Instant::now() < deadline
+}
+
 impl Transaction {
     /// Records and locks one item now.
     pub(super) async fn drive_lock(&self, st: &mut State, r: &ItemRef) -> Result<LockInfo> {
@@ -162,6 +170,11 @@ impl Transaction {
                     tries += 1;
                     continue;
                 }
+                Err(e) if in_flight(&e, deadline) => {
+                    debug!(tx = %self.id, table, "lock attempt met a transaction in flight; waiting");
+                    crate::settings::backoff(settings, 1).await;
+                    continue;
+                }
                 Err(e) => return Err(e),
             };
             let (owner, resolution) = match out {
@@ -241,7 +254,7 @@ impl Transaction {
                         met_at = tokio::time::Instant::now();
                     }
                     let grace_left = met_at.elapsed() < settings.wound_grace;
-                    let resolution = crate::contention::resolve(
+                    let resolution = match crate::contention::resolve(
                         &self.inner,
                         &me,
                         &owner,
@@ -249,7 +262,15 @@ impl Transaction {
                         key,
                         grace_left,
                     )
-                    .await?;
+                    .await
+                    {
+                        // Releasing the holder's lock met the next holder's commit in flight.
+                        Err(e) if in_flight(&e, deadline) => {
+                            crate::settings::backoff(settings, 1).await;
+                            continue;
+                        }
+                        r => r?,
+                    };
                     (Some(owner), resolution)
                 }
             };

@@ -280,7 +280,11 @@ impl Transaction {
             let mut req = builders::blank_get();
             req.table = table.clone();
             req.key = key.clone();
-            self.read(req, None).await?;
+            // As a read through the builders says it: a refusal for a conflict in flight is this
+            // transaction's `Error::Conflict` (pending, retryable), not DynamoDB's raw error.
+            self.read(req, None)
+                .await
+                .map_err(|e| e.in_transaction(&self.id))?;
         }
         Ok(())
     }

@@ -10,14 +10,15 @@ use std::sync::{Mutex, OnceLock};
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::config::retry::RetryConfig;
 use aws_sdk_dynamodb::config::{
-    BehaviorVersion, Credentials, Intercept, Region, SharedInterceptor,
+    BehaviorVersion, Credentials, Intercept, Region, SharedHttpClient, SharedInterceptor,
 };
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
     ScalarAttributeType,
 };
 use dynamodb_transactions::fault::{
-    CanonicalNumbers, Delayer, DynamoDbProfile, FaultInjector, ProfileSettings, RequestCounter,
+    CanonicalNumbers, Delayer, DynamoDbProfile, FaultInjector, LateDelivery, ProfileSettings,
+    RequestCounter,
 };
 use dynamodb_transactions::{Item, TransactionManager};
 
@@ -202,6 +203,39 @@ pub fn client_layers(
     profile: Option<&DynamoDbProfile>,
     numbers: Option<&CanonicalNumbers>,
 ) -> Client {
+    // Layers from DynamoDB out: its behaviour where Local differs (the profile's own reads go
+    // straight to Local), the network's injected delays, numbers as DynamoDB writes them.
+    let mut http = profile.map(DynamoDbProfile::http_client);
+    if let Some(d) = delayer {
+        http = Some(match http {
+            Some(h) => d.wrap(h),
+            None => d.http_client(),
+        });
+    }
+    if let Some(n) = numbers {
+        http = Some(match http {
+            Some(h) => n.wrap(h),
+            None => n.http_client(),
+        });
+    }
+    client_over(interceptors, http)
+}
+
+/// A client answering through `profile` (a test's own) with numbers canonicalised, whose requests
+/// the profile admits before `late` delays them: a `TransactWriteItems` that `late` keeps at its
+/// gate is in flight for the profile's conflict rule until the test opens the gate.
+#[allow(dead_code)]
+pub fn client_through_late(
+    profile: &DynamoDbProfile,
+    late: &LateDelivery,
+    interceptors: Vec<SharedInterceptor>,
+) -> Client {
+    let http = canonical_numbers_always().wrap(profile.wrap(late.http_client()));
+    client_over(interceptors, Some(http))
+}
+
+/// A client of the test endpoint with extra interceptors, over `http` when given.
+fn client_over(interceptors: Vec<SharedInterceptor>, http: Option<SharedHttpClient>) -> Client {
     let mut b = aws_sdk_dynamodb::Config::builder()
         .behavior_version(BehaviorVersion::latest())
         .endpoint_url(endpoint())
@@ -224,21 +258,6 @@ pub fn client_layers(
     };
     for i in interceptors {
         b = b.interceptor(i);
-    }
-    // Layers from DynamoDB out: its behaviour where Local differs (the profile's own reads go
-    // straight to Local), the network's injected delays, numbers as DynamoDB writes them.
-    let mut http = profile.map(DynamoDbProfile::http_client);
-    if let Some(d) = delayer {
-        http = Some(match http {
-            Some(h) => d.wrap(h),
-            None => d.http_client(),
-        });
-    }
-    if let Some(n) = numbers {
-        http = Some(match http {
-            Some(h) => n.wrap(h),
-            None => n.http_client(),
-        });
     }
     if let Some(h) = http {
         b = b.http_client(h);
@@ -331,6 +350,18 @@ impl TestEnv {
         f: impl FnOnce(&mut dynamodb_transactions::Settings),
     ) -> TestEnv {
         Self::with_client(prefix, |i| client_through(profile, i), f).await
+    }
+
+    /// As [`through_profile`](Self::through_profile), with `late` between the profile and Local
+    /// (see [`client_through_late`]).
+    #[allow(dead_code)]
+    pub async fn through_profile_late(
+        prefix: &str,
+        profile: &DynamoDbProfile,
+        late: &LateDelivery,
+        f: impl FnOnce(&mut dynamodb_transactions::Settings),
+    ) -> TestEnv {
+        Self::with_client(prefix, |i| client_through_late(profile, late, i), f).await
     }
 
     async fn with_client(

@@ -11,3 +11,4 @@ mod common;
 mod absorbed;
 mod any_size;
 mod engine;
+mod in_flight;
