@@ -223,6 +223,7 @@ impl Transaction {
         keys: &[ItemRef],
         forms: &[Existence],
     ) -> Result<Vec<(Write, String)>> {
+        self.lock_requests.fetch_add(keys.len(), Ordering::SeqCst);
         let mut out = Vec::with_capacity(keys.len());
         for (k, &existence) in keys.iter().zip(forms) {
             let e = &st.items[k];

@@ -209,6 +209,7 @@ impl Transaction {
         let c = &self.inner.client;
         let sent = tokio::time::Instant::now();
         self.wrote.store(true, Ordering::SeqCst);
+        self.lock_requests.fetch_add(1, Ordering::SeqCst);
         let (recorded, attempt) = tokio::join!(
             self.flush(st),
             item_lock::lock(
@@ -237,7 +238,11 @@ impl Transaction {
                 st.items.get_mut(r).expect("entry exists").lock = Some(lock.clone());
                 Ok(lock)
             }
-            _ => self.hold_lock(st, r).await,
+            _ => {
+                // The same item's lock, asked for again by the lock wait (which counts it).
+                self.lock_requests.fetch_sub(1, Ordering::SeqCst);
+                self.hold_lock(st, r).await
+            }
         }
     }
 

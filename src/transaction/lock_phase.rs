@@ -136,6 +136,7 @@ impl Transaction {
             crate::settings::ContentionPolicy::Ordered { dead_after, .. } => (true, dead_after / 3),
             _ => (false, settings.lock_wait),
         };
+        self.lock_requests.fetch_add(1, Ordering::SeqCst);
         let mut last_touch = tokio::time::Instant::now();
         let mut met_at = tokio::time::Instant::now();
         let mut marked_waiting_on: Option<u64> = None;
@@ -327,8 +328,14 @@ impl Transaction {
                     if tokio::time::Instant::now() >= deadline {
                         break;
                     }
-                    // Show that this coordinator is alive (and blocked) while it waits.
-                    if last_touch.elapsed() >= heartbeat || marked_waiting_on != Some(on) {
+                    // Show that this coordinator is alive (and blocked) while it waits. What it
+                    // waits for is read only by whoever meets another lock of it, and only ever
+                    // spares it a wound: a waiter that asked for no other lock does not write it
+                    // at every change of holder (on a hot item, every waiter at every handover).
+                    let others = self.lock_requests.load(Ordering::SeqCst) > 1;
+                    if last_touch.elapsed() >= heartbeat
+                        || (others && marked_waiting_on != Some(on))
+                    {
                         let t = self.ticket_recorded.get().copied();
                         if record::set_ticket(c, &self.inner.tx_table, &self.id, t, Some(on))
                             .await?

@@ -149,6 +149,10 @@ pub struct Transaction {
     /// The places are this handle's alone (not a `run` attempt's, whose retries keep them): its
     /// commit or rollback, once finished, takes back the ones left.
     own_places: bool,
+    /// Locks this handle has asked for (each lock wait, each item of a batch; a resumed handle
+    /// starts with its record's requests): each may be held until the transaction finishes. A
+    /// waiter that holds no other lock is met by nobody, so it does not record what it waits for.
+    lock_requests: std::sync::atomic::AtomicUsize,
 }
 
 pub(crate) use places::Places;
@@ -255,6 +259,7 @@ impl Transaction {
             ticket_recorded: OnceCell::new(),
             places,
             own_places: false,
+            lock_requests: Default::default(),
         }
     }
 
@@ -302,6 +307,7 @@ impl Transaction {
             let mut st = tx.state.try_lock().expect("new transaction is not shared");
             st.meta = Some(rec.header.meta());
             st.recorded = rec.requests.len();
+            tx.lock_requests.store(rec.requests.len(), Ordering::SeqCst);
             for r in rec.requests {
                 st.requests.push(r);
                 let i = st.requests.len() - 1;

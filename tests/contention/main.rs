@@ -3,6 +3,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod marks;
 mod policies;
 mod queue;
 mod retries;
