@@ -401,9 +401,13 @@ impl ContentionModel {
         let theirs = s.records[o as usize];
         match decide(mine, theirs.ticket, theirs.waiting_on, self.tie_waits()) {
             Some(on) => {
-                // Recorded in `_TxW` (with a heartbeat) before backing off.
-                s.records[tx as usize].waiting_on = Some(on);
-                Self::wrote(s, tx, false);
+                // Recorded in `_TxW` (with a heartbeat) before backing off, by a waiter that holds
+                // another lock: only whoever meets one reads it. A waiter holding none records
+                // nothing here (the code writes `_TxW` with its timed heartbeat only).
+                if s.locks.contains(&Some(tx)) {
+                    s.records[tx as usize].waiting_on = Some(on);
+                    Self::wrote(s, tx, false);
+                }
                 s.handles[k].phase = Phase::Waiting { on };
             }
             None => {

@@ -441,7 +441,7 @@ impl QueuedModel {
                         holder: Some(o),
                         registered,
                     };
-                    s.waiting_on[t as usize] = Some(on);
+                    Self::record_wait(s, t, on);
                 }
                 None => {
                     c.phase = Phase::Wounding {
@@ -474,7 +474,7 @@ impl QueuedModel {
             }
             Attempt::NeedsTicket => s.ticketed |= bit(t),
             Attempt::Waits(on) => {
-                s.waiting_on[t as usize] = Some(on);
+                Self::record_wait(s, t, on);
                 let c = &mut s.coords[t as usize];
                 c.phase = Phase::Waiting {
                     on,

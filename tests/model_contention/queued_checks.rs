@@ -5,6 +5,14 @@ use super::*;
 use stateright::{Checker, Expectation};
 
 impl QueuedModel {
+    /// `t` waits for ticket `on`: recorded in its `_TxW` if it holds another lock (only whoever
+    /// meets one reads it; the code writes a lone waiter's `_TxW` with its timed heartbeat only).
+    pub(super) fn record_wait(s: &mut QState, t: Tx, on: Tx) {
+        if s.items.iter().any(|i| i.holder == Some(t)) {
+            s.waiting_on[t as usize] = Some(on);
+        }
+    }
+
     /// The transaction `t` is blocked by when its coordinator polls again, given `_TxW` values
     /// `waits`: `(blocker, on)`, `None` if the poll would change something (it locks, takes a
     /// ticket, wounds, drops expired entries, commits, or learns it was decided).
