@@ -209,7 +209,6 @@ impl Transaction {
         let c = &self.inner.client;
         let sent = tokio::time::Instant::now();
         self.wrote.store(true, Ordering::SeqCst);
-        self.lock_requests.fetch_add(1, Ordering::SeqCst);
         let (recorded, attempt) = tokio::join!(
             self.flush(st),
             item_lock::lock(
@@ -235,14 +234,12 @@ impl Transaction {
         }
         match attempt {
             Ok(LockOutcome::Locked(lock)) if sent.elapsed() < record::KEEP / 2 => {
+                // Kept without a lock wait (which counts the locks it asks for otherwise).
+                self.lock_requests.fetch_add(1, Ordering::SeqCst);
                 st.items.get_mut(r).expect("entry exists").lock = Some(lock.clone());
                 Ok(lock)
             }
-            _ => {
-                // The same item's lock, asked for again by the lock wait (which counts it).
-                self.lock_requests.fetch_sub(1, Ordering::SeqCst);
-                self.hold_lock(st, r).await
-            }
+            _ => self.hold_lock(st, r).await,
         }
     }
 

@@ -149,8 +149,9 @@ pub struct Transaction {
     /// The places are this handle's alone (not a `run` attempt's, whose retries keep them): its
     /// commit or rollback, once finished, takes back the ones left.
     own_places: bool,
-    /// Locks this handle has asked for (each lock wait, each item of a batch; a resumed handle
-    /// starts with its record's requests): each may be held until the transaction finishes. A
+    /// Locks this handle has asked for (each lock wait, each item of a batch, a first read's lock
+    /// kept from its record's creation; a resumed handle starts with its record's requests): each
+    /// may be held until the transaction finishes. A
     /// waiter that holds no other lock is met by nobody, so it does not record what it waits for.
     lock_requests: std::sync::atomic::AtomicUsize,
 }

@@ -224,7 +224,6 @@ pub fn client_layers(
 /// A client answering through `profile` (a test's own) with numbers canonicalised, whose requests
 /// the profile admits before `late` delays them: a `TransactWriteItems` that `late` keeps at its
 /// gate is in flight for the profile's conflict rule until the test opens the gate.
-#[allow(dead_code)]
 pub fn client_through_late(
     profile: &DynamoDbProfile,
     late: &LateDelivery,
@@ -354,7 +353,6 @@ impl TestEnv {
 
     /// As [`through_profile`](Self::through_profile), with `late` between the profile and Local
     /// (see [`client_through_late`]).
-    #[allow(dead_code)]
     pub async fn through_profile_late(
         prefix: &str,
         profile: &DynamoDbProfile,

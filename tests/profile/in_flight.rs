@@ -16,7 +16,7 @@ async fn a_lock_waits_for_the_holders_commit_in_flight_however_long_it_takes() {
     let profile = DynamoDbProfile::new(settings);
     let late = LateDelivery::new();
     let env = TestEnv::through_profile_late("inflight", &profile, &late, |_| {}).await;
-    let key = item(&[("Id", s("hot"))]);
+    let key = key("hot");
     env.raw_put(&env.table, item(&[("Id", s("hot")), ("n", n(0))]))
         .await;
 
