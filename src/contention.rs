@@ -36,6 +36,9 @@ pub(crate) struct Contender<'a> {
     /// The ticket this unit of work proposes for its record, shared by every attempt of one unit
     /// of work (a record that already has a ticket keeps its own).
     pub ticket: &'a Arc<OnceCell<u64>>,
+    /// This handle is a retry: it proposes `ticket` in the retries' class
+    /// ([`crate::ticket::for_attempt`]).
+    pub retry: bool,
     /// The ticket in this transaction's record, once this handle knows it: the only ticket it
     /// contends with.
     pub recorded: &'a OnceCell<u64>,
@@ -52,7 +55,10 @@ impl Contender<'_> {
         if let Some(&t) = self.recorded.get() {
             return Ok(t);
         }
-        let proposed = crate::ticket::take_once(inner, self.ticket).await?;
+        let proposed = crate::ticket::for_attempt(
+            crate::ticket::take_once(inner, self.ticket).await?,
+            self.retry,
+        );
         let t = *self
             .recorded
             .get_or_try_init(|| async {
@@ -167,7 +173,7 @@ pub(crate) async fn resolve(
                 judged.younger_than = Some(mine);
             }
         }
-        debug!(tx = %me.id, other = %owner, "rolling back a contending transaction");
+        debug!(tx = %me.id, other = %owner, mine = ?judged.younger_than, theirs = ?h.ticket, dead = judged.idle_since.is_some(), "rolling back a contending transaction");
         let c = &inner.client;
         last_err = None;
         match record::roll_back_judged(c, &inner.tx_table, owner, &judged, Some(me.id)).await {

@@ -612,7 +612,10 @@ pub async fn bench_contention(
         .filter(|h| {
             args.hot_filter
                 .as_ref()
-                .is_none_or(|f| h.name.contains(f.as_str()))
+                .is_none_or(|f| match f.strip_prefix('=') {
+                    Some(exact) => h.name == exact,
+                    None => h.name.contains(f.as_str()),
+                })
         })
         .map(|&h| (h, false));
     for (run, tuned) in modes.chain(native).chain(hot) {

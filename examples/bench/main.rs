@@ -97,7 +97,8 @@ pub struct Args {
     /// Contention: only the hot-item runs (and the native transfer), not every ticket mode.
     #[arg(long)]
     hot_only: bool,
-    /// Contention: only the hot-item runs whose name contains this (say `from then to`).
+    /// Contention: only the hot-item runs whose name contains this (say `from then to`), or, after
+    /// a `=`, whose name is exactly the rest (say `=transfer, from then to`).
     #[arg(long)]
     hot_filter: Option<String>,
     /// Contention: every library run waits in ticket order (`Settings::wait_in_ticket_order`).
