@@ -298,7 +298,9 @@ impl TransactionManager {
     /// # Ok(()) }
     /// ```
     ///
-    /// A retry keeps the unit of work's contention ticket, and first takes locked reads of the
+    /// A retry keeps the unit of work's contention ticket, in a class that outranks every first
+    /// attempt (with [`ContentionPolicy::Ordered`], a retry is older than any transaction's first
+    /// attempt, and among retries the tickets' order holds), and first takes locked reads of the
     /// items the failed attempt read, in key order ([`Settings::run_relocks_reads`]), before it
     /// runs `work` again.
     ///
@@ -327,7 +329,8 @@ impl TransactionManager {
     where
         F: AsyncFnMut(&Transaction) -> Result<T>,
     {
-        // One ticket for every attempt: a retried unit of work only gets older.
+        // One ticket for every attempt: a retried unit of work only gets older (a retry records it
+        // in the retries' class, older than every first attempt).
         let ticket: Arc<tokio::sync::OnceCell<u64>> = Arc::default();
         // Its places in items' queues, kept across attempts with the ticket, taken back at the end.
         let places = crate::transaction::Places::default();
@@ -357,6 +360,7 @@ impl TransactionManager {
                 TxId::new_random(),
                 ticket.clone(),
                 places.clone(),
+                attempt > 1,
             );
             let id = tx.id().clone();
             let worked = match tx.lock_reads(&relock).await {
@@ -408,6 +412,11 @@ impl TransactionManager {
                 && ticket.get().is_none()
             {
                 let _ = crate::ticket::take_once(&self.inner, &ticket).await;
+            }
+            if attempt == 1 {
+                // The retries record the ticket in another class: the places taken with the first
+                // attempt's ticket no longer say where this unit of work stands.
+                places.leave(&self.inner).await;
             }
             tracing::debug!(tx = %id, attempt, error = %err, "retrying unit of work");
             crate::metrics::retry(crate::metrics::RUN_ATTEMPT);

@@ -356,7 +356,8 @@ pub(crate) async fn backoff(settings: &Settings, attempt: u32) {
 ///
 /// Both sources give tickets that are compared the same way (smaller is older) and live in the
 /// transaction's record, written once; [`TransactionManager::run`](crate::TransactionManager::run)
-/// keeps one ticket across its retries and
+/// keeps one ticket across its retries (recorded in the retries' class: every retry is older than
+/// every first attempt) and
 /// [`TransactionManager::resume`](crate::TransactionManager::resume) adopts the record's, whatever
 /// its source. Coordinators of one transactions table may use different sources (while a setting
 /// is rolled out, say): counter tickets are far smaller than clock tickets, so they count as
@@ -370,7 +371,7 @@ pub enum TicketSource {
     /// which caps how many transactions per second can meet contention.
     #[default]
     Counter,
-    /// The coordinator's clock: epoch microseconds × 4096 plus a 12-bit random tie-breaker (and,
+    /// The coordinator's clock: epoch microseconds × 2048 plus an 11-bit random tie-breaker (and,
     /// within one process, always larger than the previous one). No request and no shared item.
     /// Tickets are unique with overwhelming probability; two equal tickets (another process, same
     /// microsecond, same random bits) neither wait for nor wound each other, which costs time, not

@@ -3,6 +3,10 @@
 //! A ticket only has to be a number that every coordinator compares the same way; the order it
 //! gives is the one recorded in the transactions' records (`_TxK`, written once), not the clocks'.
 //! docs/PROTOCOL.md ("Ticket sources") argues why clock skew costs fairness only.
+//!
+//! A ticket also carries its attempt's class in its top bit: a first attempt's ticket has it set,
+//! a retry's (`run`'s second attempt and later, keeping the unit of work's ticket) has it clear, so
+//! every retry is older than every first attempt, and among each class the order is the draw's.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -14,19 +18,29 @@ use crate::record;
 use crate::settings::{Inner, TicketSource};
 
 /// Bits below the microseconds: the random tie-breaker. Microseconds since 1970 fit the 52 bits
-/// left until the year 2112.
-const TIE_BITS: u32 = 12;
+/// left below the class bit until the year 2112.
+const TIE_BITS: u32 = 11;
+
+/// The class bit, set in a first attempt's ticket (see the module's docs).
+const FIRST_ATTEMPT: u64 = 1 << 63;
 
 /// The last clock ticket this process issued (process-wide, so that two transactions of one process
 /// never tie, and a clock stepped back never hands out older tickets than before).
 static LAST_CLOCK_TICKET: AtomicU64 = AtomicU64::new(0);
 
-/// A new ticket from `source`: one request for the counter, none for the clock.
+/// A new first attempt's ticket from `source`: one request for the counter, none for the clock.
 pub(crate) async fn take(client: &Client, tx_table: &str, source: TicketSource) -> Result<u64> {
-    match source {
-        TicketSource::Counter => record::take_ticket(client, tx_table).await,
-        TicketSource::Clock => Ok(clock_ticket()),
-    }
+    let drawn = match source {
+        TicketSource::Counter => record::take_ticket(client, tx_table).await?,
+        TicketSource::Clock => clock_ticket(),
+    };
+    Ok(drawn | FIRST_ATTEMPT)
+}
+
+/// The ticket an attempt records for its unit of work's ticket `t`: `t` itself for a first
+/// attempt, `t` without the class bit for a retry (older than every first attempt's).
+pub(crate) fn for_attempt(t: u64, retry: bool) -> u64 {
+    if retry { t & !FIRST_ATTEMPT } else { t }
 }
 
 /// The ticket held in `cell`, taken from the configured source the first time (one unit of work
@@ -52,7 +66,7 @@ fn clock_ticket() -> u64 {
     drawn.max(prev.saturating_add(1))
 }
 
-/// The ticket for epoch microseconds `micros` and random bits `tie` (only the low 12 are used).
+/// The ticket for epoch microseconds `micros` and random bits `tie` (only the low 11 are used).
 fn from_clock(micros: u64, tie: u16) -> u64 {
     (micros << TIE_BITS) | u64::from(tie & ((1 << TIE_BITS) - 1))
 }
@@ -65,11 +79,29 @@ mod tests {
     fn clock_tickets_order_by_time_first() {
         assert!(from_clock(1_000_001, 0) > from_clock(1_000_000, 0xfff));
         assert!(from_clock(1_000_000, 2) > from_clock(1_000_000, 1));
-        // Only 12 random bits: more cannot reorder two microseconds.
+        // Only 11 random bits: more cannot reorder two microseconds.
         assert_eq!(from_clock(5, 0xf001), from_clock(5, 1));
-        // Epoch microseconds of the year 2100 still fit.
+        // Epoch microseconds of the year 2100 still fit, below the class bit.
         let micros_2100 = 4_102_444_800_000_000u64;
         assert_eq!(from_clock(micros_2100, 7) >> TIE_BITS, micros_2100);
+        assert_eq!(from_clock(micros_2100, 0x7ff) & FIRST_ATTEMPT, 0);
+    }
+
+    #[test]
+    fn every_retry_is_older_than_every_first_attempt() {
+        let (early, late) = (
+            from_clock(1_000, 0),
+            from_clock(2_000_000_000_000_000, 0x7ff),
+        );
+        let first = |t: u64| t | FIRST_ATTEMPT;
+        // Within a class, the draw's order.
+        assert!(for_attempt(first(early), true) < for_attempt(first(late), true));
+        assert!(for_attempt(first(early), false) < for_attempt(first(late), false));
+        // Across classes, the retry's: the latest retry before the earliest first attempt.
+        assert!(for_attempt(first(late), true) < for_attempt(first(early), false));
+        // A counter's tickets (small numbers) too, and a retry keeps its class.
+        assert!(for_attempt(first(1_000_000), true) < first(1));
+        assert_eq!(for_attempt(for_attempt(first(5), true), true), 5);
     }
 
     #[test]

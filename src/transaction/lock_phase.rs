@@ -129,6 +129,7 @@ impl Transaction {
         let me = Contender {
             id: &self.id,
             ticket: &self.ticket,
+            retry: self.retry,
             recorded: &self.ticket_recorded,
         };
         let deadline = tokio::time::Instant::now() + settings.lock_wait;

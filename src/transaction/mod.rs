@@ -139,8 +139,11 @@ pub struct Transaction {
     /// then may dropping it roll the transaction back.
     wrote: AtomicBool,
     /// The contention ticket this unit of work proposes for its record, shared by every attempt of
-    /// one unit of work.
+    /// one unit of work (a first attempt's, see [`Transaction::proposed_ticket`]).
     ticket: Arc<OnceCell<u64>>,
+    /// This handle is a retry of its unit of work (`run`'s second attempt or later): it records the
+    /// unit of work's ticket in the retries' class, older than every first attempt's.
+    retry: bool,
     /// The ticket in this transaction's record, once this handle knows it: the only ticket it
     /// contends with (see `contention::Contender::ticket`).
     ticket_recorded: OnceCell<u64>,
@@ -237,18 +240,19 @@ enum CommitStep {
 
 impl Transaction {
     pub(crate) fn new(inner: Arc<Inner>, id: TxId) -> Transaction {
-        let mut tx = Transaction::with_ticket(inner, id, Arc::default(), Places::default());
+        let mut tx = Transaction::with_ticket(inner, id, Arc::default(), Places::default(), false);
         tx.own_places = true;
         tx
     }
 
     /// A new transaction that inherits the ticket (and the places in items' queues taken with it)
-    /// of earlier attempts of the same unit of work.
+    /// of earlier attempts of the same unit of work; `retry` for an attempt after the first.
     pub(crate) fn with_ticket(
         inner: Arc<Inner>,
         id: TxId,
         ticket: Arc<OnceCell<u64>>,
         places: Places,
+        retry: bool,
     ) -> Transaction {
         Transaction {
             inner,
@@ -257,6 +261,7 @@ impl Transaction {
             finished: AtomicBool::new(false),
             wrote: AtomicBool::new(false),
             ticket,
+            retry,
             ticket_recorded: OnceCell::new(),
             places,
             own_places: false,
@@ -299,7 +304,7 @@ impl Transaction {
         // A resumed handle is the transaction others see in the record: it contends with the
         // record's ticket (a fresh one would make it younger in its own eyes only).
         let ticket = Arc::new(OnceCell::new_with(rec.header.ticket));
-        let mut tx = Transaction::with_ticket(inner, id, ticket, Places::default());
+        let mut tx = Transaction::with_ticket(inner, id, ticket, Places::default(), false);
         tx.own_places = true;
         if let Some(t) = rec.header.ticket {
             let _ = tx.ticket_recorded.set(t);
@@ -371,7 +376,14 @@ impl Transaction {
         {
             crate::ticket::take_once(&self.inner, &self.ticket).await?;
         }
-        Ok(self.ticket.get().copied())
+        Ok(self.proposed_ticket())
+    }
+
+    /// The ticket this handle proposes for its record, if its unit of work has one: the unit of
+    /// work's, in this attempt's class (a retry's is older than every first attempt's).
+    fn proposed_ticket(&self) -> Option<u64> {
+        let t = *self.ticket.get()?;
+        Some(crate::ticket::for_attempt(t, self.retry))
     }
 
     fn check_open(&self, st: &State) -> Result<()> {

@@ -248,7 +248,11 @@ impl Transaction {
             format!("{reg} = {v}")
         };
         decision.and_condition(same);
-        let own = self.ticket_recorded.get().or(self.ticket.get()).copied();
+        let own = self
+            .ticket_recorded
+            .get()
+            .copied()
+            .or(self.proposed_ticket());
         let registered = &st.registrations.entries;
         for (w, owner) in item_writes.iter_mut().zip(owners) {
             let Some(e) = owner.as_ref().and_then(|k| st.items.get(k)) else {

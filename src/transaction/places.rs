@@ -15,7 +15,8 @@ use crate::settings::Inner;
 
 /// The items a unit of work took a place at (joined a free item's queue, or registered with its
 /// holder) and has not locked since, each with the ticket of its entry. Shared by every attempt of
-/// one unit of work, which keep one ticket and so one place.
+/// one unit of work, which keep one ticket and so one place (but for the class: `run` takes the
+/// first attempt's places back before its first retry).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Places(Arc<Mutex<BTreeMap<ItemRef, Place>>>);
 

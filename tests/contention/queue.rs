@@ -212,7 +212,7 @@ async fn a_newcomer_is_refused_behind_an_older_live_entry_and_passes_it_once_exp
 async fn a_younger_entry_does_not_hold_up_an_older_newcomer() {
     let env = TestEnv::new("ct-fifo-older").await;
     let far = now_ms() + 600_000;
-    env.raw_put(&env.table, queued_item("k", &[(u64::MAX / 2, far)], 3))
+    env.raw_put(&env.table, queued_item("k", &[(u64::MAX - 16, far)], 3))
         .await;
     let m = fifo(&env, true, Duration::from_secs(2));
     let tx = m.begin();
@@ -221,7 +221,7 @@ async fn a_younger_entry_does_not_hold_up_an_older_newcomer() {
     // Taken and released without touching the queue (a lock leaves it as it is).
     assert_eq!(
         env.raw_get(&env.table, &key("k")).await.unwrap(),
-        queued_item("k", &[(u64::MAX / 2, far)], 3)
+        queued_item("k", &[(u64::MAX - 16, far)], 3)
     );
 }
 
@@ -237,7 +237,7 @@ async fn unlock_carries_queue(rollback: bool) {
     })
     .await;
     let (far, past) = (now_ms() + 600_000, now_ms() - 1_000);
-    let young = u64::MAX / 2;
+    let young = u64::MAX - 16;
     env.raw_put(
         &env.table,
         queued_item("k", &[(young, far), (young - 1, past)], 1),
@@ -579,7 +579,7 @@ async fn a_competitor_completes_an_abandoned_holder_and_takes_its_queued_item() 
     })
     .await;
     let far = now_ms() + 600_000;
-    let young = u64::MAX / 2;
+    let young = u64::MAX - 16;
     env.raw_put(&env.table, queued_item("k", &[(young, far)], 1))
         .await;
     let h = env.manager.begin();

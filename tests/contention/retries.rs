@@ -9,7 +9,7 @@ use dynamodb_transactions::{Item, TicketSource, TxId, TxState};
 use tokio::sync::Mutex;
 
 use crate::common::*;
-use crate::ordered_with;
+use crate::{lock, ordered_with, ticket_of};
 
 /// Who holds each of `keys` right now (the raw `_TxId`, `None` when unlocked).
 async fn holders(env: &TestEnv, keys: &[&str]) -> Vec<Option<String>> {
@@ -182,4 +182,93 @@ async fn opposite_read_orders_all_commit_with_relocked_retries() {
     }
     assert_eq!(total, 200);
     assert_eq!(holders(&env, &["a", "b"]).await, vec![None, None]);
+}
+
+/// A retry outranks every first attempt: a first attempt holding an item the retry relocks is
+/// rolled back (after the grace), even with a ticket older than the unit of work's.
+#[tokio::test]
+async fn a_retry_outranks_a_first_attempt_with_an_older_ticket() {
+    let env = TestEnv::new("ct-outrank").await;
+    for k in ["g", "x"] {
+        env.raw_put(&env.table, item(&[("Id", s(k)), ("v", n(10))]))
+            .await;
+    }
+    let m = ordered_with(&env, TicketSource::Counter, Duration::from_secs(30), |s| {
+        // One retry: a retry that waited for the older first attempt would give up.
+        s.run_attempts = 2;
+        s.backoff_base = Duration::from_millis(1);
+    });
+    // A first attempt whose ticket is older than the unit of work's (tickets taken at begin).
+    let older = m.begin();
+    lock(&older, &env.table, "g").await.unwrap();
+    let ids = Arc::new(Mutex::new(Vec::new()));
+    let (ids2, table, other) = (ids.clone(), env.table.clone(), env.manager.clone());
+    let older_ref = &older;
+    let r = m
+        .run(async |tx| {
+            let attempt = {
+                let mut ids = ids2.lock().await;
+                ids.push(tx.id().clone());
+                ids.len()
+            };
+            let out = tx
+                .get_item()
+                .table_name(&table)
+                .key("Id", s("x"))
+                .send()
+                .await?;
+            let v = number(out.item());
+            if attempt == 1 {
+                // This attempt is rolled back, and the older first attempt takes `x`.
+                other.rollback_transaction(tx.id()).await.unwrap();
+                lock(older_ref, &table, "x").await.unwrap();
+            }
+            tx.update_item()
+                .table_name(&table)
+                .key("Id", s("x"))
+                .update_expression("SET v = :v")
+                .expression_attribute_values(":v", n(v + 1))
+                .send()
+                .await?;
+            Ok(())
+        })
+        .await;
+    let ids = ids.lock().await.clone();
+    r.unwrap_or_else(|e| panic!("the retry waited for a first attempt: {e:?}"));
+    assert_eq!(ids.len(), 2, "committed at its second attempt");
+    let (first, retry) = (&ids[0], &ids[1]);
+    // The order the records say: the retry before the older first attempt, before the unit of
+    // work's own first attempt.
+    let (t_first, t_retry, t_older) = (
+        ticket_of(&env, first).await,
+        ticket_of(&env, retry).await,
+        ticket_of(&env, older.id()).await,
+    );
+    assert!(
+        t_retry < t_older && t_older < t_first,
+        "{t_retry} {t_older} {t_first}"
+    );
+    assert_eq!(
+        env.tx_state(retry).await.map(|s| s.0),
+        Some(TxState::Committed)
+    );
+    assert_eq!(
+        env.tx_state(older.id()).await.map(|s| s.0),
+        Some(TxState::RolledBack),
+        "the first attempt holding the retry's item was rolled back"
+    );
+    let err = older.commit().await.unwrap_err();
+    assert!(
+        matches!(err, dynamodb_transactions::Error::RolledBack { .. }),
+        "{err:?}"
+    );
+    // The retry read `x` as the first attempt left it (untouched), and nothing stays locked.
+    assert_eq!(
+        env.raw_get(&env.table, &key("x")).await.unwrap(),
+        item(&[("Id", s("x")), ("v", n(11))])
+    );
+    assert_eq!(
+        env.raw_get(&env.table, &key("g")).await.unwrap(),
+        item(&[("Id", s("g")), ("v", n(10))])
+    );
 }

@@ -379,7 +379,7 @@ pub(crate) async fn raw_view(env: &TestEnv, ids: &Ids) -> View {
 }
 
 /// The live entry every queued item carries: younger than any ticket a test takes.
-pub(crate) const QUEUE_YOUNG: u64 = u64::MAX / 2;
+pub(crate) const QUEUE_YOUNG: u64 = u64::MAX - 16;
 /// The items of the queued workload that carry a queue before it runs.
 const QUEUED: [&str; 4] = ["a", "b", "d", "e"];
 /// The waiters registered in the queued workload's record: for a, and for b.

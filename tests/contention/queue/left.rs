@@ -1,6 +1,6 @@
 //! A waiter that gives up for good takes its entry off the item's queue (when the item is free),
 //! so that the transactions behind it need not wait for the entry to expire: after `rollback` of
-//! a handle, after `run`'s last attempt (its retries keep the place), and after a dropped handle's
+//! a handle, after `run`'s first and last attempts (a retry takes a place in the retries' class), and after a dropped handle's
 //! background rollback. Asserted on the item's queue attributes.
 
 use super::*;
@@ -47,7 +47,7 @@ async fn a_rolled_back_waiter_takes_its_entry_off_the_free_item() {
 }
 
 #[tokio::test]
-async fn a_unit_of_work_keeps_its_place_across_retries_and_leaves_it_after_the_last() {
+async fn a_retry_takes_its_place_in_the_retries_class_and_leaves_it_after_the_last() {
     let env = TestEnv::new("ct-fifo-left-run").await;
     behind_an_older_entry(&env).await;
     let m = fifo_tuned(&env, client(), true, Duration::from_millis(300), |s| {
@@ -60,18 +60,24 @@ async fn a_unit_of_work_keeps_its_place_across_retries_and_leaves_it_after_the_l
     let table = env.table.clone();
     let err = m
         .run(async move |tx| {
-            // What the item's queue holds as this attempt starts.
+            let r = lock(tx, &table, "k").await;
+            // What the item's queue holds once this attempt joined it.
             let q = queue_of(&raw, &table).await;
             seen2.lock().unwrap().push(q);
-            lock(tx, &table, "k").await
+            r
         })
         .await
         .unwrap_err();
     assert!(is_locked_out(&err), "{err:?}");
     let seen = seen.lock().unwrap().clone();
     assert_eq!(seen.len(), 2, "{seen:?}");
-    assert_eq!(seen[0], vec![0], "{seen:?}");
-    assert_eq!(seen[1].len(), 2, "the retry found its place kept: {seen:?}");
+    // The first attempt joined behind the older entry; the retry left that place (the item was
+    // free) and joined again with the unit of work's ticket in the retries' class: the same
+    // ticket without its top bit, still behind the entry of ticket 0.
+    let first = seen[0][1];
+    assert_eq!(seen[0], vec![0, first], "{seen:?}");
+    assert!(first >= 1 << 63, "a first attempt's class: {seen:?}");
+    assert_eq!(seen[1], vec![0, first - (1 << 63)], "{seen:?}");
     assert_eq!(
         queue_on_k(&env).await,
         vec![0],
