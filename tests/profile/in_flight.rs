@@ -1,7 +1,8 @@
 //! A lock that meets its holder's commit in flight waits for it: DynamoDB refuses every write to an
 //! item of a `TransactWriteItems` in flight (`TransactionConflictException`), however long the
 //! transaction takes, and on a hot item the holder is committing most of the time. The waiter's
-//! attempt is contention on the item, not a failure of its transaction.
+//! attempt is contention on the item, not a failure of its transaction; so is its release of a
+//! decided holder's lock refused the same way.
 
 use std::time::Duration;
 
@@ -84,4 +85,147 @@ async fn a_lock_waits_for_the_holders_commit_in_flight_however_long_it_takes() {
     let raw = env.raw_get(&env.table, &key).await.expect("the item");
     assert!(!has_tx_attrs(&raw), "left locked: {raw:?}");
     assert_eq!(raw.get("n"), Some(&n(1)));
+}
+
+/// Releasing a decided holder's lock can meet another `TransactWriteItems` in flight on the item
+/// (on a hot item, most often the next holder's commit): the release is refused like a lock
+/// attempt would be, and the waiter waits for that transaction too instead of failing.
+#[tokio::test]
+async fn releasing_a_decided_holders_lock_waits_for_a_transaction_in_flight_on_the_item() {
+    let mut settings = ProfileSettings::none(32);
+    settings.conflicts = true;
+    let profile = DynamoDbProfile::new(settings);
+    let late = LateDelivery::new();
+    let env = TestEnv::through_profile_late("inflight-rel", &profile, &late, |_| {}).await;
+    let key = key("hot");
+    env.raw_put(&env.table, item(&[("Id", s("hot")), ("n", n(0))]))
+        .await;
+
+    // The holder locks the item with a read, and its record is then rolled back without the lock
+    // being released: a coordinator that crashed right after the decision.
+    let holder = env.manager.begin();
+    holder
+        .get_item()
+        .table_name(&env.table)
+        .key("Id", s("hot"))
+        .send()
+        .await
+        .expect("the holder's read");
+    env.client
+        .update_item()
+        .table_name(env.manager.transactions_table())
+        .key("_TxId", s(holder.id().as_str()))
+        .key("_TxN", n(0))
+        .update_expression("SET #s = :r ADD #v :one")
+        .condition_expression("#s = :p")
+        .expression_attribute_names("#s", "_TxS")
+        .expression_attribute_names("#v", "_TxV")
+        .expression_attribute_values(":r", s("R"))
+        .expression_attribute_values(":p", s("P"))
+        .expression_attribute_values(":one", n(1))
+        .send()
+        .await
+        .expect("the holder's decision");
+
+    // Just before the waiter sends the release of that lock (a write naming the holder), another
+    // transaction on the item goes in flight, and stays there until the gate opens.
+    let (late2, raw, table, key2) = (
+        late.clone(),
+        env.client.clone(),
+        env.table.clone(),
+        key.clone(),
+    );
+    let in_flight = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let in_flight2 = in_flight.clone();
+    let hook = RunBefore::new("UpdateItem", holder.id().as_str(), move || {
+        late2.delay_until_opened("TransactWriteItems", 1);
+        let sent = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                let check = aws_sdk_dynamodb::types::ConditionCheck::builder()
+                    .table_name(table)
+                    .set_key(Some(key2))
+                    .condition_expression("attribute_exists(Id)")
+                    .build()
+                    .unwrap();
+                raw.transact_write_items()
+                    .transact_items(
+                        aws_sdk_dynamodb::types::TransactWriteItem::builder()
+                            .condition_check(check)
+                            .build(),
+                    )
+                    .send()
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| format!("{e:?}"))
+            })
+        });
+        while late2.first_struck_at().is_none() {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        *in_flight2.lock().unwrap() = Some(sent);
+    });
+    let waiter_manager = dynamodb_transactions::TransactionManager::builder(client_through_late(
+        &profile,
+        &late,
+        vec![shared(hook.clone())],
+    ))
+    .transactions_table(env.manager.transactions_table())
+    .images_table(env.manager.images_table())
+    .build();
+    let before = profile.stats().writes_in_conflict;
+    let waiter = waiter_manager.begin();
+    let table = env.table.clone();
+    let reading = async {
+        waiter
+            .get_item()
+            .table_name(&table)
+            .key("Id", s("hot"))
+            .send()
+            .await
+    };
+    let open_later = async {
+        for _ in 0..1000 {
+            if hook.ran() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        late.open();
+    };
+    let (read, ()) = tokio::join!(reading, open_later);
+    assert!(
+        hook.ran(),
+        "the waiter released the holder's lock: {read:?}"
+    );
+    assert!(
+        profile.stats().writes_in_conflict > before,
+        "the release met the transaction in flight"
+    );
+    let sent = in_flight.lock().unwrap().take().expect("the hook ran");
+    sent.join()
+        .unwrap()
+        .expect("the transaction in flight lands once the gate opens");
+
+    // The waiter released the decided holder's lock once the item was free, and read it under
+    // its own lock.
+    let read = read.expect("the waiter waits for the transaction in flight instead of failing");
+    assert_eq!(read.item().and_then(|i| i.get("n")), Some(&n(0)));
+    let raw = env.raw_get(&env.table, &key).await.expect("the item");
+    assert_eq!(
+        raw.get("_TxId").and_then(|v| v.as_s().ok()),
+        Some(&waiter.id().to_string())
+    );
+    assert_eq!(
+        env.tx_state(holder.id()).await.map(|s| s.0),
+        Some(dynamodb_transactions::TxState::RolledBack)
+    );
+    waiter.commit().await.expect("the waiter commits");
+    let raw = env.raw_get(&env.table, &key).await.expect("the item");
+    assert!(!has_tx_attrs(&raw), "left locked: {raw:?}");
+    assert_eq!(raw.get("n"), Some(&n(0)));
 }
