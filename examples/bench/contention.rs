@@ -266,12 +266,16 @@ pub async fn measure(
     let recorder = Recorder::default();
     let admin = target.client(vec![]).await;
     let fifo = args.wait_in_ticket_order;
+    let grace = args.wound_grace_ms.map(Duration::from_millis);
     let mgr = |c| {
         TransactionManager::builder(c)
             .transactions_table(format!("{prefix}-tx"))
             .images_table(format!("{prefix}-img"))
             .configure(|st| {
                 st.wait_in_ticket_order = fifo;
+                if let Some(g) = grace {
+                    st.wound_grace = g;
+                }
                 if tuned {
                     st.contention = ContentionPolicy::Ordered {
                         dead_after: Duration::from_secs(10),

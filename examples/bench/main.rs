@@ -104,6 +104,10 @@ pub struct Args {
     /// Contention: every library run waits in ticket order (`Settings::wait_in_ticket_order`).
     #[arg(long)]
     wait_in_ticket_order: bool,
+    /// Contention: every library run gives a younger running holder this long before rolling it
+    /// back (`Settings::wound_grace`; the library's default when absent).
+    #[arg(long)]
+    wound_grace_ms: Option<u64>,
     /// Contention: print each run's requests per committed transaction, by operation and
     /// outcome (to stderr; where the requests of a contended run go).
     #[arg(long)]
