@@ -86,9 +86,12 @@ mod model_support;
 mod checks;
 #[path = "model_contention/fifo.rs"]
 mod fifo;
+#[path = "model_contention/judge.rs"]
+mod judge;
 #[path = "model_contention/queued.rs"]
 mod queued;
 
+use judge::{Judgement, judge};
 use stateright::{Model, Property};
 
 type Tx = u8;
@@ -116,6 +119,8 @@ enum Phase {
     Run,
     /// Decided to wait for (a transaction with) ticket `on`, and recorded that in `_TxW`.
     Waiting { on: Ticket },
+    /// The candidate rule ([`judge`]): waits, unrecorded, for the younger holder `on`.
+    WaitingForRunning { on: Tx },
     /// Decided to roll back `victim` (`dead`: as a `dead_after` takeover). `appended`: the victim
     /// appended to its record since (a new version); `touched`: any write to its record since (a
     /// new `_TxD`).
@@ -181,6 +186,10 @@ enum Bug {
     /// An equal ticket counts as older (wait if `theirs <= mine`): two transactions with tied clock
     /// tickets wait for each other.
     WaitsOnTie,
+    /// The candidate rule ([`judge`]) waits also for a younger holder that records a wait.
+    WaitsForRunningThatWaits,
+    /// The candidate rule waits also for a holder with an equal ticket.
+    WaitsForRunningTie,
 }
 
 #[derive(Clone, Debug)]
@@ -197,6 +206,8 @@ struct Config {
     /// Clock tickets: a coordinator draws any ticket in `1..=n` (skewed clocks, ties) instead of
     /// taking the counter's next one.
     clock: Option<Ticket>,
+    /// The candidate rule of [`judge`].
+    wait_for_running: bool,
     bug: Option<Bug>,
 }
 
@@ -214,22 +225,6 @@ enum Action {
     Resume(Tx),
     /// Clock tickets: the handle's ticket, read from its (skewed) clock.
     Draw(Slot, Ticket),
-}
-
-/// What a contender with ticket `mine` does about a pending holder (`contention::resolve`):
-/// `Some(on)` waits (for ticket `on`), `None` wounds. An equal ticket is not older (`tie_waits`:
-/// [`Bug::WaitsOnTie`]).
-fn decide(
-    mine: Ticket,
-    theirs: Option<Ticket>,
-    their_wait: Option<Ticket>,
-    tie_waits: bool,
-) -> Option<Ticket> {
-    let older = |t: Ticket| t < mine || (tie_waits && t == mine);
-    if let Some(t) = theirs.filter(|&t| older(t)) {
-        return Some(t);
-    }
-    their_wait.filter(|&on| older(on))
 }
 
 impl ContentionModel {
@@ -265,10 +260,6 @@ impl ContentionModel {
                 .plan(h.tx)
                 .get(h.pc as usize)
                 .is_some_and(|&item| s.locks[item].is_some_and(|o| o != h.tx))
-    }
-
-    fn tie_waits(&self) -> bool {
-        self.cfg.bug == Some(Bug::WaitsOnTie)
     }
 
     fn decide_now(s: &mut State, tx: Tx, to: Status) {
@@ -399,8 +390,8 @@ impl ContentionModel {
         };
         // `resolve`: read the holder's record and decide.
         let theirs = s.records[o as usize];
-        match decide(mine, theirs.ticket, theirs.waiting_on, self.tie_waits()) {
-            Some(on) => {
+        match judge(&self.cfg, mine, theirs.ticket, theirs.waiting_on) {
+            Judgement::Wait(on) => {
                 // Recorded in `_TxW` (with a heartbeat) before backing off, by a waiter that holds
                 // another lock: only whoever meets one reads it. A waiter holding none records
                 // nothing here (the code writes `_TxW` with its timed heartbeat only).
@@ -410,7 +401,14 @@ impl ContentionModel {
                 }
                 s.handles[k].phase = Phase::Waiting { on };
             }
-            None => {
+            Judgement::WaitForRunning => {
+                // Not recorded; a wait recorded before is cleared (`clear_waiting`).
+                if s.records[tx as usize].waiting_on.take().is_some() {
+                    Self::wrote(s, tx, false);
+                }
+                s.handles[k].phase = Phase::WaitingForRunning { on: o };
+            }
+            Judgement::Wound => {
                 s.handles[k].phase = Phase::Wounding {
                     victim: o,
                     dead: false,
@@ -432,7 +430,7 @@ impl ContentionModel {
     fn deadlocked(&self, s: &State) -> Vec<Tx> {
         let n = s.records.len();
         // The wait each blocked handle would record if it polled now, given `waits`.
-        let poll = |waits: &[Option<Ticket>]| -> Vec<Option<(Tx, Ticket)>> {
+        let poll = |waits: &[Option<Ticket>]| -> Vec<Option<(Tx, Option<Ticket>)>> {
             s.handles
                 .iter()
                 .enumerate()
@@ -444,13 +442,16 @@ impl ContentionModel {
                         return None;
                     }
                     let o = self.blocker(s, k)?;
-                    let on = decide(
+                    match judge(
+                        &self.cfg,
                         h.mine?,
                         s.records[o as usize].ticket,
                         waits[o as usize],
-                        self.tie_waits(),
-                    )?;
-                    Some((o, on))
+                    ) {
+                        Judgement::Wait(on) => Some((o, Some(on))),
+                        Judgement::WaitForRunning => Some((o, None)),
+                        Judgement::Wound => None,
+                    }
                 })
                 .collect()
         };
@@ -460,7 +461,7 @@ impl ContentionModel {
             let mut next = waits.clone();
             for (h, p) in s.handles.iter().zip(&polled) {
                 if let Some((_, on)) = p {
-                    next[h.tx as usize] = Some(*on);
+                    next[h.tx as usize] = *on;
                 }
             }
             if next == waits {
@@ -669,6 +670,16 @@ impl Model for ContentionModel {
                 },
             ),
         ];
+        if self.cfg.wait_for_running {
+            properties.push(Property::sometimes(
+                "an older transaction waits for a younger running one",
+                |_: &ContentionModel, s: &State| {
+                    s.handles
+                        .iter()
+                        .any(|h| matches!(h.phase, Phase::WaitingForRunning { .. }))
+                },
+            ));
+        }
         if self.cfg.clock.is_some() {
             properties.push(Property::sometimes(
                 "a transaction meets a holder with an equal ticket",

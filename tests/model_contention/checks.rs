@@ -4,7 +4,7 @@
 use super::*;
 use stateright::Expectation;
 
-fn config(name: &'static str, items: usize, plans: Vec<Vec<usize>>) -> Config {
+pub(super) fn config(name: &'static str, items: usize, plans: Vec<Vec<usize>>) -> Config {
     Config {
         name,
         items,
@@ -14,12 +14,13 @@ fn config(name: &'static str, items: usize, plans: Vec<Vec<usize>>) -> Config {
         second_handles: false,
         dead_takeover: true,
         clock: None,
+        wait_for_running: false,
         bug: None,
     }
 }
 
 /// Two transactions locking two items in opposite orders; one crash, one resumption.
-fn crossing() -> Config {
+pub(super) fn crossing() -> Config {
     config(
         "2 tx x 2 items, crossing, crash + resume",
         2,
@@ -41,7 +42,7 @@ fn second_handles() -> Config {
 }
 
 /// Three transactions over two items, the third locking one item; one crash, one resumption.
-fn three_by_two_small() -> Config {
+pub(super) fn three_by_two_small() -> Config {
     config(
         "3 tx x 2 items (one single-item), crash + resume",
         2,
@@ -71,7 +72,7 @@ fn three_by_three() -> Config {
 }
 
 /// `crossing` with clock tickets: either may draw the older ticket, or both the same one.
-fn crossing_clock() -> Config {
+pub(super) fn crossing_clock() -> Config {
     let mut cfg = crossing();
     cfg.name = "2 tx x 2 items, crossing, clock tickets, crash + resume";
     cfg.clock = Some(2);
@@ -87,14 +88,14 @@ fn second_handles_clock() -> Config {
 }
 
 /// `three_by_two_small` with clock tickets drawn from three values (every order, and ties).
-fn three_by_two_small_clock() -> Config {
+pub(super) fn three_by_two_small_clock() -> Config {
     let mut cfg = three_by_two_small();
     cfg.name = "3 tx x 2 items (one single-item), clock tickets, crash + resume";
     cfg.clock = Some(3);
     cfg
 }
 
-fn assert_model_holds(cfg: Config) {
+pub(super) fn assert_model_holds(cfg: Config) {
     let (name, bug) = (cfg.name, cfg.bug.is_some());
     model_support::assert_model_holds(name, ContentionModel { cfg }, bug);
 }
