@@ -167,7 +167,11 @@ pub(crate) async fn resolve(
                     crate::metrics::contention_wait();
                     return Ok(Resolution::Wait { on });
                 }
-                if grace_left && h.waiting_on.is_none() {
+                // With `wait_for_running_holders`, for as long as it records no wait (a tie is not
+                // younger: two tied transactions would wait for each other).
+                let runs_longer = inner.settings.wait_for_running_holders
+                    && h.ticket.is_none_or(|theirs| theirs > mine);
+                if (grace_left || runs_longer) && h.waiting_on.is_none() {
                     return Ok(Resolution::Grace);
                 }
                 judged.younger_than = Some(mine);

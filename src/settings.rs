@@ -97,6 +97,14 @@ pub struct Settings {
     /// Ordered contention: how long an older transaction lets a younger, running (not blocked)
     /// holder of an item finish before rolling it back.
     pub wound_grace: Duration,
+    /// Ordered contention: an older transaction waits for a strictly younger holder whose record
+    /// shows no wait of its own (running, in its grace, or rolling someone back) for as long as
+    /// that stays so, within `lock_wait`, instead of rolling it back once `wound_grace` is over.
+    /// It judges the holder again at every poll, and rolls it back as before once the holder
+    /// records a wait for a transaction no older than itself. Fewer attempts are rolled back;
+    /// an older transaction may wait as long as a younger one runs. Off by default; model-checked
+    /// (`tests/model_contention/judge.rs`, docs/PROTOCOL.md "What the hot-item goals still need").
+    pub wait_for_running_holders: bool,
     /// When set, finalized TX records get a TTL attribute (`_TxE`, epoch seconds) this far in the
     /// future, so DynamoDB deletes them for free once TTL is enabled on the table.
     pub record_ttl: Option<Duration>,
@@ -209,6 +217,7 @@ impl Default for Settings {
             ticket_source: TicketSource::Counter,
             lock_wait: Duration::from_secs(10),
             wound_grace: Duration::from_millis(100),
+            wait_for_running_holders: false,
             record_ttl: None,
             batch_locks: true,
             roll_forward: true,

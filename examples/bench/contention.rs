@@ -267,12 +267,14 @@ pub async fn measure(
     let admin = target.client(vec![]).await;
     let fifo = args.wait_in_ticket_order;
     let grace = args.wound_grace_ms.map(Duration::from_millis);
+    let wait_for_running = args.wait_for_running_holders;
     let mgr = |c| {
         TransactionManager::builder(c)
             .transactions_table(format!("{prefix}-tx"))
             .images_table(format!("{prefix}-img"))
             .configure(|st| {
                 st.wait_in_ticket_order = fifo;
+                st.wait_for_running_holders = wait_for_running;
                 if let Some(g) = grace {
                     st.wound_grace = g;
                 }

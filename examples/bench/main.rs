@@ -108,6 +108,10 @@ pub struct Args {
     /// back (`Settings::wound_grace`; the library's default when absent).
     #[arg(long)]
     wound_grace_ms: Option<u64>,
+    /// Contention: every library run waits for younger running holders
+    /// (`Settings::wait_for_running_holders`).
+    #[arg(long)]
+    wait_for_running_holders: bool,
     /// Contention: print each run's requests per committed transaction, by operation and
     /// outcome (to stderr; where the requests of a contended run go).
     #[arg(long)]

@@ -312,6 +312,18 @@ impl Transaction {
                     }
                 }
                 Resolution::Grace => {
+                    if settings.wait_for_running_holders {
+                        // The grace may last until the deadline.
+                        if tokio::time::Instant::now() >= deadline {
+                            break;
+                        }
+                        // Waiting for a younger holder is not recorded (what others read as this
+                        // transaction's wait must be older than it).
+                        if marked_waiting_on.is_some() {
+                            record::clear_waiting(c, &self.inner.tx_table, &self.id).await?;
+                            marked_waiting_on = None;
+                        }
+                    }
                     // A running holder, younger or without a ticket (rolled back after the grace
                     // if still running): a waiter in ticket order takes its place with it too,
                     // so that its unlock puts the waiter in the item's queue, and a newcomer

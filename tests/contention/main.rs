@@ -7,6 +7,7 @@ mod marks;
 mod policies;
 mod queue;
 mod retries;
+mod running;
 mod tickets;
 mod wound_races;
 

@@ -3,8 +3,8 @@
 //! (running, in its grace, or wounding someone), instead of wounding it once the grace is over.
 //! The wait is not recorded and is judged again at every poll. docs/PROTOCOL.md ("What the
 //! hot-item goals still need") argues why no cycle of waits can stay: a holder holds a lock, so
-//! every wait it makes is recorded, and the new waits point from older to strictly younger. Not
-//! built in the library yet.
+//! every wait it makes is recorded, and the new waits point from older to strictly younger. Built
+//! behind `Settings::wait_for_running_holders` (off by default).
 
 use super::*;
 use stateright::Expectation;
