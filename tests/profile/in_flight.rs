@@ -10,19 +10,21 @@ use dynamodb_transactions::fault::{DynamoDbProfile, LateDelivery, ProfileSetting
 
 use crate::common::*;
 
-#[tokio::test]
-async fn a_lock_waits_for_the_holders_commit_in_flight_however_long_it_takes() {
-    let mut settings = ProfileSettings::none(31);
+/// A profile that refuses writes to items of a transaction in flight, a gate between it and Local,
+/// and an env through both whose table holds the item `hot` (`n = 0`).
+async fn hot_item(prefix: &str, seed: u64) -> (DynamoDbProfile, LateDelivery, TestEnv) {
+    let mut settings = ProfileSettings::none(seed);
     settings.conflicts = true;
     let profile = DynamoDbProfile::new(settings);
     let late = LateDelivery::new();
-    let env = TestEnv::through_profile_late("inflight", &profile, &late, |_| {}).await;
-    let key = key("hot");
+    let env = TestEnv::through_profile_late(prefix, &profile, &late, |_| {}).await;
     env.raw_put(&env.table, item(&[("Id", s("hot")), ("n", n(0))]))
         .await;
+    (profile, late, env)
+}
 
-    // The holder reads the item (locking it) and writes it back, then commits: its one-request
-    // commit (record and item in one `TransactWriteItems`) stays in flight until the gate opens.
+/// A transaction holding `hot` with a locked read.
+async fn locked_by_a_read(env: &TestEnv) -> dynamodb_transactions::Transaction {
     let holder = env.manager.begin();
     holder
         .get_item()
@@ -31,6 +33,17 @@ async fn a_lock_waits_for_the_holders_commit_in_flight_however_long_it_takes() {
         .send()
         .await
         .expect("the holder's read");
+    holder
+}
+
+#[tokio::test]
+async fn a_lock_waits_for_the_holders_commit_in_flight_however_long_it_takes() {
+    let (profile, late, env) = hot_item("inflight", 31).await;
+    let key = key("hot");
+
+    // The holder reads the item (locking it) and writes it back, then commits: its one-request
+    // commit (record and item in one `TransactWriteItems`) stays in flight until the gate opens.
+    let holder = locked_by_a_read(&env).await;
     holder
         .update_item()
         .table_name(&env.table)
@@ -92,25 +105,12 @@ async fn a_lock_waits_for_the_holders_commit_in_flight_however_long_it_takes() {
 /// attempt would be, and the waiter waits for that transaction too instead of failing.
 #[tokio::test]
 async fn releasing_a_decided_holders_lock_waits_for_a_transaction_in_flight_on_the_item() {
-    let mut settings = ProfileSettings::none(32);
-    settings.conflicts = true;
-    let profile = DynamoDbProfile::new(settings);
-    let late = LateDelivery::new();
-    let env = TestEnv::through_profile_late("inflight-rel", &profile, &late, |_| {}).await;
+    let (profile, late, env) = hot_item("inflight-rel", 32).await;
     let key = key("hot");
-    env.raw_put(&env.table, item(&[("Id", s("hot")), ("n", n(0))]))
-        .await;
 
     // The holder locks the item with a read, and its record is then rolled back without the lock
     // being released: a coordinator that crashed right after the decision.
-    let holder = env.manager.begin();
-    holder
-        .get_item()
-        .table_name(&env.table)
-        .key("Id", s("hot"))
-        .send()
-        .await
-        .expect("the holder's read");
+    let holder = locked_by_a_read(&env).await;
     env.client
         .update_item()
         .table_name(env.manager.transactions_table())
