@@ -23,6 +23,32 @@ async fn hot_item(prefix: &str, seed: u64) -> (DynamoDbProfile, LateDelivery, Te
     (profile, late, env)
 }
 
+/// The waiter's read returned `hot` with `n`, it holds the item, and it commits, leaving the item
+/// unlocked with that `n`.
+async fn read_under_its_lock_then_commits(
+    env: &TestEnv,
+    waiter: dynamodb_transactions::Transaction,
+    read: dynamodb_transactions::GetOutput,
+    expected: i64,
+) {
+    assert_eq!(read.item().and_then(|i| i.get("n")), Some(&n(expected)));
+    let raw = env
+        .raw_get(&env.table, &key("hot"))
+        .await
+        .expect("the item");
+    assert_eq!(
+        raw.get("_TxId").and_then(|v| v.as_s().ok()),
+        Some(&waiter.id().to_string())
+    );
+    waiter.commit().await.expect("the waiter commits");
+    let raw = env
+        .raw_get(&env.table, &key("hot"))
+        .await
+        .expect("the item");
+    assert!(!has_tx_attrs(&raw), "left locked: {raw:?}");
+    assert_eq!(raw.get("n"), Some(&n(expected)));
+}
+
 /// A transaction holding `hot` with a locked read.
 async fn locked_by_a_read(env: &TestEnv) -> dynamodb_transactions::Transaction {
     let holder = env.manager.begin();
@@ -39,7 +65,6 @@ async fn locked_by_a_read(env: &TestEnv) -> dynamodb_transactions::Transaction {
 #[tokio::test]
 async fn a_lock_waits_for_the_holders_commit_in_flight_however_long_it_takes() {
     let (profile, late, env) = hot_item("inflight", 31).await;
-    let key = key("hot");
 
     // The holder reads the item (locking it) and writes it back, then commits: its one-request
     // commit (record and item in one `TransactWriteItems`) stays in flight until the gate opens.
@@ -88,16 +113,7 @@ async fn a_lock_waits_for_the_holders_commit_in_flight_however_long_it_takes() {
 
     // The waiter read the holder's write, under its own lock, and commits.
     let read = read.expect("the waiter waits for the commit instead of failing");
-    assert_eq!(read.item().and_then(|i| i.get("n")), Some(&n(1)));
-    let raw = env.raw_get(&env.table, &key).await.expect("the item");
-    assert_eq!(
-        raw.get("_TxId").and_then(|v| v.as_s().ok()),
-        Some(&waiter.id().to_string())
-    );
-    waiter.commit().await.expect("the waiter commits");
-    let raw = env.raw_get(&env.table, &key).await.expect("the item");
-    assert!(!has_tx_attrs(&raw), "left locked: {raw:?}");
-    assert_eq!(raw.get("n"), Some(&n(1)));
+    read_under_its_lock_then_commits(&env, waiter, read, 1).await;
 }
 
 /// Releasing a decided holder's lock can meet another `TransactWriteItems` in flight on the item
@@ -214,18 +230,9 @@ async fn releasing_a_decided_holders_lock_waits_for_a_transaction_in_flight_on_t
     // The waiter released the decided holder's lock once the item was free, and read it under
     // its own lock.
     let read = read.expect("the waiter waits for the transaction in flight instead of failing");
-    assert_eq!(read.item().and_then(|i| i.get("n")), Some(&n(0)));
-    let raw = env.raw_get(&env.table, &key).await.expect("the item");
-    assert_eq!(
-        raw.get("_TxId").and_then(|v| v.as_s().ok()),
-        Some(&waiter.id().to_string())
-    );
     assert_eq!(
         env.tx_state(holder.id()).await.map(|s| s.0),
         Some(dynamodb_transactions::TxState::RolledBack)
     );
-    waiter.commit().await.expect("the waiter commits");
-    let raw = env.raw_get(&env.table, &key).await.expect("the item");
-    assert!(!has_tx_attrs(&raw), "left locked: {raw:?}");
-    assert_eq!(raw.get("n"), Some(&n(0)));
+    read_under_its_lock_then_commits(&env, waiter, read, 0).await;
 }
