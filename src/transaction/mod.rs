@@ -25,6 +25,7 @@ mod lock_phase;
 mod one_request;
 mod phased;
 mod places;
+mod registration;
 mod write_only;
 
 use std::collections::{BTreeMap, BTreeSet};
