@@ -95,7 +95,11 @@ pub struct Settings {
     /// with [`Error::ItemLocked`].
     pub lock_wait: Duration,
     /// Ordered contention: how long an older transaction lets a younger, running (not blocked)
-    /// holder of an item finish before rolling it back.
+    /// holder of an item finish before rolling it back (and how long it gives a lock whose
+    /// record is not found yet before deciding it). 500 ms by default: the younger holder is most
+    /// often on its way to its commit, or itself giving a younger holder its grace, and rolling it
+    /// back costs its whole unit of work a second attempt (see docs/PERFORMANCE.md for the figures
+    /// of 100 ms against 500 ms). A smaller grace preempts a slow younger holder sooner.
     pub wound_grace: Duration,
     /// Ordered contention: an older transaction waits for a strictly younger holder whose record
     /// shows no wait of its own (running, in its grace, or rolling someone back) for as long as
@@ -216,7 +220,7 @@ impl Default for Settings {
             contention: ContentionPolicy::default(),
             ticket_source: TicketSource::Counter,
             lock_wait: Duration::from_secs(10),
-            wound_grace: Duration::from_millis(100),
+            wound_grace: Duration::from_millis(500),
             wait_for_running_holders: false,
             record_ttl: None,
             batch_locks: true,
