@@ -77,3 +77,19 @@ async fn lock(tx: &dynamodb_transactions::Transaction, table: &str, k: &str) -> 
         .await
         .map(|_| ())
 }
+
+/// A buffered `SET v = <v>` of `k` in `tx`.
+async fn set_v(
+    tx: &dynamodb_transactions::Transaction,
+    table: &str,
+    k: &str,
+    v: u64,
+) -> Result<dynamodb_transactions::WriteOutput, Error> {
+    tx.update_item()
+        .table_name(table)
+        .key("Id", s(k))
+        .update_expression("SET v = :v")
+        .expression_attribute_values(":v", n(v))
+        .send()
+        .await
+}

@@ -12,7 +12,7 @@ use dynamodb_transactions::fault::RequestCounter;
 use dynamodb_transactions::{ContentionPolicy, Error, Item, TransactionManager, TxId};
 
 use crate::common::*;
-use crate::{lock, ticket_of};
+use crate::{lock, set_v, ticket_of};
 
 mod carried;
 mod commit_paths;
@@ -108,22 +108,6 @@ async fn expire_oldest_entry(env: &TestEnv, table: &str, k: &str) {
         .send()
         .await
         .unwrap();
-}
-
-/// A buffered `SET v = <v>` of `k` in `tx`.
-async fn set_v(
-    tx: &dynamodb_transactions::Transaction,
-    table: &str,
-    k: &str,
-    v: u64,
-) -> Result<dynamodb_transactions::WriteOutput, Error> {
-    tx.update_item()
-        .table_name(table)
-        .key("Id", s(k))
-        .update_expression("SET v = :v")
-        .expression_attribute_values(":v", n(v))
-        .send()
-        .await
 }
 
 /// The header row of `id`'s record.

@@ -6,7 +6,7 @@ use std::time::Duration;
 use dynamodb_transactions::{Error, Item, TicketSource, TxState};
 
 use crate::common::*;
-use crate::{lock, ordered_with, ticket_of};
+use crate::{lock, ordered_with, set_v, ticket_of};
 
 /// A younger transaction holds `x` (read, then updated) and commits 400 ms after an older one
 /// asked for `x`: eight times the grace. Returns the younger's commit and what the older read.
@@ -28,15 +28,7 @@ async fn younger_commits_late(
     lock(&older, &env.table, "o").await.unwrap();
     let younger = m.begin();
     lock(&younger, &env.table, "x").await.unwrap();
-    younger
-        .update_item()
-        .table_name(&env.table)
-        .key("Id", s("x"))
-        .update_expression("SET v = :v")
-        .expression_attribute_values(":v", n(2))
-        .send()
-        .await
-        .unwrap();
+    set_v(&younger, &env.table, "x", 2).await.unwrap();
     assert!(ticket_of(&env, older.id()).await < ticket_of(&env, younger.id()).await);
     let younger_id = younger.id().clone();
     let reading = async {
