@@ -103,6 +103,10 @@ const JUDGEMENTS: u32 = 3;
 /// time; younger: no ticket or a younger one than ours), and our own record still pending (see
 /// [`record::roll_back_judged`]). If anything changed, the owner is judged again on its record as
 /// it now is (a bounded number of times).
+///
+/// With `check_own`, the first read of the owner's record also reads ours, in the same request:
+/// a waiter learns that it was rolled back (`Err(RolledBack)`) at the look that met the lock,
+/// without a read of its own.
 #[tracing::instrument(level = "debug", name = "contention", skip_all, fields(tx = %me.id, holder = %owner, table))]
 pub(crate) async fn resolve(
     inner: &Inner,
@@ -111,13 +115,25 @@ pub(crate) async fn resolve(
     table: &str,
     key: &Item,
     grace_left: bool,
+    check_own: bool,
 ) -> Result<Resolution> {
     // The owner's header as a failed wound found it (saves a read when judging again).
     let mut found: Option<Option<Header>> = None;
     let mut last_err = None;
-    for _ in 0..JUDGEMENTS {
+    for round in 0..JUDGEMENTS {
         let header = match found.take() {
             Some(h) => h,
+            None if check_own && round == 0 => {
+                let [theirs, mine] =
+                    record::load_two_headers(&inner.client, &inner.tx_table, [owner, me.id])
+                        .await?;
+                if mine.is_none_or(|h| h.state != TxState::Pending) {
+                    return Err(Error::RolledBack {
+                        tx_id: me.id.clone(),
+                    });
+                }
+                theirs
+            }
             None => record::load_header(&inner.client, &inner.tx_table, owner).await?,
         };
         let h = match header {

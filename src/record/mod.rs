@@ -282,6 +282,27 @@ fn row_number(row: &Item) -> Option<u32> {
         .and_then(|n| n.parse::<u32>().ok())
 }
 
+/// Reads two headers (consistently) in one `BatchGetItem`: one round trip where two `GetItem`s
+/// would take two. `None` for a record that does not exist (or is a tombstone).
+pub(crate) async fn load_two_headers(
+    client: &Client,
+    table: &str,
+    ids: [&TxId; 2],
+) -> Result<[Option<Header>; 2]> {
+    let keys = ids.map(|id| (table.to_string(), header_key(id)));
+    let rows = crate::ddb::batch_get(client, &keys).await?;
+    let mut out = [None, None];
+    for (_, row) in &rows {
+        let id = row.get(TX_ID).and_then(|v| v.as_s().ok());
+        for (i, t) in ids.iter().enumerate() {
+            if Some(&t.0) == id {
+                out[i] = Header::parse_live(row)?;
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// Every row of the record's partition (header and chunk rows), with a consistent, paginated
 /// Query; only their keys when `keys_only`.
 async fn partition_rows(

@@ -157,6 +157,8 @@ impl Transaction {
         // The expiry of this waiter's own entry on the item, as the last attempt showed it.
         let mut own_entry: Option<u64> = None;
         loop {
+            // Whether this look read our own record (with the holder's).
+            let mut own_read = false;
             self.wrote.store(true, Ordering::SeqCst);
             let guard = self.queue_guard();
             let out = match item_lock::lock(c, table, key, &schema, &self.id, first, guard).await {
@@ -256,6 +258,9 @@ impl Transaction {
                         met_at = tokio::time::Instant::now();
                     }
                     let grace_left = met_at.elapsed() < settings.wound_grace;
+                    // Once our record holds a ticket (it exists), the holder's record is read
+                    // with ours: a wound is learnt at the look, with no read of its own.
+                    own_read = self.ticket_recorded.get().is_some();
                     let resolution = match crate::contention::resolve(
                         &self.inner,
                         &me,
@@ -263,6 +268,7 @@ impl Transaction {
                         table,
                         key,
                         grace_left,
+                        own_read,
                     )
                     .await
                     {
@@ -385,12 +391,17 @@ impl Transaction {
                         })
                         .flatten();
                     // An older transaction may have rolled us back while we waited: stop then,
-                    // rather than take the item with a lock nobody needs. A paced waiter reads
-                    // its record while it sleeps, and at most every `OWN_RECORD_EVERY`: a look
-                    // is then one request, and the head takes a freed item one round trip
-                    // sooner (a lock taken after all is released by whoever meets it, or by our
-                    // own rollback).
-                    let check = !fifo || last_check.elapsed() >= OWN_RECORD_EVERY;
+                    // rather than take the item with a lock nobody needs. A look that met a
+                    // holder read our record with the holder's, in one request; otherwise we read
+                    // it here, a paced waiter while it sleeps and at most every
+                    // `OWN_RECORD_EVERY`. A wound landing during the sleep is seen at the next
+                    // look that meets a holder; if that look takes the item instead, the lock is
+                    // released by our own rollback (the commit finds the record rolled back) or
+                    // by whoever meets it.
+                    if own_read {
+                        last_check = tokio::time::Instant::now();
+                    }
+                    let check = !own_read && (!fifo || last_check.elapsed() >= OWN_RECORD_EVERY);
                     let sleep = async {
                         match paced {
                             Some(d) => {

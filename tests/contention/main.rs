@@ -3,6 +3,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod looks;
 mod marks;
 mod policies;
 mod queue;

@@ -383,11 +383,13 @@ async fn a_finalized_holders_stray_lock_is_released_without_completing_it_again(
     let raw = env.raw_get(&env.table, &key("k")).await.unwrap();
     assert_eq!(raw["_TxId"], s(tx.id().as_str()), "taken: {raw:?}");
     // The record's creation, its ticket (the counter, then the record); the lock refused, the
-    // holder's header, the item, its release, the lock taken. Completing the holder again would
-    // read its whole record and the item once more, and try to finalize it again.
+    // holder's header (with ours, in one request), the item, its release, the lock taken.
+    // Completing the holder again would read its whole record and the item once more, and try to
+    // finalize it again.
     let sent = counter.snapshot();
     assert_eq!(sent.get("Query"), None, "{sent:?}");
-    assert_eq!(sent.get("BatchGetItem"), Some(&1), "{sent:?}");
+    assert_eq!(sent.get("GetItem"), None, "{sent:?}");
+    assert_eq!(sent.get("BatchGetItem"), Some(&2), "{sent:?}");
     assert_eq!(sent.get("UpdateItem"), Some(&5), "{sent:?}");
     tx.rollback().await.unwrap();
     let status = m.transaction_state(&gone_id).await.unwrap().unwrap();
