@@ -92,6 +92,17 @@ impl Contender<'_> {
     }
 }
 
+/// What the caller's look knows besides the lock it met.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Look {
+    /// The owner has had less than `wound_grace` since the caller first met it.
+    pub grace_left: bool,
+    /// Read our own record with the owner's (it exists: it holds our ticket).
+    pub check_own: bool,
+    /// This owner was resolved at the caller's last meeting already, and its lock is still there.
+    pub met_again: bool,
+}
+
 /// How many times [`resolve`] judges a holder again when its record changed under a wound.
 const JUDGEMENTS: u32 = 3;
 
@@ -104,9 +115,9 @@ const JUDGEMENTS: u32 = 3;
 /// [`record::roll_back_judged`]). If anything changed, the owner is judged again on its record as
 /// it now is (a bounded number of times).
 ///
-/// With `check_own`, the first read of the owner's record also reads ours, in the same request:
-/// a waiter learns that it was rolled back (`Err(RolledBack)`) at the look that met the lock,
-/// without a read of its own.
+/// With [`Look::check_own`], the first read of the owner's record also reads ours, in the same
+/// request: a waiter learns that it was rolled back (`Err(RolledBack)`) at the look that met the
+/// lock, without a read of its own.
 #[tracing::instrument(level = "debug", name = "contention", skip_all, fields(tx = %me.id, holder = %owner, table))]
 pub(crate) async fn resolve(
     inner: &Inner,
@@ -114,9 +125,13 @@ pub(crate) async fn resolve(
     owner: &TxId,
     table: &str,
     key: &Item,
-    grace_left: bool,
-    check_own: bool,
+    look: Look,
 ) -> Result<Resolution> {
+    let Look {
+        grace_left,
+        check_own,
+        met_again,
+    } = look;
     // The owner's header as a failed wound found it (saves a read when judging again).
     let mut found: Option<Option<Header>> = None;
     let mut last_err = None;
@@ -150,8 +165,18 @@ pub(crate) async fn resolve(
             if h.finalized {
                 // Every item its record names is settled (most often by the one-request commit
                 // that decided it): what may be left here is a lock it does not name, released
-                // as such, without loading the record to complete it again.
-                steal_orphan(inner, owner, table, key, true).await?;
+                // as such, without loading the record to complete it again. A lock on an item
+                // it names was met before its commit landed (every waiter races the holder's
+                // commit so): the next lock attempt reads the item, and takes it at once; only
+                // if that attempt meets the lock again (one sent late, landing after the
+                // commit) is it released here.
+                let named = || {
+                    let here = crate::keys::ItemRef::new(table, key);
+                    h.inline.iter().any(|r| r.item_ref() == here)
+                };
+                if met_again || !named() {
+                    steal_orphan(inner, owner, table, key, true).await?;
+                }
             } else {
                 complete_decided(inner, owner, table, key).await?;
             }

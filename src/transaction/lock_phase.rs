@@ -267,8 +267,11 @@ impl Transaction {
                         &owner,
                         table,
                         key,
-                        grace_left,
-                        own_read,
+                        crate::contention::Look {
+                            grace_left,
+                            check_own: own_read,
+                            met_again: last_resolved.as_ref() == Some(&owner),
+                        },
                     )
                     .await
                     {

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use dynamodb_transactions::TxState;
 use dynamodb_transactions::fault::RequestCounter;
 
 use super::*;
@@ -63,5 +64,125 @@ async fn a_waiter_reads_its_own_record_with_the_holders_at_each_look() {
     holder.commit().await.unwrap();
     let raw = env.raw_get(&env.table, &key("k")).await.unwrap();
     assert_eq!(raw["v"], n(2));
+    assert!(!has_tx_attrs(&raw), "{raw:?}");
+}
+
+/// The race every waiter of a hot item runs at each handover: the waiter's lock attempt meets the
+/// holder's lock, and the holder's commit lands before the waiter reads the holder's record. The
+/// record is finalized and names the item, so the waiter's next lock attempt takes the item: it
+/// does not read the item first (one `BatchGetItem`, the two records, not a second for the item).
+#[tokio::test]
+async fn a_holder_committed_before_its_record_is_read_costs_no_read_of_the_item() {
+    let env = TestEnv::new("ct-race").await;
+    env.raw_put(&env.table, item(&[("Id", s("k")), ("v", n(1))]))
+        .await;
+    let m = ordered(&env, Duration::from_secs(30));
+    let holder = m.begin();
+    lock(&holder, &env.table, "k").await.unwrap();
+    let holder_id = holder.id().clone();
+
+    // Commits the holder (through a fresh coordinator) just before the waiter reads its record.
+    let (txt, imgt) = (
+        env.manager.transactions_table().to_string(),
+        env.manager.images_table().to_string(),
+    );
+    let id = holder_id.clone();
+    let hook = RunBefore::new("*", holder_id.as_str(), move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let m = TransactionManager::builder(client())
+            .transactions_table(&txt)
+            .images_table(&imgt)
+            .build();
+        rt.block_on(async { m.resume(&id).await.unwrap().commit().await.unwrap() });
+    });
+    let counter = RequestCounter::new();
+    let m2 = TransactionManager::builder(client_with(vec![
+        shared(hook.clone()),
+        shared(counter.clone()),
+    ]))
+    .transactions_table(env.manager.transactions_table())
+    .images_table(env.manager.images_table())
+    .configure(|s| {
+        s.rollback_on_drop = false;
+        s.contention = ContentionPolicy::Ordered {
+            dead_after: Duration::from_secs(30),
+            ticket_at_begin: true,
+        };
+    })
+    .build();
+    let waiter = m2.begin();
+    let got = waiter
+        .get_item()
+        .table_name(&env.table)
+        .key("Id", s("k"))
+        .send()
+        .await
+        .unwrap();
+    assert!(hook.ran(), "the waiter never read the holder's record");
+    assert_eq!(got.item().unwrap()["v"], n(1));
+    let raw = env.raw_get(&env.table, &key("k")).await.unwrap();
+    assert_eq!(raw["_TxId"], s(waiter.id().as_str()), "{raw:?}");
+    let status = m.transaction_state(&holder_id).await.unwrap().unwrap();
+    assert_eq!((status.state, status.finalized), (TxState::Committed, true));
+    let sent = counter.snapshot();
+    assert_eq!(sent.get("GetItem"), None, "{sent:?}");
+    assert_eq!(sent.get("BatchGetItem"), Some(&1), "{sent:?}");
+    waiter.commit().await.unwrap();
+    let raw = env.raw_get(&env.table, &key("k")).await.unwrap();
+    assert!(!has_tx_attrs(&raw), "{raw:?}");
+}
+
+/// A lock of a finalized holder on an item its record names can only be one sent late (landing
+/// after the commit). The first meeting takes it for the commit race above and tries the lock
+/// again; meeting it again, the waiter releases it and takes the item.
+#[tokio::test]
+async fn a_late_lock_on_an_item_the_finalized_record_names_is_released_at_the_second_meeting() {
+    let env = TestEnv::new("ct-late").await;
+    env.raw_put(&env.table, item(&[("Id", s("k")), ("v", n(1))]))
+        .await;
+    let m = ordered(&env, Duration::from_secs(30));
+    let holder = m.begin();
+    lock(&holder, &env.table, "k").await.unwrap();
+    let locked = env.raw_get(&env.table, &key("k")).await.unwrap();
+    let holder_id = holder.id().clone();
+    holder.commit().await.unwrap();
+    // Its lock lands again, late.
+    env.raw_put(&env.table, locked).await;
+
+    let counter = RequestCounter::new();
+    let m2 = TransactionManager::builder(client_with(vec![shared(counter.clone())]))
+        .transactions_table(env.manager.transactions_table())
+        .images_table(env.manager.images_table())
+        .configure(|s| {
+            s.rollback_on_drop = false;
+            s.contention = ContentionPolicy::Ordered {
+                dead_after: Duration::from_secs(30),
+                ticket_at_begin: true,
+            };
+        })
+        .build();
+    let waiter = m2.begin();
+    let got = waiter
+        .get_item()
+        .table_name(&env.table)
+        .key("Id", s("k"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(got.item().unwrap()["v"], n(1));
+    let raw = env.raw_get(&env.table, &key("k")).await.unwrap();
+    assert_eq!(raw["_TxId"], s(waiter.id().as_str()), "{raw:?}");
+    // Two looks met the late lock (each reading both records); the second read the item to
+    // release it.
+    let sent = counter.snapshot();
+    assert_eq!(sent.get("BatchGetItem"), Some(&3), "{sent:?}");
+    waiter.commit().await.unwrap();
+    let status = m.transaction_state(&holder_id).await.unwrap().unwrap();
+    assert_eq!((status.state, status.finalized), (TxState::Committed, true));
+    let raw = env.raw_get(&env.table, &key("k")).await.unwrap();
+    assert_eq!(raw["v"], n(1));
     assert!(!has_tx_attrs(&raw), "{raw:?}");
 }
