@@ -21,18 +21,9 @@ async fn a_waiter_reads_its_own_record_with_the_holders_at_each_look() {
     set_v(&holder, &env.table, "k", 2).await.unwrap();
 
     let counter = RequestCounter::new();
-    let m2 = TransactionManager::builder(client_with(vec![shared(counter.clone())]))
-        .transactions_table(env.manager.transactions_table())
-        .images_table(env.manager.images_table())
-        .configure(|s| {
-            s.rollback_on_drop = false;
-            s.contention = ContentionPolicy::Ordered {
-                dead_after: Duration::from_secs(30),
-                ticket_at_begin: true,
-            };
-            s.lock_wait = Duration::from_secs(20);
-        })
-        .build();
+    let m2 = ordered_on(&env, client_with(vec![shared(counter.clone())]), |s| {
+        s.lock_wait = Duration::from_secs(20);
+    });
     let waiter = m2.begin();
     let waiter_id = waiter.id().clone();
     let table = env.table.clone();
@@ -67,6 +58,20 @@ async fn a_waiter_reads_its_own_record_with_the_holders_at_each_look() {
     assert!(!has_tx_attrs(&raw), "{raw:?}");
 }
 
+/// `tx` reads "k" (its value 1, as put) and holds its lock.
+async fn reads_and_locks_k(env: &TestEnv, tx: &dynamodb_transactions::Transaction) {
+    let got = tx
+        .get_item()
+        .table_name(&env.table)
+        .key("Id", s("k"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(got.item().unwrap()["v"], n(1));
+    let raw = env.raw_get(&env.table, &key("k")).await.unwrap();
+    assert_eq!(raw["_TxId"], s(tx.id().as_str()), "{raw:?}");
+}
+
 /// The race every waiter of a hot item runs at each handover: the waiter's lock attempt meets the
 /// holder's lock, and the holder's commit lands before the waiter reads the holder's record. The
 /// record is finalized and names the item, so the waiter's next lock attempt takes the item: it
@@ -99,32 +104,14 @@ async fn a_holder_committed_before_its_record_is_read_costs_no_read_of_the_item(
         rt.block_on(async { m.resume(&id).await.unwrap().commit().await.unwrap() });
     });
     let counter = RequestCounter::new();
-    let m2 = TransactionManager::builder(client_with(vec![
-        shared(hook.clone()),
-        shared(counter.clone()),
-    ]))
-    .transactions_table(env.manager.transactions_table())
-    .images_table(env.manager.images_table())
-    .configure(|s| {
-        s.rollback_on_drop = false;
-        s.contention = ContentionPolicy::Ordered {
-            dead_after: Duration::from_secs(30),
-            ticket_at_begin: true,
-        };
-    })
-    .build();
+    let m2 = ordered_on(
+        &env,
+        client_with(vec![shared(hook.clone()), shared(counter.clone())]),
+        |_| {},
+    );
     let waiter = m2.begin();
-    let got = waiter
-        .get_item()
-        .table_name(&env.table)
-        .key("Id", s("k"))
-        .send()
-        .await
-        .unwrap();
+    reads_and_locks_k(&env, &waiter).await;
     assert!(hook.ran(), "the waiter never read the holder's record");
-    assert_eq!(got.item().unwrap()["v"], n(1));
-    let raw = env.raw_get(&env.table, &key("k")).await.unwrap();
-    assert_eq!(raw["_TxId"], s(waiter.id().as_str()), "{raw:?}");
     let status = m.transaction_state(&holder_id).await.unwrap().unwrap();
     assert_eq!((status.state, status.finalized), (TxState::Committed, true));
     let sent = counter.snapshot();
@@ -153,28 +140,9 @@ async fn a_late_lock_on_an_item_the_finalized_record_names_is_released_at_the_se
     env.raw_put(&env.table, locked).await;
 
     let counter = RequestCounter::new();
-    let m2 = TransactionManager::builder(client_with(vec![shared(counter.clone())]))
-        .transactions_table(env.manager.transactions_table())
-        .images_table(env.manager.images_table())
-        .configure(|s| {
-            s.rollback_on_drop = false;
-            s.contention = ContentionPolicy::Ordered {
-                dead_after: Duration::from_secs(30),
-                ticket_at_begin: true,
-            };
-        })
-        .build();
+    let m2 = ordered_on(&env, client_with(vec![shared(counter.clone())]), |_| {});
     let waiter = m2.begin();
-    let got = waiter
-        .get_item()
-        .table_name(&env.table)
-        .key("Id", s("k"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(got.item().unwrap()["v"], n(1));
-    let raw = env.raw_get(&env.table, &key("k")).await.unwrap();
-    assert_eq!(raw["_TxId"], s(waiter.id().as_str()), "{raw:?}");
+    reads_and_locks_k(&env, &waiter).await;
     // Two looks met the late lock (each reading both records); the second read the item to
     // release it.
     let sent = counter.snapshot();

@@ -54,6 +54,28 @@ fn ordered_with(
         .build()
 }
 
+/// A coordinator over the env's tables on `client` (interceptors of a test's own), with the ordered
+/// policy (tickets taken when a transaction begins, `dead_after` 30 s) and otherwise the default
+/// settings, then `more`.
+fn ordered_on(
+    env: &TestEnv,
+    client: aws_sdk_dynamodb::Client,
+    more: impl FnOnce(&mut dynamodb_transactions::Settings),
+) -> TransactionManager {
+    TransactionManager::builder(client)
+        .transactions_table(env.manager.transactions_table())
+        .images_table(env.manager.images_table())
+        .configure(|s| {
+            s.rollback_on_drop = false;
+            s.contention = ContentionPolicy::Ordered {
+                dead_after: Duration::from_secs(30),
+                ticket_at_begin: true,
+            };
+            more(s);
+        })
+        .build()
+}
+
 async fn ticket_of(env: &TestEnv, id: &dynamodb_transactions::TxId) -> u64 {
     let row = env
         .raw_get(

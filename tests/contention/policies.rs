@@ -7,7 +7,7 @@ use std::time::Duration;
 use dynamodb_transactions::{ContentionPolicy, Error, TicketSource, TransactionManager, TxState};
 
 use crate::common::*;
-use crate::{counter_row, lock, ordered, ordered_by, ordered_with, ticket_of};
+use crate::{counter_row, lock, ordered, ordered_by, ordered_on, ordered_with, ticket_of};
 
 #[tokio::test]
 async fn a_younger_transaction_waits_for_an_older_one_and_never_rolls_it_back() {
@@ -360,17 +360,7 @@ async fn a_finalized_holders_stray_lock_is_released_without_completing_it_again(
     env.raw_put(&env.table, stray).await;
 
     let counter = dynamodb_transactions::fault::RequestCounter::new();
-    let m2 = TransactionManager::builder(client_with(vec![shared(counter.clone())]))
-        .transactions_table(env.manager.transactions_table())
-        .images_table(env.manager.images_table())
-        .configure(|s| {
-            s.rollback_on_drop = false;
-            s.contention = ContentionPolicy::Ordered {
-                dead_after: Duration::from_secs(30),
-                ticket_at_begin: true,
-            };
-        })
-        .build();
+    let m2 = ordered_on(&env, client_with(vec![shared(counter.clone())]), |_| {});
     let tx = m2.begin();
     let got = tx
         .get_item()
