@@ -58,20 +58,6 @@ async fn a_waiter_reads_its_own_record_with_the_holders_at_each_look() {
     assert!(!has_tx_attrs(&raw), "{raw:?}");
 }
 
-/// `tx` reads "k" (its value 1, as put) and holds its lock.
-async fn reads_and_locks_k(env: &TestEnv, tx: &dynamodb_transactions::Transaction) {
-    let got = tx
-        .get_item()
-        .table_name(&env.table)
-        .key("Id", s("k"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(got.item().unwrap()["v"], n(1));
-    let raw = env.raw_get(&env.table, &key("k")).await.unwrap();
-    assert_eq!(raw["_TxId"], s(tx.id().as_str()), "{raw:?}");
-}
-
 /// The race every waiter of a hot item runs at each handover: the waiter's lock attempt meets the
 /// holder's lock, and the holder's commit lands before the waiter reads the holder's record. The
 /// record is finalized and names the item, so the waiter's next lock attempt takes the item: it

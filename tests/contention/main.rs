@@ -76,6 +76,20 @@ fn ordered_on(
         .build()
 }
 
+/// `tx` reads "k" (its value 1, as put) and holds its lock.
+async fn reads_and_locks_k(env: &TestEnv, tx: &dynamodb_transactions::Transaction) {
+    let got = tx
+        .get_item()
+        .table_name(&env.table)
+        .key("Id", s("k"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(got.item().unwrap()["v"], n(1));
+    let raw = env.raw_get(&env.table, &key("k")).await.unwrap();
+    assert_eq!(raw["_TxId"], s(tx.id().as_str()), "{raw:?}");
+}
+
 async fn ticket_of(env: &TestEnv, id: &dynamodb_transactions::TxId) -> u64 {
     let row = env
         .raw_get(

@@ -7,7 +7,9 @@ use std::time::Duration;
 use dynamodb_transactions::{ContentionPolicy, Error, TicketSource, TransactionManager, TxState};
 
 use crate::common::*;
-use crate::{counter_row, lock, ordered, ordered_by, ordered_on, ordered_with, ticket_of};
+use crate::{
+    counter_row, lock, ordered, ordered_by, ordered_on, ordered_with, reads_and_locks_k, ticket_of,
+};
 
 #[tokio::test]
 async fn a_younger_transaction_waits_for_an_older_one_and_never_rolls_it_back() {
@@ -362,16 +364,7 @@ async fn a_finalized_holders_stray_lock_is_released_without_completing_it_again(
     let counter = dynamodb_transactions::fault::RequestCounter::new();
     let m2 = ordered_on(&env, client_with(vec![shared(counter.clone())]), |_| {});
     let tx = m2.begin();
-    let got = tx
-        .get_item()
-        .table_name(&env.table)
-        .key("Id", s("k"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(got.item().unwrap()["v"], n(1));
-    let raw = env.raw_get(&env.table, &key("k")).await.unwrap();
-    assert_eq!(raw["_TxId"], s(tx.id().as_str()), "taken: {raw:?}");
+    reads_and_locks_k(&env, &tx).await;
     // The record's creation, its ticket (the counter, then the record); the lock refused, the
     // holder's header (with ours, in one request), the item, its release, the lock taken.
     // Completing the holder again would read its whole record and the item once more, and try to

@@ -50,22 +50,17 @@ fn fifo_tuned(
     lock_wait: Duration,
     tune: impl FnOnce(&mut dynamodb_transactions::Settings),
 ) -> TransactionManager {
-    TransactionManager::builder(client)
-        .transactions_table(env.manager.transactions_table())
-        .images_table(env.manager.images_table())
-        .configure(|s| {
-            s.rollback_on_drop = false;
-            s.contention = ContentionPolicy::Ordered {
-                dead_after: Duration::from_secs(30),
-                ticket_at_begin,
-            };
-            s.lock_wait = lock_wait;
-            s.wound_grace = Duration::from_millis(50);
-            s.wait_in_ticket_order = true;
-            s.queue_ttl = Duration::from_secs(600);
-            tune(s);
-        })
-        .build()
+    crate::ordered_on(env, client, |s| {
+        s.contention = ContentionPolicy::Ordered {
+            dead_after: Duration::from_secs(30),
+            ticket_at_begin,
+        };
+        s.lock_wait = lock_wait;
+        s.wound_grace = Duration::from_millis(50);
+        s.wait_in_ticket_order = true;
+        s.queue_ttl = Duration::from_secs(600);
+        tune(s);
+    })
 }
 
 fn queue_value(entries: &[(u64, u64)]) -> AttributeValue {

@@ -8,28 +8,24 @@ use dynamodb_transactions::{ContentionPolicy, Error, TransactionManager, TxId, T
 use crate::common::*;
 use crate::{lock, ticket_of};
 
-/// A coordinator over the env's tables with the ordered policy, on `client`.
-fn ordered_on(
+/// A coordinator over the env's tables with the ordered policy, on `client`, the write-only fast
+/// path off and a short grace.
+fn ordered_racing(
     env: &TestEnv,
     client: aws_sdk_dynamodb::Client,
     dead_after: Duration,
     lock_wait: Duration,
     ticket_at_begin: bool,
 ) -> TransactionManager {
-    TransactionManager::builder(client)
-        .transactions_table(env.manager.transactions_table())
-        .images_table(env.manager.images_table())
-        .configure(|s| {
-            s.rollback_on_drop = false;
-            s.write_only_fast_path = false;
-            s.contention = ContentionPolicy::Ordered {
-                dead_after,
-                ticket_at_begin,
-            };
-            s.lock_wait = lock_wait;
-            s.wound_grace = Duration::from_millis(50);
-        })
-        .build()
+    crate::ordered_on(env, client, |s| {
+        s.write_only_fast_path = false;
+        s.contention = ContentionPolicy::Ordered {
+            dead_after,
+            ticket_at_begin,
+        };
+        s.lock_wait = lock_wait;
+        s.wound_grace = Duration::from_millis(50);
+    })
 }
 
 /// Holds the contender's wound (the request deciding the victim: it carries the placeholder
@@ -114,7 +110,7 @@ async fn a_holder_judged_dead_that_appends_before_the_wound_is_not_rolled_back()
     env.raw_put(&env.table, item(&[("Id", s("k")), ("v", n(1))]))
         .await;
     let dead_after = Duration::from_secs(30);
-    let m = ordered_on(&env, client(), dead_after, Duration::from_millis(300), true);
+    let m = ordered_racing(&env, client(), dead_after, Duration::from_millis(300), true);
     let holder = m.begin();
     lock(&holder, &env.table, "k").await.unwrap();
     let holder_id = holder.id().clone();
@@ -135,7 +131,7 @@ async fn a_holder_judged_dead_that_appends_before_the_wound_is_not_rolled_back()
         live.abandon();
         Ok::<_, Error>(())
     });
-    let contender_mgr = ordered_on(
+    let contender_mgr = ordered_racing(
         &env,
         client_with(vec![shared(hook.clone())]),
         dead_after,
@@ -166,7 +162,7 @@ async fn a_holder_judged_dead_that_heartbeats_before_the_wound_is_not_rolled_bac
     env.raw_put(&env.table, item(&[("Id", s("k")), ("v", n(1))]))
         .await;
     let dead_after = Duration::from_secs(30);
-    let m = ordered_on(&env, client(), dead_after, Duration::from_millis(300), true);
+    let m = ordered_racing(&env, client(), dead_after, Duration::from_millis(300), true);
     let holder = m.begin();
     lock(&holder, &env.table, "k").await.unwrap();
     let holder_id = holder.id().clone();
@@ -191,7 +187,7 @@ async fn a_holder_judged_dead_that_heartbeats_before_the_wound_is_not_rolled_bac
             .await
             .map(|_| ())
     });
-    let contender_mgr = ordered_on(
+    let contender_mgr = ordered_racing(
         &env,
         client_with(vec![shared(hook.clone())]),
         dead_after,
@@ -223,7 +219,7 @@ async fn a_victim_recording_an_older_ticket_before_the_wound_is_not_rolled_back(
         .await;
     let long = Duration::from_secs(30);
     let wait = Duration::from_millis(300);
-    let lazy = ordered_on(&env, client(), long, wait, false);
+    let lazy = ordered_racing(&env, client(), long, wait, false);
     let victim = lazy.begin();
     lock(&victim, &env.table, "k").await.unwrap();
     let victim_id = victim.id().clone();
@@ -266,7 +262,7 @@ async fn a_victim_recording_an_older_ticket_before_the_wound_is_not_rolled_back(
             .await
             .map(|_| ())
     });
-    let contender_mgr = ordered_on(
+    let contender_mgr = ordered_racing(
         &env,
         client_with(vec![shared(hook.clone())]),
         long,
@@ -310,7 +306,7 @@ async fn a_wounder_rolled_back_before_its_wound_rolls_back_nobody() {
         let id = wid.lock().unwrap().clone().unwrap();
         m.rollback_transaction(&id).await
     });
-    let wounder_mgr = ordered_on(
+    let wounder_mgr = ordered_racing(
         &env,
         client_with(vec![shared(hook.clone())]),
         long,
@@ -321,7 +317,7 @@ async fn a_wounder_rolled_back_before_its_wound_rolls_back_nobody() {
     let wounder = wounder_mgr.begin();
     *wounder_id.lock().unwrap() = Some(wounder.id().clone());
     lock(&wounder, &env.table, "c").await.unwrap();
-    let m = ordered_on(&env, client(), long, wait, true);
+    let m = ordered_racing(&env, client(), long, wait, true);
     let holder = m.begin();
     lock(&holder, &env.table, "k").await.unwrap();
     assert!(ticket_of(&env, wounder.id()).await < ticket_of(&env, holder.id()).await);
