@@ -73,22 +73,13 @@ async fn a_holder_committed_before_its_record_is_read_costs_no_read_of_the_item(
     let holder_id = holder.id().clone();
 
     // Commits the holder (through a fresh coordinator) just before the waiter reads its record.
-    let (txt, imgt) = (
-        env.manager.transactions_table().to_string(),
-        env.manager.images_table().to_string(),
-    );
     let id = holder_id.clone();
-    let hook = RunBefore::new("*", holder_id.as_str(), move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let m = TransactionManager::builder(client())
-            .transactions_table(&txt)
-            .images_table(&imgt)
-            .build();
-        rt.block_on(async { m.resume(&id).await.unwrap().commit().await.unwrap() });
-    });
+    let (hook, _) = run_before(
+        &env,
+        "*",
+        holder_id.as_str(),
+        async move |m: TransactionManager| m.resume(&id).await.unwrap().commit().await.unwrap(),
+    );
     let counter = RequestCounter::new();
     let m2 = ordered_on(
         &env,

@@ -90,6 +90,38 @@ async fn reads_and_locks_k(env: &TestEnv, tx: &dynamodb_transactions::Transactio
     assert_eq!(raw["_TxId"], s(tx.id().as_str()), "{raw:?}");
 }
 
+/// Holds the first `operation` request (`"*"`: any) whose body contains `needle` until `f` has run
+/// on a fresh runtime with a fresh coordinator over `env`'s tables; `f`'s output is kept.
+fn run_before<T: Send + 'static>(
+    env: &TestEnv,
+    operation: &'static str,
+    needle: &str,
+    f: impl AsyncFnOnce(TransactionManager) -> T + Send + 'static,
+) -> (RunBefore, std::sync::Arc<std::sync::Mutex<Option<T>>>) {
+    let (txt, imgt) = (
+        env.manager.transactions_table().to_string(),
+        env.manager.images_table().to_string(),
+    );
+    let out = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let out_hook = out.clone();
+    let hook = RunBefore::new(operation, needle, move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let m = TransactionManager::builder(client())
+            .transactions_table(&txt)
+            .images_table(&imgt)
+            .configure(|s| {
+                s.rollback_on_drop = false;
+                s.write_only_fast_path = false;
+            })
+            .build();
+        *out_hook.lock().unwrap() = Some(rt.block_on(f(m)));
+    });
+    (hook, out)
+}
+
 async fn ticket_of(env: &TestEnv, id: &dynamodb_transactions::TxId) -> u64 {
     let row = env
         .raw_get(

@@ -34,28 +34,7 @@ fn before_the_wound<T: Send + 'static>(
     env: &TestEnv,
     f: impl AsyncFnOnce(TransactionManager) -> T + Send + 'static,
 ) -> (RunBefore, std::sync::Arc<std::sync::Mutex<Option<T>>>) {
-    let (txt, imgt) = (
-        env.manager.transactions_table().to_string(),
-        env.manager.images_table().to_string(),
-    );
-    let out = std::sync::Arc::new(std::sync::Mutex::new(None));
-    let out_hook = out.clone();
-    let hook = RunBefore::new("*", ":_TxTo", move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let m = TransactionManager::builder(client())
-            .transactions_table(&txt)
-            .images_table(&imgt)
-            .configure(|s| {
-                s.rollback_on_drop = false;
-                s.write_only_fast_path = false;
-            })
-            .build();
-        *out_hook.lock().unwrap() = Some(rt.block_on(f(m)));
-    });
-    (hook, out)
+    crate::run_before(env, "*", ":_TxTo", f)
 }
 
 /// Makes a record look idle: sets its last-update time `ago` in the past.
