@@ -217,6 +217,9 @@ struct FaultState {
     mode: Option<FaultMode>,
     /// Only requests of this operation are counted and failed.
     only: Option<String>,
+    /// Only requests of this operation are counted toward the strike; once struck, a sticky fault
+    /// fails every request.
+    counted_only: Option<String>,
     /// After striking, fail every later request (a dead coordinator) instead of just one.
     sticky: bool,
     struck: bool,
@@ -251,6 +254,17 @@ impl FaultInjector {
     /// Only the `n`-th request of `operation` (e.g. `"UpdateItem"`) from now fails.
     pub fn fail_operation_at(&self, operation: &str, n: u64, mode: FaultMode) {
         self.arm(n, mode, Some(operation.to_string()), false);
+    }
+
+    /// The `n`-th request of `operation` from now fails in `mode`, and so does every request of
+    /// any operation after it: a process dying at one request of two it sends concurrently, in
+    /// whichever order they go out.
+    pub fn crash_at_operation(&self, operation: &str, n: u64, mode: FaultMode) {
+        self.arm(n, mode, None, true);
+        self.state
+            .lock()
+            .expect("fault state poisoned")
+            .counted_only = Some(operation.to_string());
     }
 
     fn arm(&self, n: u64, mode: FaultMode, only: Option<String>, sticky: bool) {
@@ -293,12 +307,17 @@ impl FaultInjector {
         if s.only.as_deref().is_some_and(|o| o != op) {
             return Ok(());
         }
+        let counted = s.counted_only.as_deref().is_none_or(|o| o == op);
         let fire = match phase {
             FaultMode::BeforeSend => {
                 // Count each request once, before it is sent.
-                s.seen += 1;
+                if counted {
+                    s.seen += 1;
+                }
                 if s.struck {
                     s.sticky
+                } else if !counted {
+                    false
                 } else if s.seen == at && mode == FaultMode::AfterSend {
                     cfg.interceptor_state().store_put(StrikeAfterSend);
                     false

@@ -233,6 +233,21 @@ pub fn client_through_late(
     client_over(interceptors, Some(http))
 }
 
+/// A client with extra interceptors whose requests `late` delivers, under the profile and the
+/// number rewriter when this test process answers through them.
+pub fn client_with_late(interceptors: Vec<SharedInterceptor>, late: &LateDelivery) -> Client {
+    match profile() {
+        Some(p) => client_through_late(p, late, interceptors),
+        None => {
+            let http = match canonical_numbers() {
+                Some(n) => n.wrap(late.http_client()),
+                None => late.http_client(),
+            };
+            client_over(interceptors, Some(http))
+        }
+    }
+}
+
 /// A client of the test endpoint with extra interceptors, over `http` when given.
 fn client_over(interceptors: Vec<SharedInterceptor>, http: Option<SharedHttpClient>) -> Client {
     let mut b = aws_sdk_dynamodb::Config::builder()

@@ -8,7 +8,8 @@
 
 use std::time::Duration;
 
-use dynamodb_transactions::fault::{FaultInjector, FaultMode};
+use dynamodb_transactions::TicketSource;
+use dynamodb_transactions::fault::{FaultInjector, FaultMode, LateDelivery};
 use dynamodb_transactions::sweeper::SweepOptions;
 use dynamodb_transactions::{TxId, TxState};
 
@@ -35,6 +36,16 @@ async fn read_modify_write(
     set_v(tx, table, "k", v + 1).await.map(|_| ())
 }
 
+/// A newcomer judges a transaction dead well within its lock wait: a dead waiter whose record
+/// holds an older ticket and whose lock is on the item is rolled back, not waited for until the
+/// newcomer gives up.
+fn judges_dead_soon(s: &mut dynamodb_transactions::Settings) {
+    s.contention = ContentionPolicy::Ordered {
+        dead_after: Duration::from_secs(1),
+        ticket_at_begin: true,
+    };
+}
+
 /// What the waiter meets at the item.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Meets {
@@ -53,7 +64,10 @@ async fn a_waiter_dying_at_every_request(mode: FaultMode, meets: Meets, prefix: 
         s.queue_ttl = Duration::from_millis(800);
     };
     let holders = fifo_tuned(&env, client(), true, Duration::from_secs(10), tune);
-    let newcomers = fifo_tuned(&env, client(), true, Duration::from_secs(10), tune);
+    let newcomers = fifo_tuned(&env, client(), true, Duration::from_secs(10), |s| {
+        tune(s);
+        judges_dead_soon(s);
+    });
     let faults = FaultInjector::new();
     let waiters = fifo_tuned(
         &env,
@@ -120,7 +134,8 @@ async fn a_waiter_dying_at_every_request(mode: FaultMode, meets: Meets, prefix: 
         }
         // The holder's unlock landed. A lock of the dead waiter may be there after it: a request
         // it sent before the answer it lost came back can land after the holder's unlock (seen
-        // once, under a loaded CI machine); the newcomer below must get past it.
+        // under a loaded CI machine; staged in the test after this one). The newcomer gets past
+        // it once it judges the waiter dead.
         assert!(
             raw.get("_TxId")
                 .is_none_or(|l| l.as_s().is_ok_and(|l| l == wid.as_str())),
@@ -189,4 +204,89 @@ async fn a_joining_waiter_dying_before_any_of_its_requests_leaves_nothing_in_the
 async fn a_joining_waiter_dying_after_any_of_its_requests_landed_leaves_nothing_in_the_way() {
     let (mode, meets) = (FaultMode::AfterSend, Meets::OlderEntry);
     a_waiter_dying_at_every_request(mode, meets, "ct-fifo-join-after").await;
+}
+
+/// The race a loaded machine showed in the runs above: the waiter's lock attempt, sent with its
+/// record's creation, reaches DynamoDB only after the holder's unlock, and the creation lands with
+/// its answer lost (the waiter dies there). The item is then locked by a dead transaction whose
+/// pending record names it and holds an older ticket than the newcomer's. The newcomer waits for it
+/// only until it judges it dead (`dead_after`), rolls it back and takes the item.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_waiters_lock_landing_after_the_holders_unlock_is_rolled_back_by_the_newcomer() {
+    let env = TestEnv::new("ct-fifo-dead-late").await;
+    let table = env.table.clone();
+    env.raw_put(&table, item(&[("Id", s("k")), ("v", n(1))]))
+        .await;
+    // Clock tickets: the waiter's first requests are its lock attempt and its record's creation
+    // only, and whoever begins later is younger.
+    let clock = |s: &mut dynamodb_transactions::Settings| s.ticket_source = TicketSource::Clock;
+    let lock_wait = Duration::from_secs(10);
+    let holders = fifo_tuned(&env, client(), true, lock_wait, clock);
+    let (faults, late) = (FaultInjector::new(), LateDelivery::new());
+    let waiters = fifo_tuned(
+        &env,
+        client_with_late(vec![shared(faults.clone())], &late),
+        true,
+        lock_wait,
+        clock,
+    );
+    let newcomers = fifo_tuned(&env, client(), true, lock_wait, |s| {
+        clock(s);
+        judges_dead_soon(s);
+    });
+
+    let h = holders.begin();
+    read_modify_write(&h, &table).await.unwrap();
+    late.delay_until_opened("UpdateItem", 1);
+    faults.crash_at_operation("PutItem", 1, FaultMode::AfterSend);
+    let w = waiters.begin();
+    let wid = w.id().clone();
+    let waiter = {
+        let table = table.clone();
+        tokio::spawn(async move {
+            let r = read_modify_write(&w, &table).await;
+            w.abandon();
+            r
+        })
+    };
+    let started = std::time::Instant::now();
+    while !faults.struck() {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the waiter's record creation never went out"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    h.commit().await.unwrap();
+    late.open();
+    let r = tokio::time::timeout(Duration::from_secs(20), waiter)
+        .await
+        .expect("the dead waiter's call never returned")
+        .unwrap();
+    assert!(r.is_err(), "a dead waiter wrote: {r:?}");
+    let raw = env.raw_get(&table, &key("k")).await.unwrap();
+    assert_eq!(raw["v"], n(2), "the holder's increment: {raw:?}");
+    assert_eq!(
+        raw.get("_TxId"),
+        Some(&s(wid.as_str())),
+        "the waiter's late lock is on the item: {raw:?}"
+    );
+    assert_eq!(
+        env.tx_state(&wid).await.map(|(st, _)| st),
+        Some(TxState::Pending)
+    );
+
+    let newcomer = newcomers.begin();
+    read_modify_write(&newcomer, &table)
+        .await
+        .unwrap_or_else(|e| panic!("newcomer: {e}"));
+    newcomer.commit().await.unwrap();
+    let raw = env.raw_get(&table, &key("k")).await.unwrap();
+    assert_eq!(raw["v"], n(3), "{raw:?}");
+    assert!(!raw.contains_key("_TxId"), "{raw:?}");
+    assert_eq!(
+        env.tx_state(&wid).await.map(|(st, _)| st),
+        Some(TxState::RolledBack),
+        "the newcomer rolled the dead waiter back"
+    );
 }
