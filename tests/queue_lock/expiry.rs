@@ -61,6 +61,44 @@ async fn cancelled_waiter_does_not_block_the_queue() {
     g.release().await.unwrap();
 }
 
+/// Regression (failed once in CI under the DynamoDB profile, whose latency leaves a request's answer
+/// on its way well after it landed): an `acquire` dropped while its ticket request has landed but
+/// its answer has not come back leaves no entry behind. The entry was owned by nothing yet, so it
+/// stayed in the queue until its lease ran out, blocking every later waiter.
+#[tokio::test]
+async fn waiter_cancelled_before_its_ticket_answer_does_not_block_the_queue() {
+    let (client, table, _guard) = lock_table("ql-cancel-inflight").await;
+    let lock = builder(client.clone(), &table)
+        .lease_duration(Duration::from_secs(60))
+        .heartbeat_interval(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let late = LateDelivery::new();
+    let slow = builder(client_through(&late), &table)
+        .lease_duration(Duration::from_secs(60))
+        .heartbeat_interval(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let holder = lock.acquire("cf", Wait::Forever).await.unwrap();
+    // The waiter's ticket request lands; its answer would reach it only 30 s later.
+    late.lose_response("UpdateItem", 1, Duration::from_secs(30));
+    let waiter = tokio::spawn(async move { slow.acquire("cf", Wait::Forever).await });
+    until_rows(&client, &table, "cf", "the waiter's row", |r| r.len() == 2).await;
+    assert_eq!(late.struck(), 1, "the answer is on its way");
+    waiter.abort(); // drops the acquire future while it awaits that answer
+    assert!(waiter.await.unwrap_err().is_cancelled());
+    until_rows(&client, &table, "cf", "the cancelled row gone", |r| {
+        r.len() == 1
+    })
+    .await;
+    holder.release().await.unwrap();
+    let g = lock
+        .acquire("cf", Wait::For(Duration::from_secs(5)))
+        .await
+        .expect("not blocked by the cancelled waiter");
+    g.release().await.unwrap();
+}
+
 #[tokio::test]
 async fn clock_skew_does_not_fool_observed_expiry() {
     let (client, table, _guard) = lock_table("ql-skew").await;

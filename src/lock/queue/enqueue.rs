@@ -43,21 +43,18 @@ impl QueueLock {
         // The first send of a request of ours that failed ambiguously: it may have written our
         // entry (and a waiter may have seen it) from then on.
         let mut first_send: Option<Instant> = None;
-        let give_up = |first_send: Option<Instant>| {
-            if first_send.is_some() {
-                // An ambiguous request may have landed or may still land.
-                spawn_delete(
-                    inner.clone(),
-                    name.to_string(),
-                    sk.clone(),
-                    owner.to_string(),
-                );
-            }
+        // Until an `Enqueued` owns our entry, this removes it if this call ends without one: an
+        // error, or the future dropped (with a request in flight, or after an ambiguous one).
+        let mut doubt = EntryInDoubt {
+            inner,
+            name,
+            sk: &sk,
+            owner,
+            armed: false,
         };
         let mut attempt = 0u32;
         loop {
             if attempt > 0 && deadline.is_some_and(|d| Instant::now() >= d) {
-                give_up(first_send);
                 return Err(LockError::Timeout {
                     name: name.to_string(),
                     waited: start.elapsed(),
@@ -69,6 +66,7 @@ impl QueueLock {
                 "attribute_not_exists(#e)"
             };
             let sent_at = Instant::now();
+            doubt.armed = true;
             // Every operand reads the item as it was: `#t` gets the ticket that `#n` moves to.
             let r = inner
                 .client
@@ -90,6 +88,8 @@ impl QueueLock {
                 .return_values_on_condition_check_failure(ALL_OLD)
                 .send()
                 .await;
+            // Answered: only an earlier ambiguous request may still write our entry.
+            doubt.armed = first_send.is_some();
             attempt += 1;
             let found = match r {
                 Ok(out) => QueueState::parse(out.attributes(), self.inner.clock.now_millis()),
@@ -103,7 +103,6 @@ impl QueueLock {
                             if ahead.live == 0 {
                                 continue;
                             }
-                            give_up(first_send);
                             return Err(LockError::WouldBlock {
                                 name: name.to_string(),
                             });
@@ -115,13 +114,13 @@ impl QueueLock {
                     WriteFailure::Other(e) => {
                         if e.may_have_landed() {
                             first_send.get_or_insert(sent_at);
+                            doubt.armed = true;
                         }
                         if e.is_retryable() {
                             tracing::debug!(lock = name, error = %e, "ticket request failed; retrying");
                             tokio::time::sleep(backoff(attempt.min(5))).await;
                             continue;
                         }
-                        give_up(first_send);
                         return Err(e.into());
                     }
                 },
@@ -135,6 +134,7 @@ impl QueueLock {
             // The lease counts from the earliest send that may have written the entry.
             let from = first_send.unwrap_or(sent_at).min(sent_at);
             let entered = self.entered(name, owner, me.ticket, from);
+            doubt.armed = false;
             self.observe_pace(name, &found);
             return Ok((entered, found));
         }
@@ -165,6 +165,30 @@ impl QueueLock {
             owner: owner.to_string(),
             heartbeat: Some(heartbeat),
             armed: true,
+        }
+    }
+}
+
+/// Our entry as it may stand on the queue item before an [`Enqueued`] owns it. Dropped armed (the
+/// call ended without an entry of its own, or its future was dropped while a ticket request that
+/// may have landed was in flight or unanswered), it removes the entry in the background.
+struct EntryInDoubt<'a> {
+    inner: &'a std::sync::Arc<super::Inner>,
+    name: &'a str,
+    sk: &'a str,
+    owner: &'a str,
+    armed: bool,
+}
+
+impl Drop for EntryInDoubt<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            spawn_delete(
+                self.inner.clone(),
+                self.name.to_string(),
+                self.sk.to_string(),
+                self.owner.to_string(),
+            );
         }
     }
 }

@@ -171,9 +171,11 @@ impl QueueLock {
     ///
     /// If the future is dropped after the entry was written, its heartbeat stops at once and a
     /// background task (spawned on the current Tokio runtime) removes the entry, so the queue
-    /// does not wait for it. If it is dropped while the acquiring request is in flight and that
-    /// request lands afterwards, the entry is never renewed: waiters behind it remove it once it
-    /// has been silent for a lease (plus margin). Nothing is ever granted to a dropped future.
+    /// does not wait for it. The same task runs if it is dropped while the acquiring request is
+    /// in flight (it may have landed, its answer still on its way). Only if that request lands
+    /// after the removal is the entry left: never renewed, it is removed by the waiters behind it
+    /// once it has been silent for a lease (plus margin). Nothing is ever granted to a dropped
+    /// future.
     pub async fn acquire(&self, name: &str, wait: Wait) -> Result<QueueGuard, LockError> {
         let start = Instant::now();
         let deadline = wait.deadline(start);
