@@ -218,7 +218,7 @@ pub(crate) async fn resolve(
                 judged.younger_than = Some(mine);
             }
         }
-        debug!(tx = %me.id, other = %owner, mine = ?judged.younger_than, theirs = ?h.ticket, dead = judged.idle_since.is_some(), "rolling back a contending transaction");
+        debug!(tx = %me.id, other = %owner, mine = ?judged.younger_than, theirs = ?h.ticket, waiting_on = ?h.waiting_on, dead = judged.idle_since.is_some(), "rolling back a contending transaction");
         let c = &inner.client;
         last_err = None;
         match record::roll_back_judged(c, &inner.tx_table, owner, &judged, Some(me.id)).await {
