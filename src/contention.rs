@@ -28,6 +28,11 @@ pub(crate) enum Resolution {
     /// The holder is younger but running (not blocked): give it a short grace to finish before
     /// rolling it back.
     Grace,
+    /// The holder is a retry (older than every first attempt) and we are a first attempt that
+    /// asked for other locks: give this attempt up rather than wait holding them. A retry then
+    /// never waits for a first attempt that waits for another retry, the chain through which
+    /// retries wounded each other (each wound a further attempt of a unit of work).
+    Yield,
 }
 
 /// The transaction meeting the lock: its id and (lazily) its ticket.
@@ -101,6 +106,8 @@ pub(crate) struct Look {
     pub check_own: bool,
     /// This owner was resolved at the caller's last meeting already, and its lock is still there.
     pub met_again: bool,
+    /// The caller asked for other locks before this one (it may hold items others wait for).
+    pub holds_others: bool,
 }
 
 /// How many times [`resolve`] judges a holder again when its record changed under a wound.
@@ -131,6 +138,7 @@ pub(crate) async fn resolve(
         grace_left,
         check_own,
         met_again,
+        holds_others,
     } = look;
     // The owner's header as a failed wound found it (saves a read when judging again).
     let mut found: Option<Option<Header>> = None;
@@ -196,6 +204,13 @@ pub(crate) async fn resolve(
             } else {
                 let mine = me.ticket(inner).await?;
                 if let Some(theirs) = h.ticket.filter(|&theirs| theirs < mine) {
+                    if holds_others
+                        && crate::ticket::is_first_attempt(mine)
+                        && !crate::ticket::is_first_attempt(theirs)
+                    {
+                        debug!(tx = %me.id, other = %owner, "a first attempt yields to a retry");
+                        return Ok(Resolution::Yield);
+                    }
                     debug!(tx = %me.id, other = %owner, "waiting for an older transaction");
                     crate::metrics::contention_wait();
                     return Ok(Resolution::Wait { on: theirs });

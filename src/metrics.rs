@@ -25,6 +25,8 @@ pub(crate) const COMMITS_IN_DOUBT: &str = "dynamodb_tx_commits_in_doubt_total";
 pub(crate) const CONTENTION_WAITS: &str = "dynamodb_tx_contention_waits_total";
 /// Pending transactions holding a needed item that this process decided to roll back.
 pub(crate) const CONTENTION_WOUNDS: &str = "dynamodb_tx_contention_wounds_total";
+/// First attempts that gave up rather than wait, holding other locks, for a retry.
+pub(crate) const CONTENTION_YIELDS: &str = "dynamodb_tx_contention_yields_total";
 /// Retries, by `kind`.
 pub(crate) const RETRIES: &str = "dynamodb_tx_retries_total";
 /// Dropped transaction handles whose background rollback was started.
@@ -129,6 +131,11 @@ pub(crate) fn contention_wait() {
 /// Counts a wound: a pending holder this process decided to roll back.
 pub(crate) fn contention_wound() {
     counter!(CONTENTION_WOUNDS).increment(1);
+}
+
+/// Counts a first attempt giving itself up to a retry it met.
+pub(crate) fn contention_yield() {
+    counter!(CONTENTION_YIELDS).increment(1);
 }
 
 /// Counts a retry.

@@ -37,6 +37,11 @@ pub(crate) async fn take(client: &Client, tx_table: &str, source: TicketSource) 
     Ok(drawn | FIRST_ATTEMPT)
 }
 
+/// True for a first attempt's ticket (retries' tickets are older than every first attempt's).
+pub(crate) fn is_first_attempt(t: u64) -> bool {
+    t & FIRST_ATTEMPT != 0
+}
+
 /// The ticket an attempt records for its unit of work's ticket `t`: `t` itself for a first
 /// attempt, `t` without the class bit for a retry (older than every first attempt's).
 pub(crate) fn for_attempt(t: u64, retry: bool) -> u64 {

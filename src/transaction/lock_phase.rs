@@ -271,6 +271,7 @@ impl Transaction {
                             grace_left,
                             check_own: own_read,
                             met_again: last_resolved.as_ref() == Some(&owner),
+                            holds_others: self.lock_requests.load(Ordering::SeqCst) > 1,
                         },
                     )
                     .await
@@ -293,6 +294,14 @@ impl Transaction {
                 last_owner = owner.clone();
             }
             match resolution {
+                Resolution::Yield => {
+                    crate::metrics::contention_yield();
+                    return Err(Error::ItemLocked {
+                        table: table.to_string(),
+                        key: key.clone(),
+                        owner: owner.unwrap_or_else(|| TxId(String::new())),
+                    });
+                }
                 Resolution::Retry => {
                     // Under tickets every holder resolved is progress (older ones finish, younger
                     // ones yield): a new holder met after one was released does not count

@@ -272,3 +272,99 @@ async fn a_retry_outranks_a_first_attempt_with_an_older_ticket() {
         item(&[("Id", s("g")), ("v", n(10))])
     );
 }
+
+/// A first attempt that holds an item and meets a retry's lock gives its attempt up at once
+/// (`Error::ItemLocked`, naming the retry) instead of waiting with the item held: a retry never
+/// waits for a first attempt that waits for another retry. Here the retry holds `r` in its
+/// closure until the first attempt's read has returned; a first attempt that waited would wait
+/// for ever. The first attempt, rolled back, leaves `f` as it was, and the retry commits.
+#[tokio::test]
+async fn a_first_attempt_holding_an_item_yields_to_a_retry() {
+    let env = TestEnv::new("ct-yield").await;
+    for k in ["f", "r"] {
+        env.raw_put(&env.table, item(&[("Id", s(k)), ("v", n(10))]))
+            .await;
+    }
+    let m = ordered_with(&env, TicketSource::Counter, Duration::from_secs(30), |s| {
+        s.backoff_base = Duration::from_millis(1);
+        // A wait would outlast the test's patience.
+        s.lock_wait = Duration::from_secs(60);
+    });
+    let (holding, go) = (tokio::sync::Notify::new(), tokio::sync::Notify::new());
+    let attempts = AtomicU32::new(0);
+    let (table, other) = (env.table.clone(), env.manager.clone());
+    let unit = m.run(async |tx| {
+        let attempt = attempts.fetch_add(1, Ordering::SeqCst) + 1;
+        let out = tx
+            .get_item()
+            .table_name(&table)
+            .key("Id", s("r"))
+            .send()
+            .await?;
+        let v = number(out.item());
+        if attempt == 1 {
+            // Rolled back by a competitor: the next attempt is a retry.
+            other.rollback_transaction(tx.id()).await.unwrap();
+        } else {
+            holding.notify_one();
+            go.notified().await;
+        }
+        tx.update_item()
+            .table_name(&table)
+            .key("Id", s("r"))
+            .update_expression("SET v = :v")
+            .expression_attribute_values(":v", n(v + 1))
+            .send()
+            .await?;
+        Ok(tx.id().clone())
+    });
+    let driver = async {
+        holding.notified().await;
+        let retry = env.raw_get(&env.table, &key("r")).await.unwrap()["_TxId"]
+            .as_s()
+            .unwrap()
+            .clone();
+
+        let first = m.begin();
+        lock(&first, &env.table, "f").await.unwrap();
+        let read = tokio::time::timeout(
+            Duration::from_secs(10),
+            first
+                .get_item()
+                .table_name(&env.table)
+                .key("Id", s("r"))
+                .send(),
+        )
+        .await
+        .expect("the first attempt waited for the retry holding an item");
+        match read {
+            Err(dynamodb_transactions::Error::ItemLocked { owner, .. }) => {
+                assert_eq!(owner.as_str(), retry, "the retry is named")
+            }
+            other => panic!("expected ItemLocked: {other:?}"),
+        }
+        // Nothing decided it: it still holds `f` until it rolls back.
+        let raw_f = env.raw_get(&env.table, &key("f")).await.unwrap();
+        assert_eq!(raw_f["_TxId"], s(first.id().as_str()), "{raw_f:?}");
+        assert_eq!(
+            env.tx_state(first.id()).await.map(|s| s.0),
+            Some(TxState::Pending)
+        );
+        first.rollback().await.unwrap();
+
+        go.notify_one();
+        retry
+    };
+    let (committed, retry) = tokio::join!(unit, driver);
+    let committed = committed.unwrap();
+    assert_eq!(committed.as_str(), retry);
+    assert_eq!(attempts.load(Ordering::SeqCst), 2);
+    assert_eq!(
+        env.raw_get(&env.table, &key("r")).await.unwrap(),
+        item(&[("Id", s("r")), ("v", n(11))])
+    );
+    assert_eq!(
+        env.raw_get(&env.table, &key("f")).await.unwrap(),
+        item(&[("Id", s("f")), ("v", n(10))])
+    );
+}
