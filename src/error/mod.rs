@@ -117,7 +117,11 @@ pub enum Error {
         reason: String,
     },
 
-    /// The item is locked by another transaction, and contention resolution gave up.
+    /// The item is locked by another transaction, and contention resolution gave up: after
+    /// `Settings::lock_attempts` or `Settings::lock_wait`, or at once when, under ordered
+    /// contention, a transaction holding other locks meets the lock of a `run` retry (which
+    /// outranks it: retrying, in `run`, makes it one too). The transaction is still pending: roll
+    /// it back (or let `run` do it) and try again.
     #[error(
         "item of table {table} (key {}) is locked by transaction {owner}",
         DisplayKey(key)
