@@ -35,12 +35,7 @@ async fn crashed_holder_is_overtaken_after_expiry() {
 #[tokio::test]
 async fn cancelled_waiter_does_not_block_the_queue() {
     let (client, table, _guard) = lock_table("ql-cancel").await;
-    // A long lease: a leftover row would block the next waiter for a minute.
-    let lock = builder(client.clone(), &table)
-        .lease_duration(Duration::from_secs(60))
-        .heartbeat_interval(Duration::from_secs(5))
-        .build()
-        .unwrap();
+    let lock = long_lease(client.clone(), &table);
     let holder = lock.acquire("cx", Wait::Forever).await.unwrap();
     let waiter = {
         let lock = lock.clone();
@@ -49,13 +44,34 @@ async fn cancelled_waiter_does_not_block_the_queue() {
     until_rows(&client, &table, "cx", "the waiter's row", |r| r.len() == 2).await;
     waiter.abort(); // drops the acquire future midway
     assert!(waiter.await.unwrap_err().is_cancelled());
-    until_rows(&client, &table, "cx", "the cancelled row gone", |r| {
+    cancelled_row_goes(&client, &table, &lock, holder, "cx").await;
+}
+
+/// A lock whose lease is long: a leftover row would block the next waiter for a minute.
+fn long_lease(client: Client, table: &str) -> QueueLock {
+    builder(client, table)
+        .lease_duration(Duration::from_secs(60))
+        .heartbeat_interval(Duration::from_secs(5))
+        .build()
+        .unwrap()
+}
+
+/// The cancelled waiter's row goes, and once `holder` releases `name` the next waiter takes it
+/// at once.
+async fn cancelled_row_goes(
+    client: &Client,
+    table: &str,
+    lock: &QueueLock,
+    holder: dynamodb_transactions::lock::queue::QueueGuard,
+    name: &str,
+) {
+    until_rows(client, table, name, "the cancelled row gone", |r| {
         r.len() == 1
     })
     .await;
     holder.release().await.unwrap();
     let g = lock
-        .acquire("cx", Wait::For(Duration::from_secs(5)))
+        .acquire(name, Wait::For(Duration::from_secs(5)))
         .await
         .expect("not blocked by the cancelled waiter");
     g.release().await.unwrap();
@@ -68,17 +84,9 @@ async fn cancelled_waiter_does_not_block_the_queue() {
 #[tokio::test]
 async fn waiter_cancelled_before_its_ticket_answer_does_not_block_the_queue() {
     let (client, table, _guard) = lock_table("ql-cancel-inflight").await;
-    let lock = builder(client.clone(), &table)
-        .lease_duration(Duration::from_secs(60))
-        .heartbeat_interval(Duration::from_secs(5))
-        .build()
-        .unwrap();
+    let lock = long_lease(client.clone(), &table);
     let late = LateDelivery::new();
-    let slow = builder(client_through(&late), &table)
-        .lease_duration(Duration::from_secs(60))
-        .heartbeat_interval(Duration::from_secs(5))
-        .build()
-        .unwrap();
+    let slow = long_lease(client_through(&late), &table);
     let holder = lock.acquire("cf", Wait::Forever).await.unwrap();
     // The waiter's ticket request lands; its answer would reach it only 30 s later.
     late.lose_response("UpdateItem", 1, Duration::from_secs(30));
@@ -87,16 +95,7 @@ async fn waiter_cancelled_before_its_ticket_answer_does_not_block_the_queue() {
     assert_eq!(late.struck(), 1, "the answer is on its way");
     waiter.abort(); // drops the acquire future while it awaits that answer
     assert!(waiter.await.unwrap_err().is_cancelled());
-    until_rows(&client, &table, "cf", "the cancelled row gone", |r| {
-        r.len() == 1
-    })
-    .await;
-    holder.release().await.unwrap();
-    let g = lock
-        .acquire("cf", Wait::For(Duration::from_secs(5)))
-        .await
-        .expect("not blocked by the cancelled waiter");
-    g.release().await.unwrap();
+    cancelled_row_goes(&client, &table, &lock, holder, "cf").await;
 }
 
 #[tokio::test]

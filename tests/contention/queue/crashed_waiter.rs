@@ -46,6 +46,33 @@ fn judges_dead_soon(s: &mut dynamodb_transactions::Settings) {
     };
 }
 
+/// Starts a waiter's read-modify-write of `k` through `waiters`, and returns once `faults` (armed
+/// by the caller) struck it: its id and its call, which ends with an error.
+async fn start_dying_waiter(
+    waiters: &dynamodb_transactions::TransactionManager,
+    table: &str,
+    faults: &FaultInjector,
+    label: &str,
+) -> (TxId, tokio::task::JoinHandle<Result<(), Error>>) {
+    let w = waiters.begin();
+    let wid = w.id().clone();
+    let table = table.to_string();
+    let waiter = tokio::spawn(async move {
+        let r = read_modify_write(&w, &table).await;
+        w.abandon();
+        r
+    });
+    let started = std::time::Instant::now();
+    while !faults.struck() {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{label}: the fault never struck the waiter"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    (wid, waiter)
+}
+
 /// What the waiter meets at the item.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Meets {
@@ -95,24 +122,7 @@ async fn a_waiter_dying_at_every_request(mode: FaultMode, meets: Meets, prefix: 
         };
 
         faults.crash_at(k, mode);
-        let w = waiters.begin();
-        let wid: TxId = w.id().clone();
-        let waiter = {
-            let table = table.clone();
-            tokio::spawn(async move {
-                let r = read_modify_write(&w, &table).await;
-                w.abandon();
-                r
-            })
-        };
-        let started = std::time::Instant::now();
-        while !faults.struck() {
-            assert!(
-                started.elapsed() < Duration::from_secs(10),
-                "{label}: the waiter never sent request {k}"
-            );
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        let (wid, waiter) = start_dying_waiter(&waiters, &table, &faults, &label).await;
         if let Some(h) = h {
             h.commit()
                 .await
@@ -239,24 +249,7 @@ async fn a_dead_waiters_lock_landing_after_the_holders_unlock_is_rolled_back_by_
     read_modify_write(&h, &table).await.unwrap();
     late.delay_until_opened("UpdateItem", 1);
     faults.crash_at_operation("PutItem", 1, FaultMode::AfterSend);
-    let w = waiters.begin();
-    let wid = w.id().clone();
-    let waiter = {
-        let table = table.clone();
-        tokio::spawn(async move {
-            let r = read_modify_write(&w, &table).await;
-            w.abandon();
-            r
-        })
-    };
-    let started = std::time::Instant::now();
-    while !faults.struck() {
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "the waiter's record creation never went out"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    let (wid, waiter) = start_dying_waiter(&waiters, &table, &faults, "late lock").await;
     h.commit().await.unwrap();
     late.open();
     let r = tokio::time::timeout(Duration::from_secs(20), waiter)
