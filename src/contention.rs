@@ -209,6 +209,7 @@ pub(crate) async fn resolve(
                         && !crate::ticket::is_first_attempt(theirs)
                     {
                         debug!(tx = %me.id, other = %owner, "a first attempt yields to a retry");
+                        crate::metrics::contention_yield();
                         return Ok(Resolution::Yield);
                     }
                     debug!(tx = %me.id, other = %owner, "waiting for an older transaction");

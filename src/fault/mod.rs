@@ -243,36 +243,40 @@ impl FaultInjector {
     /// The `n`-th request from now (1-based) fails in `mode`, and so does every request after it,
     /// as if the process had died at that point.
     pub fn crash_at(&self, n: u64, mode: FaultMode) {
-        self.arm(n, mode, None, true);
+        self.arm(n, mode, None, None, true);
     }
 
     /// Only the `n`-th request from now fails; later ones go through.
     pub fn fail_once_at(&self, n: u64, mode: FaultMode) {
-        self.arm(n, mode, None, false);
+        self.arm(n, mode, None, None, false);
     }
 
     /// Only the `n`-th request of `operation` (e.g. `"UpdateItem"`) from now fails.
     pub fn fail_operation_at(&self, operation: &str, n: u64, mode: FaultMode) {
-        self.arm(n, mode, Some(operation.to_string()), false);
+        self.arm(n, mode, Some(operation.to_string()), None, false);
     }
 
     /// The `n`-th request of `operation` from now fails in `mode`, and so does every request of
     /// any operation after it: a process dying at one request of two it sends concurrently, in
     /// whichever order they go out.
     pub fn crash_at_operation(&self, operation: &str, n: u64, mode: FaultMode) {
-        self.arm(n, mode, None, true);
-        self.state
-            .lock()
-            .expect("fault state poisoned")
-            .counted_only = Some(operation.to_string());
+        self.arm(n, mode, None, Some(operation.to_string()), true);
     }
 
-    fn arm(&self, n: u64, mode: FaultMode, only: Option<String>, sticky: bool) {
+    fn arm(
+        &self,
+        n: u64,
+        mode: FaultMode,
+        only: Option<String>,
+        counted_only: Option<String>,
+        sticky: bool,
+    ) {
         let mut s = self.state.lock().expect("fault state poisoned");
         *s = FaultState {
             strike_at: Some(n.max(1)),
             mode: Some(mode),
             only,
+            counted_only,
             sticky,
             ..FaultState::default()
         };

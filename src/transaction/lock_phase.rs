@@ -159,6 +159,8 @@ impl Transaction {
         loop {
             // Whether this look read our own record (with the holder's).
             let mut own_read = false;
+            // This transaction asked for other locks: it may hold items others wait for.
+            let holds_others = self.lock_requests.load(Ordering::SeqCst) > 1;
             self.wrote.store(true, Ordering::SeqCst);
             let guard = self.queue_guard();
             let out = match item_lock::lock(c, table, key, &schema, &self.id, first, guard).await {
@@ -271,7 +273,7 @@ impl Transaction {
                             grace_left,
                             check_own: own_read,
                             met_again: last_resolved.as_ref() == Some(&owner),
-                            holds_others: self.lock_requests.load(Ordering::SeqCst) > 1,
+                            holds_others,
                         },
                     )
                     .await
@@ -295,7 +297,6 @@ impl Transaction {
             }
             match resolution {
                 Resolution::Yield => {
-                    crate::metrics::contention_yield();
                     return Err(Error::ItemLocked {
                         table: table.to_string(),
                         key: key.clone(),
@@ -363,9 +364,8 @@ impl Transaction {
                     // waits for is read only by whoever meets another lock of it, and only ever
                     // spares it a wound: a waiter that asked for no other lock does not write it
                     // at every change of holder (on a hot item, every waiter at every handover).
-                    let others = self.lock_requests.load(Ordering::SeqCst) > 1;
                     if last_touch.elapsed() >= heartbeat
-                        || (others && marked_waiting_on != Some(on))
+                        || (holds_others && marked_waiting_on != Some(on))
                     {
                         let t = self.ticket_recorded.get().copied();
                         if record::set_ticket(c, &self.inner.tx_table, &self.id, t, Some(on))
