@@ -2,8 +2,10 @@
 //! another transaction.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::OnceCell;
+use tokio::time::Instant;
 
 use tracing::debug;
 
@@ -11,7 +13,7 @@ use crate::TxId;
 use crate::error::{Error, Item, Result};
 use crate::item_lock::{self, Observed};
 use crate::record::{self, Header, Judged, JudgedRollback, TxState};
-use crate::settings::{ContentionPolicy, Inner};
+use crate::settings::{ContentionPolicy, Inner, Settings};
 use crate::settle::{self, PROTOCOL_ATTEMPTS};
 
 /// What to do after meeting a lock.
@@ -24,6 +26,10 @@ pub(crate) enum Resolution {
     Wait {
         /// Ticket of the older transaction this one effectively waits for.
         on: u64,
+        /// `on` is the holder's own ticket. A record's ticket never changes, so until the holder
+        /// is decided or dead this judgement stands: the caller may meet the same holder again
+        /// without reading its record (see [`Standing`]).
+        holder: bool,
     },
     /// The holder is younger but running (not blocked): give it a short grace to finish before
     /// rolling it back.
@@ -33,6 +39,59 @@ pub(crate) enum Resolution {
     /// never waits for a first attempt that waits for another retry, the chain through which
     /// retries wounded each other (each wound a further attempt of a unit of work).
     Yield,
+}
+
+/// How long a waiter in ticket order (`Settings::wait_in_ticket_order`) meeting again the holder
+/// it judged older and alive stands by that judgement without reading the holder's record.
+/// Tickets never change, so only the holder's end can undo it: its own unlock (seen by the next
+/// lock attempt), or its crash, decided or not (found at the next judgement, at most this much
+/// later). Such a waiter reads its own record on a schedule of its own; the others read it with
+/// the holder's, at every look.
+pub(crate) const HOLDER_RECHECK: Duration = Duration::from_secs(1);
+
+/// How long a waiter stands by its judgement that a younger holder is running, within the
+/// holder's grace. The holder may start waiting meanwhile, for a transaction older than us (we
+/// then wait too) or not (we then roll it back at once, as it may close a cycle through us): a
+/// new judgement tells, at most this much later.
+pub(crate) const RUNNING_RECHECK: Duration = Duration::from_millis(100);
+
+/// A judgement of a holder that stands for a while: meeting that holder again until then, a
+/// waiter only tries the lock again, without reading the holder's record.
+pub(crate) struct Standing {
+    holder: TxId,
+    resolution: Resolution,
+    until: Instant,
+}
+
+impl Standing {
+    /// The judgement `resolution` of `holder`, first met at `met_at`, if it stands for a while:
+    /// older and alive (`Wait` on its own ticket) for [`HOLDER_RECHECK`] when waiting in ticket
+    /// order; younger and running (`Grace`) for [`RUNNING_RECHECK`], never past its grace.
+    pub fn after(
+        holder: &TxId,
+        resolution: Resolution,
+        met_at: Instant,
+        settings: &Settings,
+    ) -> Option<Standing> {
+        let now = Instant::now();
+        let until = match resolution {
+            Resolution::Wait { holder: true, .. } if settings.queues() => now + HOLDER_RECHECK,
+            Resolution::Grace if !settings.wait_for_running_holders => {
+                (met_at + settings.wound_grace).min(now + RUNNING_RECHECK)
+            }
+            _ => return None,
+        };
+        Some(Standing {
+            holder: holder.clone(),
+            resolution,
+            until,
+        })
+    }
+
+    /// The judgement, if it is of `holder` and still stands.
+    pub fn of(&self, holder: &TxId) -> Option<Resolution> {
+        (self.holder == *holder && Instant::now() < self.until).then_some(self.resolution)
+    }
 }
 
 /// The transaction meeting the lock: its id and (lazily) its ticket.
@@ -214,7 +273,10 @@ pub(crate) async fn resolve(
                     }
                     debug!(tx = %me.id, other = %owner, "waiting for an older transaction");
                     crate::metrics::contention_wait();
-                    return Ok(Resolution::Wait { on: theirs });
+                    return Ok(Resolution::Wait {
+                        on: theirs,
+                        holder: true,
+                    });
                 }
                 // Younger: it must yield, but rolling it back wastes its work. If it is blocked by
                 // a transaction older than us, wait with it: waits then still only ever point
@@ -222,7 +284,7 @@ pub(crate) async fn resolve(
                 // running, give it a moment to finish.
                 if let Some(on) = h.waiting_on.filter(|&on| on < mine) {
                     crate::metrics::contention_wait();
-                    return Ok(Resolution::Wait { on });
+                    return Ok(Resolution::Wait { on, holder: false });
                 }
                 // With `wait_for_running_holders`, for as long as it records no wait (a tie is not
                 // younger: two tied transactions would wait for each other).

@@ -9,6 +9,7 @@ use futures::StreamExt;
 use tracing::{debug, instrument};
 
 use crate::TxId;
+use crate::contention::{HOLDER_RECHECK, Standing};
 use crate::ddb::{self, Written};
 use crate::error::{Error, Item, Result};
 use crate::expr;
@@ -19,8 +20,9 @@ use crate::request::{self, Op, Request};
 
 use super::{State, Transaction};
 
-/// How often a waiter that paces its looks (`Settings::wait_in_ticket_order`) reads its own
-/// record to learn whether it was rolled back.
+/// How often a waiter that paces its looks (`Settings::wait_in_ticket_order`) and holds other
+/// locks reads its own record to learn whether it was rolled back (one holding none reads it every
+/// [`HOLDER_RECHECK`]).
 const OWN_RECORD_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// Whether a lock wait (until `deadline`) outlasts `e`: a write DynamoDB refused, past its own
@@ -156,6 +158,8 @@ impl Transaction {
         let mut ahead: usize;
         // The expiry of this waiter's own entry on the item, as the last attempt showed it.
         let mut own_entry: Option<u64> = None;
+        // The last judgement of a holder, while it stands (met again, it is not read again).
+        let mut standing: Option<Standing> = None;
         loop {
             // Whether this look read our own record (with the holder's).
             let mut own_read = false;
@@ -225,7 +229,7 @@ impl Transaction {
                                     self.places.took(table, key, mine);
                                 }
                             }
-                            (None, Resolution::Wait { on })
+                            (None, Resolution::Wait { on, holder: false })
                         }
                         None => {
                             // No live entry is older: drop the expired ones (conditional on the
@@ -260,32 +264,38 @@ impl Transaction {
                         met_at = tokio::time::Instant::now();
                     }
                     let grace_left = met_at.elapsed() < settings.wound_grace;
-                    // Once our record holds a ticket (it exists), the holder's record is read
-                    // with ours: a wound is learnt at the look, with no read of its own.
-                    own_read = self.ticket_recorded.get().is_some();
-                    let resolution = match crate::contention::resolve(
-                        &self.inner,
-                        &me,
-                        &owner,
-                        table,
-                        key,
-                        crate::contention::Look {
-                            grace_left,
-                            check_own: own_read,
-                            met_again: last_resolved.as_ref() == Some(&owner),
-                            holds_others,
-                        },
-                    )
-                    .await
-                    {
-                        // Releasing the holder's lock met the next holder's commit in flight.
-                        Err(e) if in_flight(&e, deadline) => {
-                            crate::settings::backoff(settings, 1).await;
-                            continue;
-                        }
-                        r => r?,
-                    };
-                    (Some(owner), resolution)
+                    // Met again while its last judgement stands: still so.
+                    if let Some(r) = standing.as_ref().and_then(|j| j.of(&owner)) {
+                        (Some(owner), r)
+                    } else {
+                        // Once our record holds a ticket (it exists), the holder's record is read
+                        // with ours: a wound is learnt at the look, with no read of its own.
+                        own_read = self.ticket_recorded.get().is_some();
+                        let resolution = match crate::contention::resolve(
+                            &self.inner,
+                            &me,
+                            &owner,
+                            table,
+                            key,
+                            crate::contention::Look {
+                                grace_left,
+                                check_own: own_read,
+                                met_again: last_resolved.as_ref() == Some(&owner),
+                                holds_others,
+                            },
+                        )
+                        .await
+                        {
+                            // Releasing the holder's lock met the next holder's commit in flight.
+                            Err(e) if in_flight(&e, deadline) => {
+                                crate::settings::backoff(settings, 1).await;
+                                continue;
+                            }
+                            r => r?,
+                        };
+                        standing = Standing::after(&owner, resolution, met_at, settings);
+                        (Some(owner), resolution)
+                    }
                 }
             };
             let resolved_before = owner.is_some() && last_resolved == owner;
@@ -356,7 +366,7 @@ impl Transaction {
                     }
                     crate::settings::backoff(settings, 0).await;
                 }
-                Resolution::Wait { on } => {
+                Resolution::Wait { on, .. } => {
                     if tokio::time::Instant::now() >= deadline {
                         break;
                     }
@@ -403,17 +413,24 @@ impl Transaction {
                         })
                         .flatten();
                     // An older transaction may have rolled us back while we waited: stop then,
-                    // rather than take the item with a lock nobody needs. A look that met a
+                    // rather than take the item with a lock nobody needs. A look that judged a
                     // holder read our record with the holder's, in one request; otherwise we read
-                    // it here, a paced waiter while it sleeps and at most every
-                    // `OWN_RECORD_EVERY`. A wound landing during the sleep is seen at the next
-                    // look that meets a holder; if that look takes the item instead, the lock is
-                    // released by our own rollback (the commit finds the record rolled back) or
-                    // by whoever meets it.
+                    // it here, a paced waiter while it sleeps: every `OWN_RECORD_EVERY` if it
+                    // holds other locks (whoever meets them may wound it), every
+                    // `HOLDER_RECHECK` if not (only an operator or a death judgement rolls it
+                    // back). A wound landing during the sleep is seen at the next look that
+                    // judges a holder or reads our record; if that look takes the item instead,
+                    // the lock is released by our own rollback (the commit finds the record
+                    // rolled back) or by whoever meets it.
                     if own_read {
                         last_check = tokio::time::Instant::now();
                     }
-                    let check = !own_read && (!fifo || last_check.elapsed() >= OWN_RECORD_EVERY);
+                    let every = if holds_others {
+                        OWN_RECORD_EVERY
+                    } else {
+                        HOLDER_RECHECK
+                    };
+                    let check = !own_read && (!fifo || last_check.elapsed() >= every);
                     let sleep = async {
                         match paced {
                             Some(d) => {

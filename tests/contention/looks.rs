@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use dynamodb_transactions::TxState;
 use dynamodb_transactions::fault::RequestCounter;
+use dynamodb_transactions::{TicketSource, TxState};
 
 use super::*;
 
@@ -130,4 +130,107 @@ async fn a_late_lock_on_an_item_the_finalized_record_names_is_released_at_the_se
     let raw = env.raw_get(&env.table, &key("k")).await.unwrap();
     assert_eq!(raw["v"], n(1));
     assert!(!has_tx_attrs(&raw), "{raw:?}");
+}
+
+/// Waiting in ticket order for an older holder, a waiter stands by its judgement for a second at a
+/// time: its looks only try the lock, and the holder's record (with its own) is read about once a
+/// second, not at every look. The holder's commit still hands it the item.
+#[tokio::test]
+async fn a_paced_waiter_reads_an_older_holders_record_about_once_a_second() {
+    let env = TestEnv::new("ct-older").await;
+    env.raw_put(&env.table, item(&[("Id", s("k")), ("v", n(1))]))
+        .await;
+    let m = ordered(&env, Duration::from_secs(30));
+    let holder = m.begin();
+    lock(&holder, &env.table, "k").await.unwrap();
+    set_v(&holder, &env.table, "k", 2).await.unwrap();
+
+    let counter = RequestCounter::new();
+    let m2 = ordered_on(&env, client_with(vec![shared(counter.clone())]), |s| {
+        s.ticket_source = TicketSource::Counter;
+        s.wait_in_ticket_order = true;
+        s.lock_wait = Duration::from_secs(20);
+    });
+    let waiter = m2.begin();
+    let table = env.table.clone();
+    let waiting = async {
+        waiter
+            .get_item()
+            .table_name(&table)
+            .key("Id", s("k"))
+            .send()
+            .await
+    };
+    let committing = async {
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        let sent = counter.snapshot();
+        holder.commit().await.unwrap();
+        sent
+    };
+    let (read, sent) = tokio::join!(waiting, committing);
+    // Looks every few tens of ms for 2.5 s; reads of the records at about 0, 1 and 2 s (the
+    // holder's with ours, or ours alone: the waiter holds no other lock).
+    let reads = ["BatchGetItem", "GetItem"].map(|op| sent.get(op).copied().unwrap_or(0));
+    assert!(
+        sent.get("UpdateItem").copied().unwrap_or(0) >= 5,
+        "{sent:?}"
+    );
+    assert!(reads[0] <= 4 && reads[1] <= 4, "{sent:?}");
+    assert_eq!(read.unwrap().item().unwrap()["v"], n(2));
+    let raw = env.raw_get(&env.table, &key("k")).await.unwrap();
+    assert_eq!(raw["_TxId"], s(waiter.id().as_str()), "{raw:?}");
+    waiter.commit().await.unwrap();
+    let raw = env.raw_get(&env.table, &key("k")).await.unwrap();
+    assert_eq!(raw, item(&[("Id", s("k")), ("v", n(2))]));
+}
+
+/// An older transaction meeting a younger running holder gives it its grace, reading the holder's
+/// record at most every 100 ms of it (the holder may start waiting meanwhile), not at every look;
+/// once the grace is over it rolls the holder back and takes the item.
+#[tokio::test]
+async fn an_older_waiter_reads_a_running_holders_record_a_few_times_per_grace() {
+    let env = TestEnv::new("ct-grace").await;
+    for k in ["o", "x"] {
+        env.raw_put(&env.table, item(&[("Id", s(k)), ("v", n(1))]))
+            .await;
+    }
+    let counter = RequestCounter::new();
+    let m_older = ordered_on(&env, client_with(vec![shared(counter.clone())]), |s| {
+        s.ticket_source = TicketSource::Counter;
+        s.wound_grace = Duration::from_secs(1);
+        s.lock_wait = Duration::from_secs(10);
+    });
+    let m = ordered(&env, Duration::from_secs(30));
+    // Tickets are taken as the transactions first write: `older` first.
+    let older = m_older.begin();
+    lock(&older, &env.table, "o").await.unwrap();
+    let younger = m.begin();
+    lock(&younger, &env.table, "x").await.unwrap();
+    set_v(&younger, &env.table, "x", 2).await.unwrap();
+    assert!(ticket_of(&env, older.id()).await < ticket_of(&env, younger.id()).await);
+
+    let before = counter.snapshot().get("BatchGetItem").copied().unwrap_or(0);
+    let read = older
+        .get_item()
+        .table_name(&env.table)
+        .key("Id", s("x"))
+        .send()
+        .await
+        .unwrap();
+    let sent = counter.snapshot();
+    // About ten judgements in the grace, the last one's wound, and its completion's reads.
+    let reads = sent.get("BatchGetItem").copied().unwrap_or(0) - before;
+    assert!(reads <= 20, "{reads} reads: {sent:?}");
+    assert!(
+        sent.get("UpdateItem").copied().unwrap_or(0) >= 20,
+        "{sent:?}"
+    );
+    assert_eq!(read.item().unwrap()["v"], n(1));
+    assert_eq!(
+        env.tx_state(younger.id()).await.unwrap().0,
+        TxState::RolledBack
+    );
+    older.commit().await.unwrap();
+    let raw = env.raw_get(&env.table, &key("x")).await.unwrap();
+    assert_eq!(raw, item(&[("Id", s("x")), ("v", n(1))]));
 }
