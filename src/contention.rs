@@ -49,10 +49,13 @@ pub(crate) enum Resolution {
 /// the holder's, at every look.
 pub(crate) const HOLDER_RECHECK: Duration = Duration::from_secs(1);
 
-/// How long a waiter stands by its judgement that a younger holder is running, within the
-/// holder's grace. The holder may start waiting meanwhile, for a transaction older than us (we
-/// then wait too) or not (we then roll it back at once, as it may close a cycle through us): a
-/// new judgement tells, at most this much later.
+/// How long a waiter holding no other lock stands by its judgement that a younger holder is
+/// running, within the holder's grace. The holder may start waiting meanwhile, for a transaction
+/// older than us (we then wait too): a new judgement tells, at most this much later. A waiter
+/// holding other locks judges again at every look: a holder that starts waiting for a transaction
+/// not older than it may close a cycle through those locks, which it then breaks at once (on
+/// DynamoDB Local, where holds last a few ms, standing by the judgement there for 100 ms halved
+/// the transfers read from then to).
 pub(crate) const RUNNING_RECHECK: Duration = Duration::from_millis(100);
 
 /// A judgement of a holder that stands for a while: meeting that holder again until then, a
@@ -66,17 +69,19 @@ pub(crate) struct Standing {
 impl Standing {
     /// The judgement `resolution` of `holder`, first met at `met_at`, if it stands for a while:
     /// older and alive (`Wait` on its own ticket) for [`HOLDER_RECHECK`] when waiting in ticket
-    /// order; younger and running (`Grace`) for [`RUNNING_RECHECK`], never past its grace.
+    /// order; younger and running (`Grace`) for [`RUNNING_RECHECK`], never past its grace, when the
+    /// waiter holds no other lock (`look`).
     pub fn after(
         holder: &TxId,
         resolution: Resolution,
         met_at: Instant,
+        look: &Look,
         settings: &Settings,
     ) -> Option<Standing> {
         let now = Instant::now();
         let until = match resolution {
             Resolution::Wait { holder: true, .. } if settings.queues() => now + HOLDER_RECHECK,
-            Resolution::Grace if !settings.wait_for_running_holders => {
+            Resolution::Grace if !look.holds_others && !settings.wait_for_running_holders => {
                 (met_at + settings.wound_grace).min(now + RUNNING_RECHECK)
             }
             _ => return None,

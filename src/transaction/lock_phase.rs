@@ -271,18 +271,19 @@ impl Transaction {
                         // Once our record holds a ticket (it exists), the holder's record is read
                         // with ours: a wound is learnt at the look, with no read of its own.
                         own_read = self.ticket_recorded.get().is_some();
+                        let look = crate::contention::Look {
+                            grace_left,
+                            check_own: own_read,
+                            met_again: last_resolved.as_ref() == Some(&owner),
+                            holds_others,
+                        };
                         let resolution = match crate::contention::resolve(
                             &self.inner,
                             &me,
                             &owner,
                             table,
                             key,
-                            crate::contention::Look {
-                                grace_left,
-                                check_own: own_read,
-                                met_again: last_resolved.as_ref() == Some(&owner),
-                                holds_others,
-                            },
+                            look,
                         )
                         .await
                         {
@@ -293,7 +294,7 @@ impl Transaction {
                             }
                             r => r?,
                         };
-                        standing = Standing::after(&owner, resolution, met_at, settings);
+                        standing = Standing::after(&owner, resolution, met_at, &look, settings);
                         (Some(owner), resolution)
                     }
                 }

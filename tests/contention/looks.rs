@@ -184,40 +184,48 @@ async fn a_paced_waiter_reads_an_older_holders_record_about_once_a_second() {
     assert_eq!(raw, item(&[("Id", s("k")), ("v", n(2))]));
 }
 
-/// An older transaction meeting a younger running holder gives it its grace, reading the holder's
-/// record at most every 100 ms of it (the holder may start waiting meanwhile), not at every look;
-/// once the grace is over it rolls the holder back and takes the item.
+/// An older transaction holding no lock (a retry, here), meeting a younger running holder, gives
+/// it its grace, reading the holder's record at most every 100 ms of it (the holder may start
+/// waiting meanwhile), not at every look; once the grace is over it rolls the holder back and
+/// takes the item.
 #[tokio::test]
 async fn an_older_waiter_reads_a_running_holders_record_a_few_times_per_grace() {
     let env = TestEnv::new("ct-grace").await;
-    for k in ["o", "x"] {
-        env.raw_put(&env.table, item(&[("Id", s(k)), ("v", n(1))]))
-            .await;
-    }
+    env.raw_put(&env.table, item(&[("Id", s("x")), ("v", n(1))]))
+        .await;
+    let m = ordered(&env, Duration::from_secs(30));
+    let younger = m.begin();
+    lock(&younger, &env.table, "x").await.unwrap();
+    set_v(&younger, &env.table, "x", 2).await.unwrap();
+
     let counter = RequestCounter::new();
     let m_older = ordered_on(&env, client_with(vec![shared(counter.clone())]), |s| {
         s.ticket_source = TicketSource::Counter;
         s.wound_grace = Duration::from_secs(1);
         s.lock_wait = Duration::from_secs(10);
     });
-    let m = ordered(&env, Duration::from_secs(30));
-    // Tickets are taken as the transactions first write: `older` first.
-    let older = m_older.begin();
-    lock(&older, &env.table, "o").await.unwrap();
-    let younger = m.begin();
-    lock(&younger, &env.table, "x").await.unwrap();
-    set_v(&younger, &env.table, "x", 2).await.unwrap();
-    assert!(ticket_of(&env, older.id()).await < ticket_of(&env, younger.id()).await);
-
-    let before = counter.snapshot().get("BatchGetItem").copied().unwrap_or(0);
-    let read = older
-        .get_item()
-        .table_name(&env.table)
-        .key("Id", s("x"))
-        .send()
+    let attempts = std::sync::atomic::AtomicU32::new(0);
+    let reads = std::sync::Mutex::new(None);
+    let table = env.table.clone();
+    m_older
+        .run(async |tx| {
+            // The first attempt gives up at once: the retry, older than every first attempt,
+            // holds nothing when it meets the younger's lock.
+            if attempts.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
+                return Err(Error::RolledBack {
+                    tx_id: tx.id().clone(),
+                });
+            }
+            let before = counter.snapshot().get("BatchGetItem").copied().unwrap_or(0);
+            let read = lock_and_read_v(tx, &table).await?;
+            let sent = counter.snapshot();
+            *reads.lock().unwrap() = Some((sent.clone(), before, read));
+            set_v(tx, &table, "x", read + 10).await?;
+            Ok(())
+        })
         .await
         .unwrap();
-    let sent = counter.snapshot();
+    let (sent, before, read) = reads.lock().unwrap().take().unwrap();
     // About ten judgements in the grace, the last one's wound, and its completion's reads.
     let reads = sent.get("BatchGetItem").copied().unwrap_or(0) - before;
     assert!(reads <= 20, "{reads} reads: {sent:?}");
@@ -225,12 +233,25 @@ async fn an_older_waiter_reads_a_running_holders_record_a_few_times_per_grace() 
         sent.get("UpdateItem").copied().unwrap_or(0) >= 20,
         "{sent:?}"
     );
-    assert_eq!(read.item().unwrap()["v"], n(1));
+    assert_eq!(read, 1, "the younger's write was rolled back");
     assert_eq!(
         env.tx_state(younger.id()).await.unwrap().0,
         TxState::RolledBack
     );
-    older.commit().await.unwrap();
     let raw = env.raw_get(&env.table, &key("x")).await.unwrap();
-    assert_eq!(raw, item(&[("Id", s("x")), ("v", n(1))]));
+    assert_eq!(raw, item(&[("Id", s("x")), ("v", n(11))]));
+}
+
+/// `x`'s `v`, read by `tx` (which locks it).
+async fn lock_and_read_v(
+    tx: &dynamodb_transactions::Transaction,
+    table: &str,
+) -> Result<u64, Error> {
+    let out = tx
+        .get_item()
+        .table_name(table)
+        .key("Id", s("x"))
+        .send()
+        .await?;
+    Ok(out.item().unwrap()["v"].as_n().unwrap().parse().unwrap())
 }
