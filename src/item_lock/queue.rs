@@ -19,6 +19,7 @@ use std::collections::BTreeMap;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::AttributeValue;
 
+use crate::TxId;
 use crate::ddb::{Placeholders, Write, WriteKind, Written};
 use crate::error::{Item, Result};
 use crate::expr::{Clause, UpdateExpr};
@@ -35,6 +36,10 @@ pub(crate) const REGISTRATION_PREFIX: &str = "_TxJ:";
 
 /// Entries: ticket → expiry (epoch ms).
 pub(crate) type Entries = BTreeMap<u64, u64>;
+
+/// The expiry of a withdrawn registration: the unlock's merge drops the ticket's entry, whether
+/// the item carried it or not (see [`merged`]).
+pub(crate) const WITHDRAWN: u64 = 0;
 
 /// The name of `table`/`key` in a record's registrations: 16 hex digits of a 64-bit FNV-1a hash
 /// of the item's identity, the same for every coordinator and version.
@@ -225,11 +230,15 @@ impl Pace {
 }
 
 /// The queue an unlock writes: the entries the item carried ∪ the holder's registrations (a
-/// ticket in both keeps the later expiry), less the expired ones (at `now`) and the holder's own
-/// (`own`).
+/// ticket in both keeps the later expiry), less the expired ones (at `now`), the withdrawn ones
+/// (registered as [`WITHDRAWN`]) and the holder's own (`own`).
 pub(crate) fn merged(item: &Entries, registered: &Entries, own: Option<u64>, now: u64) -> Entries {
     let mut out = item.clone();
     for (&t, &e) in registered {
+        if e == WITHDRAWN {
+            out.remove(&t);
+            continue;
+        }
         let x = out.entry(t).or_insert(e);
         *x = (*x).max(e);
     }
@@ -373,20 +382,40 @@ pub(crate) async fn rewrite(
     rewrite_to(client, table, key, was, &next).await
 }
 
+/// What [`leave`] did.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Left {
+    /// The entry was taken off the free item.
+    Off,
+    /// Nothing to take off here: the item does not carry the entry, or it changed between the
+    /// read and the write (taken, released, rewritten).
+    Nothing,
+    /// The item is locked by `owner`: its unlock writes the queue. `carried`: the item carries the
+    /// entry (from before the lock); otherwise it can only be a registration in `owner`'s record.
+    Locked { owner: TxId, carried: bool },
+}
+
 /// Takes `ticket`'s entry off `table`/`key` when the item is unlocked and carries it (with its
 /// expired entries): a waiter that gives up for good leaves its place rather than hold up the
 /// transactions behind it until the entry expires. Read first, then rewritten conditional on the
-/// queue as read (see [`rewrite`]); a locked item is left alone (its holder writes the queue back
-/// as its lock read it: the entry expires after `queue_ttl`), and so is an item changed between
-/// the read and the write. True when the entry was taken off.
-pub(crate) async fn leave(client: &Client, table: &str, key: &Item, ticket: u64) -> Result<bool> {
+/// queue as read (see [`rewrite`]). A locked item is left alone and its owner returned: its unlock
+/// writes the queue, which the caller's withdrawal from the owner's record then leaves the entry
+/// out of (see [`WITHDRAWN`]).
+pub(crate) async fn leave(client: &Client, table: &str, key: &Item, ticket: u64) -> Result<Left> {
     let raw = crate::ddb::batch_get(client, &[(table.to_string(), key.clone())]).await?;
     let Some((_, raw)) = raw.first() else {
-        return Ok(false);
+        return Ok(Left::Nothing);
     };
     let was = ItemQueue::of(raw);
-    if raw.contains_key(OWNER) || !was.entries.contains_key(&ticket) {
-        return Ok(false);
+    let carried = was.entries.contains_key(&ticket);
+    if let Some(owner) = raw.get(OWNER).and_then(|v| v.as_s().ok()) {
+        return Ok(Left::Locked {
+            owner: TxId(owner.clone()),
+            carried,
+        });
+    }
+    if !carried {
+        return Ok(Left::Nothing);
     }
     let next = merged(
         &was.entries,
@@ -394,7 +423,11 @@ pub(crate) async fn leave(client: &Client, table: &str, key: &Item, ticket: u64)
         Some(ticket),
         crate::ddb::now_millis(),
     );
-    rewrite_to(client, table, key, &was, &next).await
+    Ok(if rewrite_to(client, table, key, &was, &next).await? {
+        Left::Off
+    } else {
+        Left::Nothing
+    })
 }
 
 /// Writes `next` as the queue of the unlocked item whose queue was read as `was`, conditional on
@@ -467,6 +500,16 @@ mod tests {
             merged(&item, &reg, Some(5), 80)
         );
         assert!(merged(&Entries::new(), &Entries::new(), None, 0).is_empty());
+    }
+
+    #[test]
+    fn a_withdrawn_registration_drops_the_entry_the_item_carries_or_not() {
+        let item = entries(&[(3, 300), (5, 200)]);
+        let reg = entries(&[(3, WITHDRAWN), (7, 150), (8, WITHDRAWN)]);
+        assert_eq!(
+            merged(&item, &reg, None, 80),
+            entries(&[(5, 200), (7, 150)])
+        );
     }
 
     #[test]

@@ -42,7 +42,7 @@ pub(crate) use delete::delete;
 pub(crate) use gate::Gates;
 pub(crate) use judged::{Judged, JudgedRollback, roll_back_judged};
 pub(crate) use ticket::{
-    clear_waiting, load_registrations, register_waiter, set_ticket, take_ticket,
+    clear_waiting, load_registrations, register_waiter, set_ticket, take_ticket, withdraw_waiter,
 };
 pub(crate) use tombstone::{KEEP, Tombstoned, delete_tombstone, put_tombstone};
 

@@ -124,6 +124,43 @@ pub(crate) async fn register_waiter(
     Ok(matches!(w.send(client, None).await?, Written::Ok(_)))
 }
 
+/// Withdraws `ticket`'s entry for the item named `item` that the transaction `holder` holds
+/// (`Settings::wait_in_ticket_order`): its registration becomes [`queue::WITHDRAWN`], which the
+/// unlock's merge reads as "drop this ticket", whether the entry was registered or carried by the
+/// item. Written by a unit of work that gives up for good while the item is locked, so that the
+/// entry does not hold up the item's next waiters until it expires. Counted in `_TxJN` like a
+/// registration (a one-request commit that did not carry it is cancelled). `registered_only`:
+/// land only over a registration of the ticket (the item does not carry it). Conditional on the
+/// holder's record being pending, as a registration. True when it landed.
+///
+/// [`queue::WITHDRAWN`]: crate::item_lock::queue::WITHDRAWN
+pub(crate) async fn withdraw_waiter(
+    client: &Client,
+    table: &str,
+    holder: &TxId,
+    item: &str,
+    ticket: u64,
+    registered_only: bool,
+) -> Result<bool> {
+    let mut ph = Placeholders::default();
+    let mut cond = pending(&mut ph);
+    ph.names.insert(
+        "#_TxJoin".into(),
+        crate::item_lock::queue::registration_attr(item, ticket),
+    );
+    if registered_only {
+        cond = format!("{cond} AND attribute_exists(#_TxJoin)");
+    }
+    let update = format!(
+        "SET #_TxJoin = {} ADD {} {}",
+        ph.value("Withdrawn", n(crate::item_lock::queue::WITHDRAWN)),
+        ph.name(REGISTERED),
+        ph.value("One", n(1))
+    );
+    let w = header_update(table, holder, update, cond, ph);
+    Ok(matches!(w.send(client, None).await?, Written::Ok(_)))
+}
+
 /// What the completer of a decided transaction carries to the items it unlocks
 /// (`Settings::wait_in_ticket_order`): the record's ticket (its own entry, dropped) and the
 /// waiters registered in it, by item. Read consistently after the decision: no registration

@@ -1,7 +1,9 @@
 //! A waiter that gives up for good takes its entry off the item's queue (when the item is free),
-//! so that the transactions behind it need not wait for the entry to expire: after `rollback` of
-//! a handle, after `run`'s first and last attempts (a retry takes a place in the retries' class), and after a dropped handle's
-//! background rollback. Asserted on the item's queue attributes.
+//! or withdraws it in the record of the item's holder (whose unlock then leaves it out), so that
+//! the transactions behind it need not wait for the entry to expire: after `rollback` of a handle,
+//! after `run`'s first and last attempts (a retry takes a place in the retries' class), and after
+//! a dropped handle's background rollback. Asserted on the item's queue attributes and the
+//! holder's registrations.
 
 use super::*;
 
@@ -106,4 +108,70 @@ async fn a_dropped_waiter_takes_its_entry_off_in_the_background() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(left, "{:?}", queue_on_k(&env).await);
+}
+
+/// A waiter registered with the holder of `k` gives up: its registration becomes a withdrawal,
+/// and the holder's commit leaves its entry out of the queue it writes on `k`.
+#[tokio::test]
+async fn a_waiter_giving_up_on_a_locked_item_withdraws_its_registration() {
+    let env = TestEnv::new("ct-fifo-withdraw").await;
+    env.raw_put(&env.table, item(&[("Id", s("k")), ("v", n(1))]))
+        .await;
+    let m = fifo(&env, true, Duration::from_millis(300));
+    let holder = m.begin();
+    lock(&holder, &env.table, "k").await.unwrap();
+    set_v(&holder, &env.table, "k", 2).await.unwrap();
+    let w = m.begin();
+    let err = lock(&w, &env.table, "k").await.unwrap_err();
+    assert!(is_locked_out(&err), "{err:?}");
+    let mine = ticket_of(&env, w.id()).await;
+    let registered = registrations(&header(&env, holder.id()).await);
+    assert!(
+        matches!(registered.as_slice(), [(t, e)] if *t == mine && *e > now_ms()),
+        "registered: {registered:?}"
+    );
+    w.rollback().await.unwrap();
+    assert_eq!(
+        registrations(&header(&env, holder.id()).await),
+        vec![(mine, 0)],
+        "withdrawn"
+    );
+    holder.commit().await.unwrap();
+    let raw = env.raw_get(&env.table, &key("k")).await.unwrap();
+    assert_eq!(ticket_keys(&raw), Vec::<u64>::new(), "{raw:?}");
+    assert_eq!(raw["v"], n(2));
+    assert!(!raw.contains_key("_TxId"), "{raw:?}");
+}
+
+/// The item carries the waiter's entry (it joined the free item's queue) when an older
+/// transaction locks it; the waiter gives up: it withdraws the entry in the holder's record, and
+/// the holder's commit leaves it out of the queue it writes back.
+#[tokio::test]
+async fn a_waiter_giving_up_on_a_locked_item_that_carries_its_entry_withdraws_it() {
+    let env = TestEnv::new("ct-fifo-withdraw-carried").await;
+    behind_an_older_entry(&env).await;
+    env.raw_put(&env.table, item(&[("Id", s("o")), ("v", n(1))]))
+        .await;
+    let m = fifo(&env, true, Duration::from_millis(300));
+    // The holder's record (and ticket) first: older than the waiter.
+    let holder = m.begin();
+    lock(&holder, &env.table, "o").await.unwrap();
+    let w = m.begin();
+    let err = lock(&w, &env.table, "k").await.unwrap_err();
+    assert!(is_locked_out(&err), "{err:?}");
+    let mine = ticket_of(&env, w.id()).await;
+    assert_eq!(queue_on_k(&env).await, vec![0, mine], "joined");
+    // Entry 0 expires: the holder, older than the waiter, takes `k` with its queue.
+    expire_oldest_entry(&env, &env.table, "k").await;
+    lock(&holder, &env.table, "k").await.unwrap();
+    w.rollback().await.unwrap();
+    assert_eq!(
+        registrations(&header(&env, holder.id()).await),
+        vec![(mine, 0)],
+        "withdrawn"
+    );
+    holder.commit().await.unwrap();
+    let raw = env.raw_get(&env.table, &key("k")).await.unwrap();
+    assert!(!ticket_keys(&raw).contains(&mine), "{raw:?}");
+    assert!(!raw.contains_key("_TxId"), "{raw:?}");
 }
