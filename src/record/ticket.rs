@@ -108,20 +108,7 @@ pub(crate) async fn register_waiter(
     ticket: u64,
     expiry: u64,
 ) -> Result<bool> {
-    let mut ph = Placeholders::default();
-    let cond = pending(&mut ph);
-    ph.names.insert(
-        "#_TxJoin".into(),
-        crate::item_lock::queue::registration_attr(item, ticket),
-    );
-    let update = format!(
-        "SET #_TxJoin = {} ADD {} {}",
-        ph.value("Expiry", n(expiry)),
-        ph.name(REGISTERED),
-        ph.value("One", n(1))
-    );
-    let w = header_update(table, holder, update, cond, ph);
-    Ok(matches!(w.send(client, None).await?, Written::Ok(_)))
+    write_registration(client, table, holder, item, ticket, expiry, false).await
 }
 
 /// Withdraws `ticket`'s entry for the item named `item` that the transaction `holder` holds
@@ -142,6 +129,30 @@ pub(crate) async fn withdraw_waiter(
     ticket: u64,
     registered_only: bool,
 ) -> Result<bool> {
+    let withdrawn = crate::item_lock::queue::WITHDRAWN;
+    write_registration(
+        client,
+        table,
+        holder,
+        item,
+        ticket,
+        withdrawn,
+        registered_only,
+    )
+    .await
+}
+
+/// `SET _TxJ:<item>:<ticket> = expiry ADD _TxJN 1` on `holder`'s pending record (and, with
+/// `registered_only`, only over an existing registration). True when it landed.
+async fn write_registration(
+    client: &Client,
+    table: &str,
+    holder: &TxId,
+    item: &str,
+    ticket: u64,
+    expiry: u64,
+    registered_only: bool,
+) -> Result<bool> {
     let mut ph = Placeholders::default();
     let mut cond = pending(&mut ph);
     ph.names.insert(
@@ -153,7 +164,7 @@ pub(crate) async fn withdraw_waiter(
     }
     let update = format!(
         "SET #_TxJoin = {} ADD {} {}",
-        ph.value("Withdrawn", n(crate::item_lock::queue::WITHDRAWN)),
+        ph.value("Expiry", n(expiry)),
         ph.name(REGISTERED),
         ph.value("One", n(1))
     );

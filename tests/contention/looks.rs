@@ -13,12 +13,7 @@ use super::*;
 #[tokio::test]
 async fn a_waiter_reads_its_own_record_with_the_holders_at_each_look() {
     let env = TestEnv::new("ct-look").await;
-    env.raw_put(&env.table, item(&[("Id", s("k")), ("v", n(1))]))
-        .await;
-    let m = ordered(&env, Duration::from_secs(30));
-    let holder = m.begin();
-    lock(&holder, &env.table, "k").await.unwrap();
-    set_v(&holder, &env.table, "k", 2).await.unwrap();
+    let (m, holder) = held(&env, "k").await;
 
     let counter = RequestCounter::new();
     let m2 = ordered_on(&env, client_with(vec![shared(counter.clone())]), |s| {
@@ -138,12 +133,7 @@ async fn a_late_lock_on_an_item_the_finalized_record_names_is_released_at_the_se
 #[tokio::test]
 async fn a_paced_waiter_reads_an_older_holders_record_about_once_a_second() {
     let env = TestEnv::new("ct-older").await;
-    env.raw_put(&env.table, item(&[("Id", s("k")), ("v", n(1))]))
-        .await;
-    let m = ordered(&env, Duration::from_secs(30));
-    let holder = m.begin();
-    lock(&holder, &env.table, "k").await.unwrap();
-    set_v(&holder, &env.table, "k", 2).await.unwrap();
+    let (_m, holder) = held(&env, "k").await;
 
     let counter = RequestCounter::new();
     let m2 = ordered_on(&env, client_with(vec![shared(counter.clone())]), |s| {
@@ -191,12 +181,7 @@ async fn a_paced_waiter_reads_an_older_holders_record_about_once_a_second() {
 #[tokio::test]
 async fn an_older_waiter_reads_a_running_holders_record_a_few_times_per_grace() {
     let env = TestEnv::new("ct-grace").await;
-    env.raw_put(&env.table, item(&[("Id", s("x")), ("v", n(1))]))
-        .await;
-    let m = ordered(&env, Duration::from_secs(30));
-    let younger = m.begin();
-    lock(&younger, &env.table, "x").await.unwrap();
-    set_v(&younger, &env.table, "x", 2).await.unwrap();
+    let (_m, younger) = held(&env, "x").await;
 
     let counter = RequestCounter::new();
     let m_older = ordered_on(&env, client_with(vec![shared(counter.clone())]), |s| {
@@ -254,4 +239,22 @@ async fn lock_and_read_v(
         .send()
         .await?;
     Ok(out.item().unwrap()["v"].as_n().unwrap().parse().unwrap())
+}
+
+/// `k` put with `v` 1, then locked and set to 2 (buffered) by a transaction of an [`ordered`]
+/// manager (tickets taken as transactions begin), returned with it.
+async fn held(
+    env: &TestEnv,
+    k: &str,
+) -> (
+    dynamodb_transactions::TransactionManager,
+    dynamodb_transactions::Transaction,
+) {
+    env.raw_put(&env.table, item(&[("Id", s(k)), ("v", n(1))]))
+        .await;
+    let m = ordered(env, Duration::from_secs(30));
+    let holder = m.begin();
+    lock(&holder, &env.table, k).await.unwrap();
+    set_v(&holder, &env.table, k, 2).await.unwrap();
+    (m, holder)
 }
