@@ -18,7 +18,11 @@
 //!   entry, or, when older entries have all expired, the slow one on the queue as read); a
 //!   successful one leaves the queue on the item, and the taker's unlock drops its entry;
 //! - **leave** (`Leave`): a waiter crashes or gives up; **expire** (`Expire`): its entries' time
-//!   passes (a live waiter renews its entry at every poll, so only a departed one expires).
+//!   passes (a live waiter renews its entry at every poll, so only a departed one expires);
+//! - **withdraw** (`Withdraw`): a departed waiter (one that gave up, not crashed) writes into the
+//!   pending holder's record that its entry is withdrawn, conditional on that record pending, if
+//!   the item carries its entry or the record holds its registration; the release leaves a
+//!   withdrawn ticket out of the queue it writes.
 //!
 //! Tickets are the transactions' indices (0 is the oldest), so an arrival may be older than every
 //! waiter (a `run` retry keeps its ticket) or younger.
@@ -72,11 +76,14 @@ pub struct FifoState {
     pub locked_queue: Set,
     /// Departed transactions whose entries have expired.
     pub expired: Set,
+    /// The withdrawals in the current holder's record.
+    pub withdrawn: Set,
     pub leaves_left: u8,
     /// Ghosts for the properties.
     pub barged: bool,
     pub older_went_first: bool,
     pub joined: bool,
+    pub withdrew: bool,
 }
 
 /// Deliberate bugs, to show the checker catches them.
@@ -98,6 +105,9 @@ pub enum FifoBug {
     /// A refused waiter's entry is written on the item whether or not it is locked: the holder's
     /// unlock writes back the queue its lock read, and the entry is lost.
     JoinWhileLocked,
+    /// A waiter withdraws an entry it still waits with (a `run` retry that kept its first
+    /// attempt's ticket would): the release drops a live waiter's place.
+    WithdrawWhileWaiting,
 }
 
 #[derive(Clone, Debug)]
@@ -121,6 +131,7 @@ pub enum FifoAction {
     Release(Tx),
     Leave(Tx),
     Expire(Tx),
+    Withdraw(Tx),
 }
 
 impl FifoModel {
@@ -154,6 +165,15 @@ impl FifoModel {
             }
         }
         Self::floor(s).is_none_or(|f| f >= t)
+    }
+
+    /// Whether `t`'s withdrawal lands: the holder's record is pending, and the entry is on the
+    /// item (as the lock read it) or registered in that record, not withdrawn yet.
+    fn may_withdraw(&self, s: &FifoState, t: Tx) -> bool {
+        let pending = s
+            .holder
+            .is_some_and(|h| s.phases[h] == Phase::Holding { decided: false });
+        pending && (s.locked_queue | s.record_queue) & !s.withdrawn & bit(t) != 0
     }
 
     fn deadlocked(&self, s: &FifoState) -> bool {
@@ -190,10 +210,12 @@ impl Model for FifoModel {
             record_queue: 0,
             locked_queue: 0,
             expired: 0,
+            withdrawn: 0,
             leaves_left: self.cfg.leaves,
             barged: false,
             older_went_first: false,
             joined: false,
+            withdrew: false,
         }]
     }
 
@@ -227,6 +249,9 @@ impl Model for FifoModel {
                     if s.leaves_left > 0 {
                         out.push(FifoAction::Leave(t));
                     }
+                    if self.bug(FifoBug::WithdrawWhileWaiting) && self.may_withdraw(s, t) {
+                        out.push(FifoAction::Withdraw(t));
+                    }
                 }
                 Phase::Holding { decided: false } => out.push(FifoAction::Decide(t)),
                 Phase::Holding { decided: true } => out.push(FifoAction::Release(t)),
@@ -234,6 +259,9 @@ impl Model for FifoModel {
                     let has_entry = (s.item_queue | s.record_queue) & bit(t) != 0;
                     if has_entry && s.expired & bit(t) == 0 && !self.bug(FifoBug::NoExpiry) {
                         out.push(FifoAction::Expire(t));
+                    }
+                    if self.may_withdraw(s, t) {
+                        out.push(FifoAction::Withdraw(t));
                     }
                 }
                 Phase::Done => {}
@@ -263,6 +291,7 @@ impl Model for FifoModel {
                     }
                     s.locked_queue = s.item_queue;
                     s.record_queue = 0;
+                    s.withdrawn = 0;
                 } else {
                     s.phases[t] = Phase::Waiting {
                         registered: matches!(s.phases[t], Phase::Waiting { registered: true }),
@@ -295,8 +324,9 @@ impl Model for FifoModel {
                 } else {
                     s.locked_queue
                 };
-                s.item_queue = (carried | s.record_queue) & !s.expired & !bit(h);
+                s.item_queue = (carried | s.record_queue) & !s.expired & !s.withdrawn & !bit(h);
                 s.record_queue = 0;
+                s.withdrawn = 0;
                 s.holder = None;
                 s.phases[h] = Phase::Done;
             }
@@ -305,6 +335,11 @@ impl Model for FifoModel {
                 s.leaves_left -= 1;
             }
             FifoAction::Expire(t) => s.expired |= bit(t),
+            FifoAction::Withdraw(t) => {
+                // Conditional on the holder's record pending (as checked by `may_withdraw`).
+                s.withdrawn |= bit(t);
+                s.withdrew = true;
+            }
         }
         Some(s)
     }
@@ -343,6 +378,10 @@ impl Model for FifoModel {
             Property::sometimes(
                 "a departed waiter's entry expires",
                 |_: &FifoModel, s: &FifoState| s.expired != 0,
+            ),
+            Property::sometimes(
+                "a departed waiter withdraws its entry in the holder's record",
+                |_: &FifoModel, s: &FifoState| s.withdrew,
             ),
         ]
     }
@@ -388,6 +427,7 @@ fn buggy_fifo_is_caught() {
         (FifoBug::NoExpiry, 3),
         (FifoBug::FastPathPassesExpiredHead, 4),
         (FifoBug::JoinWhileLocked, 4),
+        (FifoBug::WithdrawWhileWaiting, 3),
     ];
     for (bug, txs) in cases {
         let mut cfg = config("fifo, broken", txs, 1);
