@@ -5,6 +5,8 @@
 //! a dropped handle's background rollback. Asserted on the item's queue attributes and the
 //! holder's registrations.
 
+use dynamodb_transactions::fault::{FaultInjector, FaultMode};
+
 use super::*;
 
 /// An unlocked item `k` whose queue holds an older live entry (ticket 0), which refuses every
@@ -174,4 +176,76 @@ async fn a_waiter_giving_up_on_a_locked_item_that_carries_its_entry_withdraws_it
     let raw = env.raw_get(&env.table, &key("k")).await.unwrap();
     assert!(!ticket_keys(&raw).contains(&mine), "{raw:?}");
     assert!(!raw.contains_key("_TxId"), "{raw:?}");
+}
+
+/// A waiter registered with the holder of `k` gives up, and dies at each request of its rollback
+/// and its leaving in turn (before the request, or after it landed with its answer lost): the
+/// holder still commits, and its unlock leaves the entry out exactly when the withdrawal landed
+/// (otherwise the entry stays until it expires, as a registration).
+async fn giving_up_and_dying_at_every_request(mode: FaultMode, prefix: &str) {
+    let env = TestEnv::new(prefix).await;
+    let m = fifo(&env, true, Duration::from_millis(300));
+    let faults = FaultInjector::new();
+    let waiters = fifo_on(
+        &env,
+        client_with(vec![shared(faults.clone())]),
+        true,
+        Duration::from_millis(300),
+    );
+    let (mut withdrawn_runs, mut kept_runs) = (0, 0);
+    for k in 1..=12 {
+        let label = format!("{mode:?} at request {k}");
+        env.raw_put(&env.table, item(&[("Id", s("k")), ("v", n(1))]))
+            .await;
+        let holder = m.begin();
+        lock(&holder, &env.table, "k").await.unwrap();
+        set_v(&holder, &env.table, "k", 2).await.unwrap();
+        let w = waiters.begin();
+        let err = lock(&w, &env.table, "k").await.unwrap_err();
+        assert!(is_locked_out(&err), "{label}: {err:?}");
+        let mine = ticket_of(&env, w.id()).await;
+
+        faults.crash_at(k, mode);
+        let _ = w.rollback().await;
+        let struck = faults.struck();
+        faults.disarm();
+        let registered = registrations(&header(&env, holder.id()).await);
+        let withdrawn = registered.contains(&(mine, 0));
+        holder
+            .commit()
+            .await
+            .unwrap_or_else(|e| panic!("{label}: holder: {e}"));
+        let raw = env.raw_get(&env.table, &key("k")).await.unwrap();
+        assert_eq!(raw["v"], n(2), "{label}: {raw:?}");
+        assert!(!raw.contains_key("_TxId"), "{label}: {raw:?}");
+        assert_eq!(
+            ticket_keys(&raw).contains(&mine),
+            !withdrawn,
+            "{label}: registrations {registered:?}, item {raw:?}"
+        );
+        if withdrawn {
+            withdrawn_runs += 1;
+        } else {
+            kept_runs += 1;
+        }
+        if !struck {
+            // The rollback and the leaving sent fewer than `k` requests: all of them went through.
+            assert!(withdrawn, "{label}: nothing failed, yet not withdrawn");
+            break;
+        }
+    }
+    assert!(
+        withdrawn_runs > 0 && kept_runs > 0,
+        "{withdrawn_runs} {kept_runs}"
+    );
+}
+
+#[tokio::test]
+async fn a_waiter_dying_before_any_request_of_its_leaving_leaves_a_consistent_queue() {
+    giving_up_and_dying_at_every_request(FaultMode::BeforeSend, "ct-fifo-withdraw-before").await;
+}
+
+#[tokio::test]
+async fn a_waiter_dying_after_any_request_of_its_leaving_landed_leaves_a_consistent_queue() {
+    giving_up_and_dying_at_every_request(FaultMode::AfterSend, "ct-fifo-withdraw-after").await;
 }
