@@ -213,6 +213,7 @@ impl Transaction {
                     pace.observe(None, ahead, tokio::time::Instant::now());
                     match queue.oldest_live_before(mine, now) {
                         Some(on) => {
+                            debug!(tx = %self.id, table, mine, on, ahead, "refused by an older entry");
                             // Take a place on the item (renewed while waiting there), so that
                             // whoever comes after queues behind this waiter even if it never
                             // meets a holder to register with. Best effort: a rewrite that
