@@ -155,8 +155,10 @@ pub struct Settings {
     /// A newcomer (with a ticket or without) then never takes an item ahead of a live registered
     /// waiter with an older ticket. Entries expire after [`queue_ttl`](Self::queue_ttl) unless
     /// renewed; a unit of work that gives up for good (`run` returning, or a `begin` handle's
-    /// failed commit or rollback) takes its entries off the items that are free, so that the
-    /// ones behind it need not wait for them to expire. Readers never see the queue's attributes.
+    /// failed commit or rollback) takes its entries off the items that are free, and withdraws
+    /// them in the holder's record where an item is locked (its unlock then leaves them out), so
+    /// that the ones behind it need not wait for them to expire. Readers never see the queue's
+    /// attributes.
     ///
     /// Off by default. With the setting on, [`batch_locks`](Self::batch_locks) and the
     /// [`write_only_fast_path`](Self::write_only_fast_path) take only items that carry no queue
