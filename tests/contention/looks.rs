@@ -214,8 +214,9 @@ async fn an_older_waiter_reads_a_running_holders_record_a_few_times_per_grace() 
     // About ten judgements in the grace, the last one's wound, and its completion's reads.
     let reads = sent.get("BatchGetItem").copied().unwrap_or(0) - before;
     assert!(reads <= 20, "{reads} reads: {sent:?}");
+    // Its looks went on meanwhile (a few dozen a second, fewer on a loaded machine).
     assert!(
-        sent.get("UpdateItem").copied().unwrap_or(0) >= 20,
+        sent.get("UpdateItem").copied().unwrap_or(0) >= 10,
         "{sent:?}"
     );
     assert_eq!(read, 1, "the younger's write was rolled back");

@@ -112,6 +112,10 @@ async fn a_dropped_waiter_takes_its_entry_off_in_the_background() {
     assert!(left, "{:?}", queue_on_k(&env).await);
 }
 
+/// The lock wait of a waiter that must register with the holder (or join the item's queue)
+/// before it gives up: a few round trips, with room for a loaded machine.
+const REGISTER_WAIT: Duration = Duration::from_secs(1);
+
 /// A waiter registered with the holder of `k` gives up: its registration becomes a withdrawal,
 /// and the holder's commit leaves its entry out of the queue it writes on `k`.
 #[tokio::test]
@@ -119,7 +123,7 @@ async fn a_waiter_giving_up_on_a_locked_item_withdraws_its_registration() {
     let env = TestEnv::new("ct-fifo-withdraw").await;
     env.raw_put(&env.table, item(&[("Id", s("k")), ("v", n(1))]))
         .await;
-    let m = fifo(&env, true, Duration::from_millis(300));
+    let m = fifo(&env, true, REGISTER_WAIT);
     let holder = m.begin();
     lock(&holder, &env.table, "k").await.unwrap();
     set_v(&holder, &env.table, "k", 2).await.unwrap();
@@ -154,7 +158,7 @@ async fn a_waiter_giving_up_on_a_locked_item_that_carries_its_entry_withdraws_it
     behind_an_older_entry(&env).await;
     env.raw_put(&env.table, item(&[("Id", s("o")), ("v", n(1))]))
         .await;
-    let m = fifo(&env, true, Duration::from_millis(300));
+    let m = fifo(&env, true, REGISTER_WAIT);
     // The holder's record (and ticket) first: older than the waiter.
     let holder = m.begin();
     lock(&holder, &env.table, "o").await.unwrap();
@@ -190,7 +194,7 @@ async fn giving_up_and_dying_at_every_request(mode: FaultMode, prefix: &str) {
         &env,
         client_with(vec![shared(faults.clone())]),
         true,
-        Duration::from_millis(300),
+        REGISTER_WAIT,
     );
     let (mut withdrawn_runs, mut kept_runs) = (0, 0);
     for k in 1..=12 {
