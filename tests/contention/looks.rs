@@ -251,11 +251,7 @@ async fn held(
     dynamodb_transactions::TransactionManager,
     dynamodb_transactions::Transaction,
 ) {
-    env.raw_put(&env.table, item(&[("Id", s(k)), ("v", n(1))]))
-        .await;
     let m = ordered(env, Duration::from_secs(30));
-    let holder = m.begin();
-    lock(&holder, &env.table, k).await.unwrap();
-    set_v(&holder, &env.table, k, 2).await.unwrap();
+    let holder = held_by(env, &m, k).await;
     (m, holder)
 }

@@ -147,6 +147,20 @@ async fn lock(tx: &dynamodb_transactions::Transaction, table: &str, k: &str) -> 
         .map(|_| ())
 }
 
+/// `k` put with `v` 1, then locked and set to 2 (buffered) by a transaction of `m`, returned.
+async fn held_by(
+    env: &TestEnv,
+    m: &TransactionManager,
+    k: &str,
+) -> dynamodb_transactions::Transaction {
+    env.raw_put(&env.table, item(&[("Id", s(k)), ("v", n(1))]))
+        .await;
+    let holder = m.begin();
+    lock(&holder, &env.table, k).await.unwrap();
+    set_v(&holder, &env.table, k, 2).await.unwrap();
+    holder
+}
+
 /// A buffered `SET v = <v>` of `k` in `tx`.
 async fn set_v(
     tx: &dynamodb_transactions::Transaction,

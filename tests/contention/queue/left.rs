@@ -20,6 +20,13 @@ async fn queue_on_k(env: &TestEnv) -> Vec<u64> {
     queue_of(&env.client, &env.table).await
 }
 
+/// `w` asks for `k` and gives up (`ItemLocked`, its lock wait over); returns its ticket.
+async fn gives_up_on_k(env: &TestEnv, w: &dynamodb_transactions::Transaction, label: &str) -> u64 {
+    let err = lock(w, &env.table, "k").await.unwrap_err();
+    assert!(is_locked_out(&err), "{label}: {err:?}");
+    ticket_of(env, w.id()).await
+}
+
 async fn queue_of(client: &aws_sdk_dynamodb::Client, table: &str) -> Vec<u64> {
     let got = client
         .get_item()
@@ -38,9 +45,7 @@ async fn a_rolled_back_waiter_takes_its_entry_off_the_free_item() {
     behind_an_older_entry(&env).await;
     let m = fifo(&env, true, Duration::from_millis(300));
     let w = m.begin();
-    let err = lock(&w, &env.table, "k").await.unwrap_err();
-    assert!(is_locked_out(&err), "{err:?}");
-    let mine = ticket_of(&env, w.id()).await;
+    let mine = gives_up_on_k(&env, &w, "").await;
     assert_eq!(queue_on_k(&env).await, vec![0, mine], "joined");
     w.rollback().await.unwrap();
     let raw = env.raw_get(&env.table, &key("k")).await.unwrap();
@@ -121,16 +126,10 @@ const REGISTER_WAIT: Duration = Duration::from_secs(1);
 #[tokio::test]
 async fn a_waiter_giving_up_on_a_locked_item_withdraws_its_registration() {
     let env = TestEnv::new("ct-fifo-withdraw").await;
-    env.raw_put(&env.table, item(&[("Id", s("k")), ("v", n(1))]))
-        .await;
     let m = fifo(&env, true, REGISTER_WAIT);
-    let holder = m.begin();
-    lock(&holder, &env.table, "k").await.unwrap();
-    set_v(&holder, &env.table, "k", 2).await.unwrap();
+    let holder = crate::held_by(&env, &m, "k").await;
     let w = m.begin();
-    let err = lock(&w, &env.table, "k").await.unwrap_err();
-    assert!(is_locked_out(&err), "{err:?}");
-    let mine = ticket_of(&env, w.id()).await;
+    let mine = gives_up_on_k(&env, &w, "").await;
     let registered = registrations(&header(&env, holder.id()).await);
     assert!(
         matches!(registered.as_slice(), [(t, e)] if *t == mine && *e > now_ms()),
@@ -163,9 +162,7 @@ async fn a_waiter_giving_up_on_a_locked_item_that_carries_its_entry_withdraws_it
     let holder = m.begin();
     lock(&holder, &env.table, "o").await.unwrap();
     let w = m.begin();
-    let err = lock(&w, &env.table, "k").await.unwrap_err();
-    assert!(is_locked_out(&err), "{err:?}");
-    let mine = ticket_of(&env, w.id()).await;
+    let mine = gives_up_on_k(&env, &w, "").await;
     assert_eq!(queue_on_k(&env).await, vec![0, mine], "joined");
     // Entry 0 expires: the holder, older than the waiter, takes `k` with its queue.
     expire_oldest_entry(&env, &env.table, "k").await;
@@ -199,15 +196,9 @@ async fn giving_up_and_dying_at_every_request(mode: FaultMode, prefix: &str) {
     let (mut withdrawn_runs, mut kept_runs) = (0, 0);
     for k in 1..=12 {
         let label = format!("{mode:?} at request {k}");
-        env.raw_put(&env.table, item(&[("Id", s("k")), ("v", n(1))]))
-            .await;
-        let holder = m.begin();
-        lock(&holder, &env.table, "k").await.unwrap();
-        set_v(&holder, &env.table, "k", 2).await.unwrap();
+        let holder = crate::held_by(&env, &m, "k").await;
         let w = waiters.begin();
-        let err = lock(&w, &env.table, "k").await.unwrap_err();
-        assert!(is_locked_out(&err), "{label}: {err:?}");
-        let mine = ticket_of(&env, w.id()).await;
+        let mine = gives_up_on_k(&env, &w, &label).await;
 
         faults.crash_at(k, mode);
         let _ = w.rollback().await;
