@@ -111,6 +111,10 @@ pub(crate) struct Contender<'a> {
     /// The ticket in this transaction's record, once this handle knows it: the only ticket it
     /// contends with.
     pub recorded: &'a OnceCell<u64>,
+    /// The transaction has no record and holds nothing (`Settings::record_on_demand`): it
+    /// contends with its proposed ticket, unrecorded. Nobody meets it, so nobody judges it by
+    /// another; its record, once created, records that same ticket.
+    pub without_record: bool,
 }
 
 impl Contender<'_> {
@@ -128,6 +132,9 @@ impl Contender<'_> {
             crate::ticket::take_once(inner, self.ticket).await?,
             self.retry,
         );
+        if self.without_record {
+            return Ok(proposed);
+        }
         let t = *self
             .recorded
             .get_or_try_init(|| async {

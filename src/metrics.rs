@@ -50,6 +50,9 @@ pub(crate) const FAST_PATH: &str = "fast_path";
 pub(crate) const ONE_REQUEST: &str = "one_request";
 /// `path` of [`COMMITS`]: locked, applied, then the record flipped on its own.
 pub(crate) const PHASED: &str = "phased";
+/// `path` of [`COMMITS`]: one item read and written without a record (`Settings::record_on_demand`),
+/// committed with one conditional write on it.
+pub(crate) const WITHOUT_RECORD: &str = "without_record";
 
 /// `cause` of [`ROLLBACKS`]: a `rollback` call decided it (the application's, `run` cleaning up
 /// a failed attempt, a contending coordinator's wound, a dropped handle's background rollback).

@@ -189,6 +189,30 @@ pub struct Settings {
     /// one that crashed or gave up stops counting this long after). Compared with each caller's
     /// clock: clock skew lengthens or shortens it by the skew.
     pub queue_ttl: Duration,
+    /// A transaction's record is written only once it needs one: its first locked read
+    /// ([`Transaction::get_item`](crate::Transaction::get_item)) takes the item's lock alone,
+    /// and a transaction that then writes only that item commits with one conditional write on
+    /// it (apply and unlock together) and never writes a record. A read-modify-write of one item
+    /// (a counter) costs two single-item requests instead of a record's creation, a lock and a
+    /// `TransactWriteItems`, and holds the item about one round trip. A transaction that goes on
+    /// to another item, a write applied early or a hand-off creates its record then, naming the
+    /// read. See docs/PROTOCOL.md "A record only when needed".
+    ///
+    /// Off by default. The cost: until the record exists, a transaction that meets the lock sees
+    /// no record and no ticket, so it gives the holder [`wound_grace`](Self::wound_grace) and then
+    /// rolls it back (under a tombstone), whatever their ages; a transaction that reads an item
+    /// and then waits longer than the grace before its next request (an interactive one) is
+    /// rolled back by any contender. Ignored with [`wait_in_ticket_order`](Self::wait_in_ticket_order)
+    /// (waiters register in the holder's record).
+    ///
+    /// ```no_run
+    /// # async fn f(client: aws_sdk_dynamodb::Client) {
+    /// let manager = dynamodb_transactions::TransactionManager::builder(client)
+    ///     .configure(|s| s.record_on_demand = true)
+    ///     .build();
+    /// # }
+    /// ```
+    pub record_on_demand: bool,
 }
 
 impl Settings {
@@ -230,6 +254,7 @@ impl Default for Settings {
             judge_conditions: true,
             wait_in_ticket_order: false,
             queue_ttl: Duration::from_secs(3),
+            record_on_demand: false,
         }
     }
 }

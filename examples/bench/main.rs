@@ -104,6 +104,10 @@ pub struct Args {
     /// Contention: every library run waits in ticket order (`Settings::wait_in_ticket_order`).
     #[arg(long)]
     wait_in_ticket_order: bool,
+    /// Contention: every library run writes a transaction's record only once it needs one
+    /// (`Settings::record_on_demand`).
+    #[arg(long)]
+    record_on_demand: bool,
     /// Contention: every library run gives a younger running holder this long before rolling it
     /// back (`Settings::wound_grace`; the library's default when absent).
     #[arg(long)]

@@ -129,6 +129,15 @@ impl Transaction {
     /// meets the lock releases it like a late one (docs/PROTOCOL.md "One round trip per locked
     /// read").
     async fn lock_read(&self, st: &mut State, r: &ItemRef) -> Result<LockInfo> {
+        if self.may_lock_without_record(st, r) {
+            return self.lock_without_record(st, r).await;
+        }
+        if let Some(lock) = st.items[r].lock.clone()
+            && st.unrecorded_lock_sent.is_some()
+        {
+            // Read again while held without a record: nothing to record yet.
+            return Ok(lock);
+        }
         if self.may_lock_with_creation(st, r) {
             return self.lock_with_creation(st, r).await;
         }
@@ -156,7 +165,7 @@ impl Transaction {
         let (recorded, locked) = tokio::join!(
             self.flush(st),
             // Boxed as in `hold_lock`: the lock loop's future is large.
-            Box::pin(self.lock_one(&e.table, &e.key, first))
+            Box::pin(self.lock_one(&e.table, &e.key, first, false))
         );
         if let Ok(l) = &locked {
             st.items.get_mut(r).expect("entry exists").lock = Some(l.clone());
@@ -338,7 +347,8 @@ impl Transaction {
                     st.meta = Some(meta);
                     st.recorded = st.requests.len();
                     st.record_in_doubt = false;
-                    return Ok(());
+                    // Created now: a lock taken without a record is trusted, or not.
+                    return self.check_unrecorded_lock(st).await;
                 }
                 Appended::Conflict(header) => self.absorb_conflict(st, header).await?,
             }

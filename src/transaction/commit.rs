@@ -105,6 +105,16 @@ impl Transaction {
             if st.requests.is_empty() && st.meta.is_none() && !st.record_in_doubt {
                 return Ok(()); // nothing was ever written
             }
+            if self.commit_without_record_fits(st) {
+                self.commit_without_record(st).await?;
+                crate::metrics::committed(crate::metrics::WITHOUT_RECORD);
+                return Ok(());
+            }
+            if st.unrecorded_lock_sent.is_some() && st.meta.is_none() {
+                // More than one write on the item read without a record: record first (every
+                // other path counts on a record, and on its locks being named).
+                self.flush(st).await?;
+            }
             if self.fast_path_fits(st) {
                 match self.commit_write_only(st).await? {
                     Some(CommitStep::Done) => {

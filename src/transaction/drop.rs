@@ -21,8 +21,22 @@ impl Drop for Transaction {
             let inner = self.inner.clone();
             let id = self.id.clone();
             let places = self.places.clone();
+            // A lock taken without a record (`Settings::record_on_demand`): no record names it,
+            // so no rollback finds it; release it here (conditional on our unapplied lock).
+            let st = self.state.get_mut();
+            let mut unrecorded = if st.meta.is_none() && !st.record_in_doubt {
+                std::mem::take(&mut st.items)
+            } else {
+                Default::default()
+            };
             crate::metrics::dropped_handle();
             handle.spawn(async move {
+                if !unrecorded.is_empty()
+                    && let Err(e) =
+                        crate::settle::release_unapplied_locks(&inner, &id, &mut unrecorded).await
+                {
+                    warn!(tx = %id, error = %e, "releasing the lock of a dropped transaction failed");
+                }
                 // As `TransactionManager::rollback_transaction`: resume, then roll back.
                 let rollback =
                     async { Transaction::load(inner.clone(), &id).await?.rollback().await }.await;

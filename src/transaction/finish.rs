@@ -24,6 +24,12 @@ impl Transaction {
             }
             _ => {}
         }
+        if st.meta.is_none() && !st.record_in_doubt {
+            // No record was ever written: a lock this handle holds (taken without a record,
+            // `Settings::record_on_demand`) is its own to release.
+            self.release_own_locks(st).await?;
+            st.unrecorded_lock_sent = None;
+        }
         // Buffered requests never touched an item: forget them.
         st.requests.truncate(st.recorded);
         st.items.retain(|_, e| {

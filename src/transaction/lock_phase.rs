@@ -49,7 +49,7 @@ impl Transaction {
         let first = self.expected_existence(st, r).await?;
         // Boxed: the lock loop's future is large, and callers nest it deep (a debug build's
         // test thread overflowed its stack).
-        let lock = Box::pin(self.lock_one(&e.table, &e.key, first)).await?;
+        let lock = Box::pin(self.lock_one(&e.table, &e.key, first, false)).await?;
         st.items.get_mut(r).expect("entry exists").lock = Some(lock.clone());
         Ok(lock)
     }
@@ -68,7 +68,7 @@ impl Transaction {
         }
         let results: Vec<(ItemRef, Result<LockInfo>)> = futures::stream::iter(todo)
             .map(|(k, table, key, first)| async move {
-                let r = self.lock_one(&table, &key, first).await;
+                let r = self.lock_one(&table, &key, first, false).await;
                 (k, r)
             })
             .buffer_unordered(self.inner.settings.concurrency.max(1))
@@ -118,11 +118,15 @@ impl Transaction {
 
     /// Locks one item, resolving contention with other transactions: decided or dead holders are
     /// completed, pending ones are rolled back or waited for as the contention policy says.
+    /// `without_record`: this transaction has no record (`Settings::record_on_demand`) and holds
+    /// nothing, so nobody can roll it back or wait for it: it contends with a ticket it does not
+    /// record, and neither shows it waits nor reads its own record while it waits.
     pub(super) async fn lock_one(
         &self,
         table: &str,
         key: &Item,
         first: Existence,
+        without_record: bool,
     ) -> Result<LockInfo> {
         use crate::contention::{Contender, Resolution};
         let schema = self.schema(table).await?;
@@ -133,6 +137,7 @@ impl Transaction {
             ticket: &self.ticket,
             retry: self.retry,
             recorded: &self.ticket_recorded,
+            without_record,
         };
         let deadline = tokio::time::Instant::now() + settings.lock_wait;
         let (ordered, heartbeat) = match settings.contention {
@@ -376,8 +381,9 @@ impl Transaction {
                     // waits for is read only by whoever meets another lock of it, and only ever
                     // spares it a wound: a waiter that asked for no other lock does not write it
                     // at every change of holder (on a hot item, every waiter at every handover).
-                    if last_touch.elapsed() >= heartbeat
-                        || (holds_others && marked_waiting_on != Some(on))
+                    if !without_record
+                        && (last_touch.elapsed() >= heartbeat
+                            || (holds_others && marked_waiting_on != Some(on)))
                     {
                         let t = self.ticket_recorded.get().copied();
                         if record::set_ticket(c, &self.inner.tx_table, &self.id, t, Some(on))
@@ -432,7 +438,8 @@ impl Transaction {
                     } else {
                         HOLDER_RECHECK
                     };
-                    let check = !own_read && (!fifo || last_check.elapsed() >= every);
+                    let check =
+                        !without_record && !own_read && (!fifo || last_check.elapsed() >= every);
                     let sleep = async {
                         match paced {
                             Some(d) => {

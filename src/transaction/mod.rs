@@ -26,6 +26,7 @@ mod one_request;
 mod phased;
 mod places;
 mod registration;
+mod without_record;
 mod write_only;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -202,6 +203,10 @@ struct State {
     /// last learned them (their count, `_TxJN`, and the entries by item), which a one-request
     /// commit carries into the items' queues.
     registrations: one_request::Registrations,
+    /// With `Settings::record_on_demand`: the item read first is locked without a record, and its
+    /// lock's first attempt went out then. Cleared once a commit without record is decided or the
+    /// record is created (the lock is then trusted, or the transaction rolled back).
+    unrecorded_lock_sent: Option<tokio::time::Instant>,
 }
 
 /// Result of a transactional write.

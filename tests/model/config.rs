@@ -93,6 +93,11 @@ pub(crate) struct Plan {
     /// With `roll_forward`: the puts carry a condition only DynamoDB judges, so they are applied
     /// before the flip (with their before-images) although their locks are marked.
     pub(crate) roll_applies_puts: bool,
+    /// `Settings::record_on_demand`: the first interactive read (of a transaction whose earlier
+    /// entries are all on its item) takes its lock alone, with no record; a plan whose entries are
+    /// all on that item commits with one conditional write on it (`CommitWithoutRecord`), never
+    /// writing a record; any other plan creates its record with its next record write.
+    pub(crate) on_demand: bool,
 }
 
 /// Deliberately broken variants of the protocol, to show the invariants catch real bugs.
@@ -134,6 +139,11 @@ pub(crate) enum Bug {
     /// record: one that lands late (after the write was rolled forward and the item unlocked)
     /// marks the item for a second application.
     RollMarkOnPerItemLock,
+    /// `record_on_demand` whose commit without record is conditional only on the item not being
+    /// locked by another transaction (`attribute_not_exists(_TxId) OR _TxId = me`), not on our own
+    /// lock: after a contender released our lock under a tombstone and wrote the item, the commit
+    /// still lands, on a value the read never saw.
+    CommitWithoutRecordIgnoresLock,
 }
 
 #[derive(Clone, Debug)]
@@ -180,6 +190,15 @@ pub(crate) fn plan(commit: CommitPath, entries: Vec<Entry>) -> Plan {
         batch_lock: false,
         roll_forward: false,
         roll_applies_puts: false,
+        on_demand: false,
+    }
+}
+
+/// A plan with `Settings::record_on_demand`.
+pub(crate) fn on_demand(commit: CommitPath, entries: Vec<Entry>) -> Plan {
+    Plan {
+        on_demand: true,
+        ..plan(commit, entries)
     }
 }
 

@@ -83,15 +83,19 @@ impl ProtocolModel {
                 if !lost {
                     c.version = 1;
                     c.recorded = target;
+                    // A lock taken without a record is trusted (the creation did not fail on a
+                    // tombstone, and time is not modelled: see `check_unrecorded_lock`).
+                    c.unrecorded_lock = None;
                 } else {
                     c.in_doubt = true;
                 }
                 if lost && self.cfg.reads != ReadShape::RecordThenLock {
                     // The read whose lock went with this creation fails (the creation's answer
                     // is lost): its lock, landed or not, is not trusted; the read, repeated,
-                    // records then locks.
+                    // records then locks. A read that took its lock without a record returned
+                    // already: its lock stays, named by the record if the creation landed.
                     for e in 0..c.items.len() {
-                        if c.reads[e].is_some() {
+                        if c.reads[e].is_some() && c.unrecorded_lock != Some(e as u8) {
                             c.items[e] = Knows::Nothing;
                             c.reads[e] = None;
                         }
@@ -152,6 +156,7 @@ impl ProtocolModel {
         let i = self.entry(tx, e).item;
         let it = s.items[i];
         let knows = s.coordinators[k as usize].items[e as usize];
+        let without_record = self.locks_without_record(&s.coordinators[k as usize], tx, e);
         let mine = it.owner == Some(tx);
         // Without second handles a slot's earlier locks can no longer be applied to when it locks
         // again (a crashed handle never acts again; a live one relocks only after learning its lock
@@ -254,6 +259,9 @@ impl ProtocolModel {
         if !lost {
             let c = &mut s.coordinators[k as usize];
             c.items[e as usize] = new_knows;
+            if without_record && matches!(new_knows, Knows::Locked { .. }) {
+                c.unrecorded_lock = Some(e);
+            }
             // An interactive read returns the item as its lock found it.
             let entry = self.entry(tx, e);
             if let (Op::Get, true, None, Knows::Locked { before, .. }) =
@@ -434,6 +442,52 @@ impl ProtocolModel {
         true
     }
 
+    /// `commit_without_record`: the one item's final write, conditional on our lock (owner and
+    /// stamp) and on its not being applied. A failed condition ends the handle: our lock was
+    /// released under a tombstone (`RolledBack`), or, after an earlier send whose answer was
+    /// lost, by that send (`Committed`, no tombstone) or either (`UnknownOutcome`).
+    pub(crate) fn commit_without_record(&self, s: &mut State, k: Slot, lost: bool) -> bool {
+        let tx = self.tx_of(k);
+        let c = s.coordinators[k as usize].clone();
+        let Some(e) = c.unrecorded_lock else {
+            return false;
+        };
+        let Knows::Locked { stamp, .. } = self.lock_of(&c, tx, e) else {
+            return false;
+        };
+        let i = self.entry(tx, e).item;
+        let it = s.items[i];
+        let ours = it.owner == Some(tx) && it.stamp == Some(stamp) && it.applied == Applied::No;
+        let lands = if self.cfg.bug == Some(Bug::CommitWithoutRecordIgnoresLock) {
+            it.owner.is_none() || it.owner == Some(tx)
+        } else {
+            ours
+        };
+        if !lands {
+            if lost {
+                return false;
+            }
+            if !ours && s.commits[tx as usize] == 0 {
+                s.commit_without_record_refused = true;
+            }
+            Self::done(s, k);
+            return true;
+        }
+        let write = self.plan(tx).entries.iter().find(|x| x.op.is_write());
+        let item = &mut s.items[i];
+        match write.map(|x| x.op) {
+            None => Self::release(item),
+            Some(Op::Delete) => *item = Item::unlocked(None),
+            Some(op) => *item = Item::unlocked(op.apply(item.data)),
+        }
+        s.committed_without_record = true;
+        self.commit_ghost(s, k, c.known);
+        if !lost {
+            Self::done(s, k);
+        }
+        true
+    }
+
     pub(crate) fn decide(&self, s: &mut State, k: Slot, to: TxState, lost: bool) -> bool {
         let tx = self.tx_of(k);
         let t = tx as usize;
@@ -481,6 +535,7 @@ impl ProtocolModel {
                     in_doubt: false,
                     append_failed: None,
                     reads: vec![None; n],
+                    unrecorded_lock: None,
                 };
             }
             // Decided: `resume` + `commit`/`rollback` complete it (the world's settle actions);

@@ -44,6 +44,9 @@ pub(crate) enum Action {
     CommitOneRequest { c: Slot, lost: bool },
     /// `commit_phased` step 2: `record::decide` `P -> C`, conditional on the version.
     Flip { c: Slot, lost: bool },
+    /// `commit_without_record` (`record_on_demand`): the item's final write on its own,
+    /// conditional on our lock (owner and stamp) and on its not being applied.
+    CommitWithoutRecord { c: Slot, lost: bool },
     /// `rollback_locked` of a resumed handle: `record::decide` `P -> R` on the version it read.
     RollBack { c: Slot, lost: bool },
     /// The coordinator's process dies.
@@ -87,6 +90,7 @@ pub(crate) enum Next {
     ReadHeader,
     Apply(Vec<u8>),
     CommitOneRequest,
+    CommitWithoutRecord,
     Flip,
     RollBack,
 }
@@ -202,12 +206,16 @@ impl ProtocolModel {
         // Interactive requests are driven one by one, in order: reads locked, writes applied.
         if let Some(e) = self.interactive(c, tx) {
             let read = self.entry(tx, e).op == Op::Get;
+            if self.locks_without_record(c, tx, e) {
+                return Next::Lock(vec![e]);
+            }
             // The first read of a handle that never wrote its record (a read returns once both
-            // answered: a later read finds the record known, or in doubt).
+            // answered: a later read finds the record known, or in doubt). A lock taken without
+            // a record does not count: its request goes with this creation.
             if read
                 && c.version == 0
                 && !c.in_doubt
-                && (0..c.known).all(|x| !held(x))
+                && (0..c.known).all(|x| !held(x) || c.unrecorded_lock == Some(x))
                 && self.cfg.reads != ReadShape::RecordThenLock
             {
                 return Next::RecordAndLock(e);
@@ -234,6 +242,9 @@ impl ProtocolModel {
             } else {
                 Next::Apply(vec![e])
             };
+        }
+        if self.commits_without_record(c, tx) {
+            return Next::CommitWithoutRecord;
         }
         if self.folds(c, tx) {
             return Next::CommitOneRequest;
@@ -329,10 +340,61 @@ impl ProtocolModel {
                         self.cfg.reads == ReadShape::RecordWithLock
                             && c.recorded <= e
                             && c.append_failed != Some(e)
+                            && c.unrecorded_lock != Some(e)
                     }
                     _ => true,
                 }
         })
+    }
+
+    /// A plan of the run takes locks without a record (`record_on_demand`): the scenarios built
+    /// for it check the states it reaches, not every state the others reach.
+    pub(crate) fn on_demand(&self) -> bool {
+        self.cfg.txs.iter().any(|p| p.on_demand)
+    }
+
+    /// Some plan commits without a record: it takes its locks without one and stays on one item.
+    pub(crate) fn commits_without_records(&self) -> bool {
+        self.cfg.txs.iter().any(single_item_on_demand)
+    }
+
+    /// No plan's interactive read goes with a record's creation: every plan that reads
+    /// interactively commits without a record.
+    pub(crate) fn no_read_creates(&self) -> bool {
+        self.cfg
+            .txs
+            .iter()
+            .all(|p| single_item_on_demand(p) || !p.entries.iter().any(|e| e.now))
+    }
+
+    /// `record_on_demand` (`may_lock_without_record`): entry `e` is an interactive read of a
+    /// handle that never wrote its record nor holds a lock, and every entry before it is on its
+    /// item: it takes its lock alone.
+    pub(crate) fn locks_without_record(&self, c: &Coordinator, tx: Tx, e: u8) -> bool {
+        let entry = self.entry(tx, e);
+        self.plan(tx).on_demand
+            && c.resumed.is_none()
+            && c.version == 0
+            && !c.in_doubt
+            && c.unrecorded_lock.is_none()
+            && entry.op == Op::Get
+            && entry.now
+            && (0..e).all(|x| self.entry(tx, x).item == entry.item)
+            && c.items.iter().all(|k| matches!(k, Knows::Nothing))
+    }
+
+    /// `commit_without_record_fits`: the handle holds its one item by a lock taken without a
+    /// record, never wrote a record nor may have, and every entry of the plan is on that item.
+    pub(crate) fn commits_without_record(&self, c: &Coordinator, tx: Tx) -> bool {
+        let Some(e) = c.unrecorded_lock else {
+            return false;
+        };
+        let item = self.entry(tx, e).item;
+        c.version == 0
+            && !c.in_doubt
+            && self.interactive(c, tx).is_none()
+            && (0..c.known).all(|x| self.entry(tx, x).item == item)
+            && matches!(self.lock_of(c, tx, e), Knows::Locked { applied: false, .. })
     }
 
     /// `RecordWithLock`: the read whose record write (an append, the record existing) goes out
@@ -406,6 +468,7 @@ impl ProtocolModel {
             in_doubt: false,
             append_failed: None,
             reads: vec![None; n],
+            unrecorded_lock: None,
         }
     }
 
@@ -441,6 +504,8 @@ impl ProtocolModel {
     pub(crate) fn writes_after_reads(&self) -> bool {
         self.cfg.txs.iter().any(|p| {
             p.commit == CommitPath::OneRequest
+                // One item without record: committed without a record.
+                && !single_item_on_demand(p)
                 && p.entries.iter().enumerate().any(|(i, e)| {
                     e.op.is_write()
                         && p.entries[..i]
@@ -456,10 +521,11 @@ impl ProtocolModel {
         self.cfg.reads == ReadShape::RecordWithLock
             && self.cfg.lost_responses > 0
             && self.cfg.txs.iter().any(|p| {
-                p.entries
-                    .iter()
-                    .enumerate()
-                    .any(|(i, e)| e.now && e.op == Op::Get && p.entries[..i].iter().any(|x| x.now))
+                // The second read of a plan without record goes with the record's creation.
+                !p.on_demand
+                    && p.entries.iter().enumerate().any(|(i, e)| {
+                        e.now && e.op == Op::Get && p.entries[..i].iter().any(|x| x.now)
+                    })
             })
     }
 
@@ -619,4 +685,9 @@ impl ProtocolModel {
                 .all(|(it, l)| it.present == l.is_some() && (!it.present || it.data == *l))
             && s.coordinators.iter().all(|c| c.phase == Phase::Done)
     }
+}
+
+/// A plan with `record_on_demand` whose entries are all on one item: it commits without a record.
+pub(crate) fn single_item_on_demand(p: &Plan) -> bool {
+    p.on_demand && p.entries.iter().all(|e| e.item == p.entries[0].item)
 }

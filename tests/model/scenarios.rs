@@ -4,8 +4,10 @@
 use super::*;
 
 mod locked_reads;
+mod on_demand;
 
 use locked_reads::{locked_reads, locked_reads_writer_of_second};
+use on_demand::{counter_against_a_writer, second_read_creates_the_record};
 
 /// Two transactions over an existing and an absent item: one commits in one request, the other in
 /// phases (with a delete and an insert); one crash, one lost response.
@@ -399,6 +401,16 @@ fn buggy_protocols_are_caught() {
         (
             Bug::ReleaseUnrecordedLock,
             locked_reads_writer_of_second(ReadShape::LockThenRecord),
+        ),
+        (
+            Bug::CommitWithoutRecordIgnoresLock,
+            counter_against_a_writer(),
+        ),
+        // A counter that never creates its record is safe without the tombstone (its commit is
+        // conditional on its lock); one that goes on to a second item is not.
+        (
+            Bug::OrphanReleaseWithoutTombstone,
+            second_read_creates_the_record(),
         ),
     ];
     for (bug, cfg) in cases {

@@ -160,6 +160,9 @@ pub(crate) struct Coordinator {
     pub(crate) append_failed: Option<u8>,
     /// Ghost: what each interactive read returned to this handle's caller (`Some(None)`: absent).
     pub(crate) reads: Vec<Option<Option<u8>>>,
+    /// `record_on_demand`: the entry whose read took its lock without a record (until the record
+    /// is created).
+    pub(crate) unrecorded_lock: Option<u8>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -193,6 +196,10 @@ pub(crate) struct State {
     pub(crate) folded_commit: bool,
     /// A record's creation failed on a tombstone.
     pub(crate) creation_refused: bool,
+    /// A transaction committed with one write on its item, without a record.
+    pub(crate) committed_without_record: bool,
+    /// A commit without record found its lock released (under a tombstone).
+    pub(crate) commit_without_record_refused: bool,
     /// A transaction committed while an item one of its handles read under lock (a recorded read,
     /// or one the committing handle made) no longer held what the read returned.
     pub(crate) stale_read: bool,

@@ -32,6 +32,8 @@ impl Model for ProtocolModel {
             batch_fell_back: false,
             batch_placeholder: false,
             creation_refused: false,
+            committed_without_record: false,
+            commit_without_record_refused: false,
             folded_commit: false,
             rolled_forward: false,
             stale_read: false,
@@ -130,6 +132,9 @@ impl Model for ProtocolModel {
                         }
                     }
                     Next::CommitOneRequest => out.push(Action::CommitOneRequest { c: k, lost }),
+                    Next::CommitWithoutRecord => {
+                        out.push(Action::CommitWithoutRecord { c: k, lost })
+                    }
                     Next::Flip => out.push(Action::Flip { c: k, lost }),
                     Next::RollBack => out.push(Action::RollBack { c: k, lost }),
                 }
@@ -210,6 +215,7 @@ impl Model for ProtocolModel {
             Action::SaveImage { c, entry } => self.save_image(&mut s, c, entry),
             Action::Apply { c, entry, lost } => self.apply(&mut s, c, entry, lost),
             Action::CommitOneRequest { c, lost } => self.commit_one_request(&mut s, c, lost),
+            Action::CommitWithoutRecord { c, lost } => self.commit_without_record(&mut s, c, lost),
             Action::Flip { c, lost } => self.decide(&mut s, c, TxState::Committed, lost),
             Action::RollBack { c, lost } => self.decide(&mut s, c, TxState::RolledBack, lost),
             Action::Crash { c } => {
@@ -252,6 +258,7 @@ impl Model for ProtocolModel {
                 | Action::Lock { lost: true, .. }
                 | Action::Apply { lost: true, .. }
                 | Action::CommitOneRequest { lost: true, .. }
+                | Action::CommitWithoutRecord { lost: true, .. }
                 | Action::Flip { lost: true, .. }
                 | Action::RollBack { lost: true, .. }
         );
@@ -332,20 +339,22 @@ impl Model for ProtocolModel {
             ),
             Property::sometimes(
                 "a late lock of a decided transaction",
-                |_: &ProtocolModel, s: &State| {
-                    s.items.iter().any(|it| {
-                        it.owner.is_some_and(|t| {
-                            it.applied == Applied::No
-                                && s.records[t as usize]
-                                    .is_some_and(|r| r.state != TxState::Pending)
+                |m: &ProtocolModel, s: &State| {
+                    m.on_demand()
+                        || s.items.iter().any(|it| {
+                            it.owner.is_some_and(|t| {
+                                it.applied == Applied::No
+                                    && s.records[t as usize]
+                                        .is_some_and(|r| r.state != TxState::Pending)
+                            })
                         })
-                    })
                 },
             ),
             Property::sometimes(
                 "a read's lock its pending record does not name",
                 |m: &ProtocolModel, s: &State| {
                     m.cfg.reads == ReadShape::RecordThenLock
+                        || m.on_demand()
                         || s.items.iter().enumerate().any(|(i, it)| {
                             it.owner.is_some_and(|t| {
                                 s.records[t as usize].is_some_and(|r| {
@@ -371,24 +380,32 @@ impl Model for ProtocolModel {
             Property::sometimes(
                 "a record's creation fails on a tombstone",
                 |m: &ProtocolModel, s: &State| {
-                    m.cfg.reads == ReadShape::RecordThenLock || s.creation_refused
+                    m.cfg.reads == ReadShape::RecordThenLock
+                        || m.no_read_creates()
+                        || s.creation_refused
                 },
             ),
             Property::sometimes(
                 "an applied item of a rolled-back transaction",
-                |_: &ProtocolModel, s: &State| {
-                    s.items.iter().any(|it| {
-                        it.owner.is_some_and(|t| {
-                            it.applied == Applied::Yes
-                                && s.records[t as usize]
-                                    .is_some_and(|r| r.state == TxState::RolledBack)
+                |m: &ProtocolModel, s: &State| {
+                    m.cfg.txs.iter().all(single_item_on_demand)
+                        || s.items.iter().any(|it| {
+                            it.owner.is_some_and(|t| {
+                                it.applied == Applied::Yes
+                                    && s.records[t as usize]
+                                        .is_some_and(|r| r.state == TxState::RolledBack)
+                            })
                         })
-                    })
                 },
             ),
             Property::sometimes(
                 "a resumed coordinator commits",
-                |m: &ProtocolModel, s: &State| m.cfg.crashes == 0 || s.resumed_commit,
+                |m: &ProtocolModel, s: &State| {
+                    // A transaction without record has nothing to resume.
+                    m.cfg.crashes == 0
+                        || m.cfg.txs.iter().all(single_item_on_demand)
+                        || s.resumed_commit
+                },
             ),
             Property::sometimes(
                 "a batched lock is cancelled and the transaction goes on item by item",
@@ -413,6 +430,18 @@ impl Model for ProtocolModel {
                 "a write rolled forward is applied by the settle after the commit",
                 |m: &ProtocolModel, s: &State| {
                     !m.cfg.txs.iter().any(|p| p.roll_forward) || s.rolled_forward
+                },
+            ),
+            Property::sometimes(
+                "a transaction commits without a record",
+                |m: &ProtocolModel, s: &State| {
+                    !m.commits_without_records() || s.committed_without_record
+                },
+            ),
+            Property::sometimes(
+                "a commit without record finds its lock released",
+                |m: &ProtocolModel, s: &State| {
+                    !m.commits_without_records() || s.commit_without_record_refused
                 },
             ),
             Property::sometimes("a lost response", |m: &ProtocolModel, s: &State| {

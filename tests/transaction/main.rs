@@ -18,6 +18,7 @@ mod large;
 mod locked_reads;
 mod lost_record_writes;
 mod reads;
+mod record_on_demand;
 mod roll_forward;
 mod validation;
 

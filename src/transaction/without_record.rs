@@ -1,0 +1,188 @@
+//! A record only when needed (`Settings::record_on_demand`): the first locked read of a
+//! transaction takes its lock alone, and a transaction that then writes only that item commits
+//! with one conditional write on it, without ever writing a record (docs/PROTOCOL.md "A record
+//! only when needed").
+//!
+//! The lock is one whose record is absent, so whoever meets it treats it like the first read's
+//! lock of `LockedReads::RecordWithLock` before its creation lands: the holder gets `wound_grace`,
+//! then the lock is released under a tombstone (`record::put_tombstone`), on which a later
+//! creation fails. The commit is conditional on our lock still being there, unapplied: it lands
+//! only if nobody released the lock, and then the item changes and is unlocked in that one write,
+//! all or nothing. A transaction that needs more (another item, a write applied early, a
+//! hand-off) creates its record then, naming the read, as any record write does.
+
+use std::sync::atomic::Ordering;
+
+use tracing::{debug, instrument};
+
+use crate::ddb::Written;
+use crate::error::{Error, Result};
+use crate::item_lock::{LockInfo, Observed};
+use crate::keys::ItemRef;
+use crate::record::{self, TxState};
+
+use super::{State, Transaction};
+
+/// Sends of the commit's write, counting the resends after a lost answer or a refusal for a
+/// transaction in flight.
+const COMMIT_SENDS: u32 = 4;
+
+impl Transaction {
+    /// Whether a read of `r` may take its lock without a record: the setting is on (and items
+    /// have no queues, whose waiters register in the holder's record), this transaction never
+    /// wrote a record nor sent a creation, and `r` is the only item it knows.
+    pub(super) fn may_lock_without_record(&self, st: &State, r: &ItemRef) -> bool {
+        let s = &self.inner.settings;
+        s.record_on_demand
+            && !s.queues()
+            && st.meta.is_none()
+            && !st.record_in_doubt
+            && !st.fast_path_sent
+            && st.items.len() == 1
+            && st.items.get(r).is_some_and(|e| e.lock.is_none())
+    }
+
+    /// Locks `r`'s item for a read, without a record (waiting for a holder as any lock does).
+    pub(super) async fn lock_without_record(
+        &self,
+        st: &mut State,
+        r: &ItemRef,
+    ) -> Result<LockInfo> {
+        let e = st.items[r].clone();
+        let first = self.expected_existence(st, r).await?;
+        // When the first attempt went out: the lock that lands went out then or later, which
+        // bounds how long a creation may take to trust it (see `check_unrecorded_lock`).
+        st.unrecorded_lock_sent = Some(tokio::time::Instant::now());
+        let lock = Box::pin(self.lock_one(&e.table, &e.key, first, true)).await?;
+        st.items.get_mut(r).expect("entry exists").lock = Some(lock.clone());
+        Ok(lock)
+    }
+
+    /// After this transaction's record was created: a lock taken without a record is trusted only
+    /// if the creation was answered less than half a tombstone's life after the lock went out (as
+    /// for a lock sent with the creation, `lock_with_creation`). Otherwise a tombstone may have
+    /// released it and gone, and the read's value may be stale: the transaction is rolled back.
+    pub(super) async fn check_unrecorded_lock(&self, st: &mut State) -> Result<()> {
+        let Some(sent) = st.unrecorded_lock_sent.take() else {
+            return Ok(());
+        };
+        if sent.elapsed() < record::KEEP / 2 {
+            return Ok(());
+        }
+        st.rollback_cause = Some(crate::metrics::REQUESTED);
+        self.rollback_locked(st).await?;
+        Err(Error::RolledBack {
+            tx_id: self.id.clone(),
+        })
+    }
+
+    /// Whether the commit is one write on the item read without a record: no record was written
+    /// or may have been, and the one item known is held by that lock, unapplied.
+    pub(super) fn commit_without_record_fits(&self, st: &State) -> bool {
+        st.unrecorded_lock_sent.is_some()
+            && st.meta.is_none()
+            && !st.record_in_doubt
+            && st.items.len() == 1
+            && st.items.values().all(|e| {
+                e.lock.as_ref().is_some_and(|l| !l.applied)
+                    && self.image_to_delete(e, &st.requests).is_none()
+            })
+    }
+
+    /// Commits with one conditional write on the only item: its final write (the write applied
+    /// and the lock removed, or only the lock removed after a read alone), conditional on our
+    /// lock. Our lock gone means a contender released it under a tombstone: rolled back. After a
+    /// lost answer the write is sent again; if our lock is then gone and no tombstone exists, the
+    /// earlier send removed it (nobody else releases a lock whose record is absent without one);
+    /// with a tombstone, the outcome is unknown.
+    #[instrument(level = "debug", name = "commit_without_record", skip_all, fields(tx = %self.id))]
+    pub(super) async fn commit_without_record(&self, st: &mut State) -> Result<()> {
+        let _timer = crate::metrics::PhaseTimer::start(crate::metrics::COMMIT);
+        let (writes, owners) = self.final_writes(st)?;
+        let ([write], [Some(k)]) = (&writes[..], &owners[..]) else {
+            return Err(Error::invariant("a commit without record writes one item"));
+        };
+        let c = &self.inner.client;
+        let mut in_doubt = false;
+        let mut last_err = None;
+        self.wrote.store(true, Ordering::SeqCst);
+        for _ in 0..COMMIT_SENDS {
+            let failed = match write.send(c, None).await {
+                Ok(Written::Ok(_)) => {
+                    debug!(tx = %self.id, "committed without a record");
+                    st.outcome = Some(TxState::Committed);
+                    st.items.get_mut(k).expect("entry").lock = None;
+                    st.unrecorded_lock_sent = None;
+                    return Ok(());
+                }
+                Ok(Written::ConditionFailed(found)) => found,
+                Err(e @ Error::DynamoDb { ambiguous, .. }) if ambiguous || e.is_retryable() => {
+                    in_doubt |= ambiguous;
+                    last_err = Some(e);
+                    crate::settings::backoff(&self.inner.settings, 1).await;
+                    continue;
+                }
+                Err(e) if super::commit::is_rejection(&e) => {
+                    // Nothing landed: the lock is still ours.
+                    let entry = st.items[k].clone();
+                    let req = entry.request(&st.requests).clone();
+                    let message = match &e {
+                        Error::DynamoDb { message, .. } => message.clone().unwrap_or_default(),
+                        _ => e.to_string(),
+                    };
+                    st.rollback_cause = Some(crate::metrics::REQUEST_REJECTED);
+                    self.rollback_locked(st).await?;
+                    return Err(Error::RequestRejected {
+                        tx_id: self.id.clone(),
+                        request_index: entry.index(),
+                        table: req.table,
+                        message: crate::request::explain_rejection(message),
+                    });
+                }
+                Err(e) => return Err(e),
+            };
+            let e = st.items[k].clone();
+            let obs = Observed::of(failed.as_ref());
+            let lock = e.lock.as_ref().expect("held");
+            if obs.holds(&self.id, lock) {
+                // Still ours: the request's own condition is false.
+                let req = e.request(&st.requests).clone();
+                st.rollback_cause = Some(crate::metrics::CONDITION_FAILED);
+                self.rollback_locked(st).await?;
+                return Err(Error::ConditionFailed {
+                    tx_id: self.id.clone(),
+                    request_index: e.index(),
+                    table: req.table,
+                    key: req.key,
+                    item: obs.visible(),
+                });
+            }
+            st.items.get_mut(k).expect("entry").lock = None;
+            st.unrecorded_lock_sent = None;
+            if !in_doubt {
+                st.outcome = Some(TxState::RolledBack);
+                return Err(Error::RolledBack {
+                    tx_id: self.id.clone(),
+                });
+            }
+            let row = record::load_header_row(c, &self.inner.tx_table, &self.id).await?;
+            if row.is_none() {
+                st.outcome = Some(TxState::Committed);
+                return Ok(());
+            }
+            return Err(Error::UnknownOutcome {
+                tx_id: self.id.clone(),
+            });
+        }
+        let cause = last_err.unwrap_or_else(|| Error::invariant("commit without record: no send"));
+        if in_doubt {
+            // An earlier send may have landed, or may still.
+            return Err(Error::Undetermined {
+                tx_id: self.id.clone(),
+                source: Box::new(cause),
+            });
+        }
+        // Nothing landed: the lock is still ours, and the transaction still open.
+        Err(cause)
+    }
+}

@@ -1,0 +1,360 @@
+//! `Settings::record_on_demand`: the first locked read takes its lock alone; a transaction that
+//! writes only the item it read commits with one conditional write and never has a record; one
+//! that needs more creates its record then. What each outcome leaves on the item and the record.
+use super::*;
+use dynamodb_transactions::fault::FaultMode;
+use dynamodb_transactions::{Error, Item, Transaction, TransactionManager, TxId, TxState};
+
+fn on_demand(s: &mut dynamodb_transactions::Settings) {
+    s.record_on_demand = true;
+}
+
+async fn env(prefix: &str) -> TestEnv {
+    let env = TestEnv::with_settings(prefix, on_demand).await;
+    for id in ["a", "b"] {
+        env.raw_put(&env.table, item(&[("Id", s(id)), ("v", n(1))]))
+            .await;
+    }
+    // Warm the key-schema cache.
+    env.manager
+        .get_item()
+        .table_name(&env.table)
+        .key("Id", s("warm"))
+        .send()
+        .await
+        .unwrap();
+    env.counter.reset();
+    env
+}
+
+/// Reads `id` under lock and buffers `SET v = <read> + 1`.
+async fn increment(tx: &Transaction, table: &str, id: &str) -> dynamodb_transactions::Result<i64> {
+    let got = tx
+        .get_item()
+        .table_name(table)
+        .key("Id", s(id))
+        .send()
+        .await?;
+    let v: i64 = got
+        .item()
+        .map_or(0, |i| i["v"].as_n().unwrap().parse().unwrap());
+    tx.update_item()
+        .table_name(table)
+        .key("Id", s(id))
+        .update_expression("SET v = :v")
+        .expression_attribute_values(":v", n(v + 1))
+        .send()
+        .await?;
+    Ok(v + 1)
+}
+
+/// The raw header row of a transaction's record (a tombstone included).
+async fn header_row(env: &TestEnv, id: &TxId) -> Option<Item> {
+    env.raw_get(
+        env.manager.transactions_table(),
+        &item(&[("_TxId", s(id.as_str())), ("_TxN", n(0))]),
+    )
+    .await
+}
+
+async fn v(env: &TestEnv, id: &str) -> AttributeValue {
+    env.raw_get(&env.table, &key(id)).await.unwrap()["v"].clone()
+}
+
+async fn owner(env: &TestEnv, id: &str) -> Option<String> {
+    env.raw_get(&env.table, &key(id))
+        .await
+        .unwrap()
+        .get("_TxId")
+        .map(|v| v.as_s().unwrap().clone())
+}
+
+#[tokio::test]
+async fn a_read_modify_write_of_one_item_is_two_requests_and_no_record() {
+    let env = env("rod-one").await;
+    let tx = env.manager.begin();
+    let id = tx.id().clone();
+    increment(&tx, &env.table, "a").await.unwrap();
+    // Locked by the read, with no record.
+    assert_eq!(owner(&env, "a").await.as_deref(), Some(id.as_str()));
+    assert!(header_row(&env, &id).await.is_none());
+    tx.commit().await.unwrap();
+    // The lock and the commit (the test's own reads are `GetItem`s).
+    let c = env.counter.snapshot();
+    assert_eq!(c.get("UpdateItem"), Some(&2), "{c:?}");
+    assert_eq!(env.counter.total(), 2 + 2, "{c:?}");
+    assert_eq!(v(&env, "a").await, n(2));
+    assert!(header_row(&env, &id).await.is_none(), "no record written");
+    assert_clean(&env).await;
+}
+
+#[tokio::test]
+async fn a_second_read_of_the_item_writes_nothing() {
+    let env = env("rod-again").await;
+    let tx = env.manager.begin();
+    let id = tx.id().clone();
+    for _ in 0..2 {
+        let got = tx
+            .get_item()
+            .table_name(&env.table)
+            .key("Id", s("a"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(got.item().unwrap()["v"], n(1));
+    }
+    increment(&tx, &env.table, "a").await.unwrap();
+    tx.commit().await.unwrap();
+    let c = env.counter.snapshot();
+    assert_eq!(c.get("UpdateItem"), Some(&2), "{c:?}");
+    assert_eq!(c.get("PutItem"), None, "no record created: {c:?}");
+    assert!(header_row(&env, &id).await.is_none());
+    assert_eq!(v(&env, "a").await, n(2));
+    assert_clean(&env).await;
+}
+
+#[tokio::test]
+async fn a_read_alone_commits_by_releasing_its_lock() {
+    let env = env("rod-read").await;
+    let tx = env.manager.begin();
+    let id = tx.id().clone();
+    tx.get_item()
+        .table_name(&env.table)
+        .key("Id", s("a"))
+        .send()
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(env.counter.total(), 2);
+    assert!(header_row(&env, &id).await.is_none());
+    assert_eq!(v(&env, "a").await, n(1));
+    assert_clean(&env).await;
+}
+
+#[tokio::test]
+async fn a_second_item_creates_the_record_naming_both_reads() {
+    let env = env("rod-two").await;
+    let tx = env.manager.begin();
+    let id = tx.id().clone();
+    increment(&tx, &env.table, "a").await.unwrap();
+    assert!(header_row(&env, &id).await.is_none());
+    increment(&tx, &env.table, "b").await.unwrap();
+    let header = header_row(&env, &id)
+        .await
+        .expect("created by the second read");
+    let named: Vec<String> = header["_TxR"]
+        .as_l()
+        .unwrap()
+        .iter()
+        .map(|r| r.as_m().unwrap()["o"].as_s().unwrap().clone())
+        .collect();
+    assert_eq!(
+        named,
+        ["G", "U", "G"],
+        "the record names the first read and its write"
+    );
+    tx.commit().await.unwrap();
+    assert_eq!(
+        env.tx_state(&id).await.map(|s| s.0),
+        Some(TxState::Committed)
+    );
+    assert_eq!((v(&env, "a").await, v(&env, "b").await), (n(2), n(2)));
+    assert_clean(&env).await;
+}
+
+#[tokio::test]
+async fn a_buffered_write_on_another_item_creates_the_record_at_the_commit() {
+    let env = env("rod-buf").await;
+    let tx = env.manager.begin();
+    let id = tx.id().clone();
+    increment(&tx, &env.table, "a").await.unwrap();
+    tx.update_item()
+        .table_name(&env.table)
+        .key("Id", s("b"))
+        .update_expression("SET v = :v")
+        .expression_attribute_values(":v", n(5))
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        header_row(&env, &id).await.is_none(),
+        "buffered writes send nothing"
+    );
+    tx.commit().await.unwrap();
+    assert_eq!(
+        env.tx_state(&id).await.map(|s| s.0),
+        Some(TxState::Committed)
+    );
+    assert_eq!((v(&env, "a").await, v(&env, "b").await), (n(2), n(5)));
+    assert_clean(&env).await;
+}
+
+#[tokio::test]
+async fn a_contender_releases_the_lock_under_a_tombstone_and_the_commit_reports_a_rollback() {
+    let env = env("rod-tomb").await;
+    let tx = env.manager.begin();
+    let id = tx.id().clone();
+    increment(&tx, &env.table, "a").await.unwrap();
+    // A contender (defaults) writes `a`: it finds no record, gives the holder its grace, then
+    // tombstones it, releases the lock and commits.
+    let (m2, _) = env.second_coordinator();
+    let w = m2.begin();
+    w.update_item()
+        .table_name(&env.table)
+        .key("Id", s("a"))
+        .update_expression("SET v = :v")
+        .expression_attribute_values(":v", n(7))
+        .send()
+        .await
+        .unwrap();
+    w.commit().await.unwrap();
+    let stone = header_row(&env, &id).await.expect("a tombstone");
+    assert!(stone.contains_key("_TxX"), "{stone:?}");
+    let err = tx.commit().await.unwrap_err();
+    assert!(matches!(err, Error::RolledBack { .. }), "{err:?}");
+    assert_eq!(v(&env, "a").await, n(7), "the contender's write stands");
+    assert_clean(&env).await;
+}
+
+#[tokio::test]
+async fn a_false_condition_is_reported_and_releases_the_lock() {
+    let env = env("rod-cond").await;
+    let tx = env.manager.begin();
+    tx.get_item()
+        .table_name(&env.table)
+        .key("Id", s("a"))
+        .send()
+        .await
+        .unwrap();
+    tx.update_item()
+        .table_name(&env.table)
+        .key("Id", s("a"))
+        .update_expression("SET v = :v")
+        .condition_expression("v = :old")
+        .expression_attribute_values(":v", n(5))
+        .expression_attribute_values(":old", n(9))
+        .send()
+        .await
+        .unwrap();
+    let err = tx.commit().await.unwrap_err();
+    assert!(matches!(err, Error::ConditionFailed { .. }), "{err:?}");
+    assert_eq!(v(&env, "a").await, n(1));
+    assert_clean(&env).await;
+}
+
+#[tokio::test]
+async fn a_rollback_and_a_dropped_handle_release_the_lock() {
+    let env = env("rod-drop").await;
+    let tx = env.manager.begin();
+    let id = tx.id().clone();
+    increment(&tx, &env.table, "a").await.unwrap();
+    tx.rollback().await.unwrap();
+    assert_eq!(owner(&env, "a").await, None);
+    assert!(header_row(&env, &id).await.is_none());
+
+    let m = TransactionManager::builder(env.client.clone())
+        .transactions_table(env.manager.transactions_table())
+        .images_table(env.manager.images_table())
+        .configure(|s| {
+            on_demand(s);
+            s.rollback_on_drop = true;
+        })
+        .build();
+    let tx = m.begin();
+    increment(&tx, &env.table, "b").await.unwrap();
+    assert!(owner(&env, "b").await.is_some());
+    drop(tx);
+    let mut released = false;
+    for _ in 0..100 {
+        if owner(&env, "b").await.is_none() {
+            released = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(released, "the dropped handle's lock is still on b");
+    assert_eq!((v(&env, "a").await, v(&env, "b").await), (n(1), n(1)));
+    assert_clean(&env).await;
+}
+
+/// The commit's answer is lost after it landed: sent again, it finds our lock gone and no
+/// tombstone, which only our own commit can leave.
+#[tokio::test]
+async fn a_lost_commit_answer_is_learnt_as_committed() {
+    let env = env("rod-lost").await;
+    let tx = env.manager.begin();
+    let id = tx.id().clone();
+    increment(&tx, &env.table, "a").await.unwrap();
+    env.faults.fail_once_at(1, FaultMode::AfterSend);
+    tx.commit().await.unwrap();
+    assert!(env.faults.struck());
+    assert_eq!(v(&env, "a").await, n(2));
+    assert!(header_row(&env, &id).await.is_none());
+    assert_clean(&env).await;
+}
+
+/// A crash before or after each request of the path (the lock, the commit): a contender that
+/// increments `a` then finds it free or frees it, and `a` holds exactly the increments that
+/// landed; no lock, image or pending record is left.
+#[tokio::test]
+async fn a_crash_at_every_request_is_recovered_by_a_contender() {
+    let env = env("rod-crash").await;
+    let (m2, _) = env.second_coordinator();
+    let mut expected = 1;
+    for k in 1..=2u64 {
+        for mode in [FaultMode::BeforeSend, FaultMode::AfterSend] {
+            env.faults.crash_at(k, mode);
+            let tx = env.manager.begin();
+            let id = tx.id().clone();
+            let outcome = match increment(&tx, &env.table, "a").await {
+                Ok(_) => tx.commit().await,
+                Err(e) => {
+                    tx.abandon();
+                    Err(e)
+                }
+            };
+            assert!(env.faults.struck(), "request {k} was not reached");
+            env.faults.disarm();
+            let label = format!("crash {mode:?} at request {k}: {outcome:?}");
+            assert!(outcome.is_err(), "{label}");
+            // The commit landed only when the crash came after it was sent.
+            if (k, mode) == (2, FaultMode::AfterSend) {
+                expected += 1;
+            }
+            let c = m2.begin();
+            increment(&c, &env.table, "a")
+                .await
+                .unwrap_or_else(|e| panic!("{label}: contender: {e}"));
+            c.commit().await.unwrap();
+            expected += 1;
+            assert_eq!(v(&env, "a").await, n(expected), "{label}");
+            if let Some(row) = header_row(&env, &id).await {
+                assert!(
+                    row.contains_key("_TxX"),
+                    "{label}: only a tombstone: {row:?}"
+                );
+            }
+            assert_clean(&env).await;
+        }
+    }
+}
+
+/// Workers incrementing one item in `run`, every transaction without a record: no increment is
+/// lost or doubled (through the DynamoDB profile too, when the suite runs under it).
+#[tokio::test]
+async fn concurrent_increments_of_one_item_are_all_counted() {
+    let env = env("rod-hot").await;
+    let workers = 8;
+    let each = 5;
+    let work = (0..workers).map(|_| async {
+        for _ in 0..each {
+            env.manager
+                .run(async |tx| increment(tx, &env.table, "a").await.map(|_| ()))
+                .await
+                .unwrap();
+        }
+    });
+    futures::future::join_all(work).await;
+    assert_eq!(v(&env, "a").await, n(1 + workers * each));
+    assert_clean(&env).await;
+}
