@@ -311,7 +311,10 @@ pub(crate) async fn resolve(
         debug!(tx = %me.id, other = %owner, mine = ?judged.younger_than, theirs = ?h.ticket, waiting_on = ?h.waiting_on, dead = judged.idle_since.is_some(), "rolling back a contending transaction");
         let c = &inner.client;
         last_err = None;
-        match record::roll_back_judged(c, &inner.tx_table, owner, &judged, Some(me.id)).await {
+        // The wound lands only while our own record is pending (a rolled-back transaction
+        // decides nothing); one without a record holds nothing and cannot have been rolled back.
+        let decider = (!me.without_record).then_some(me.id);
+        match record::roll_back_judged(c, &inner.tx_table, owner, &judged, decider).await {
             Ok(JudgedRollback::Decided) => {
                 crate::metrics::contention_wound();
                 crate::metrics::rolled_back(crate::metrics::WOUNDED);

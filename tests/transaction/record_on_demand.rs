@@ -358,3 +358,30 @@ async fn concurrent_increments_of_one_item_are_all_counted() {
     assert_eq!(v(&env, "a").await, n(1 + workers * each));
     assert_clean(&env).await;
 }
+
+/// A transaction without record that must wound a holder to get its item (a younger one,
+/// running past its grace) does so: it holds nothing, so no rollback of its own can be pending,
+/// and the wound does not ask for its record.
+#[tokio::test]
+async fn a_waiter_without_record_wounds_a_holder_past_its_grace() {
+    let env = env("rod-wound").await;
+    let (m2, _) = env.second_coordinator();
+    // The holder (with a record, no ticket: younger than any ticket) reads `a` and stalls.
+    let holder = m2.begin();
+    holder
+        .get_item()
+        .table_name(&env.table)
+        .key("Id", s("a"))
+        .send()
+        .await
+        .unwrap();
+    let tx = env.manager.begin();
+    let id = tx.id().clone();
+    increment(&tx, &env.table, "a").await.unwrap();
+    tx.commit().await.unwrap();
+    assert!(header_row(&env, &id).await.is_none(), "still no record");
+    assert_eq!(v(&env, "a").await, n(2));
+    let err = holder.commit().await.unwrap_err();
+    assert!(matches!(err, Error::RolledBack { .. }), "{err:?}");
+    assert_clean(&env).await;
+}
