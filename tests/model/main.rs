@@ -15,7 +15,9 @@
 //!   locks, cancellation and ambiguous failure falling back to the per-item path), and
 //!   roll-forward (`Settings::roll_forward`: the batch marks each write's lock, a marked write is
 //!   applied by the write that settles its item after the flip, and a `Committed` reader computes
-//!   it meanwhile);
+//!   it meanwhile), and a record only when needed (`Settings::record_on_demand`: the first read's
+//!   lock taken alone, a one-item transaction committed by one conditional write on its item,
+//!   any other creating its record with its next record write);
 //! - crashes of a coordinator between any two of its requests, and resumption of its transaction
 //!   by a new coordinator (`TransactionManager::resume`) that commits or rolls it back;
 //! - lost responses (the write landed, the coordinator did not hear back and retries the step;
@@ -58,7 +60,8 @@
 //! on the version, finalizing or deleting images too early, releasing an applied lock, reading a
 //! batch's before-images before its locks, a lock whose record is absent released without a
 //! tombstone, releasing a pending transaction's unrecorded lock, rolling forward the write of an
-//! unmarked lock, marking locks taken item by item) and expects a counterexample for each (the two
+//! unmarked lock, marking locks taken item by item, a commit without record not conditional on its
+//! lock) and expects a counterexample for each (the two
 //! releases of a lock its record does not name under `LockThenRecord` and `RecordWithLock` alike).
 //!
 //! Not modelled: the wait/wound choices of the ordered contention policy (they only decide *when*

@@ -385,3 +385,60 @@ async fn a_waiter_without_record_wounds_a_holder_past_its_grace() {
     assert!(matches!(err, Error::RolledBack { .. }), "{err:?}");
     assert_clean(&env).await;
 }
+
+/// A transfer whose first read takes its lock without a record and whose second read creates the
+/// record with its lock: a crash before or after each request (the first lock, the creation and
+/// the second lock in either order, the commit). Whatever the record then says is finished, a
+/// contender increments both items, and each holds exactly the increments that committed.
+#[tokio::test]
+async fn a_crash_at_every_request_of_a_transfer_is_recovered() {
+    let env = env("rod-crash2").await;
+    let (m2, _) = env.second_coordinator();
+    let mut expected = 1;
+    for k in 1..=4u64 {
+        for mode in [FaultMode::BeforeSend, FaultMode::AfterSend] {
+            env.faults.crash_at(k, mode);
+            let tx = env.manager.begin();
+            let id = tx.id().clone();
+            let steps = async {
+                increment(&tx, &env.table, "a").await?;
+                increment(&tx, &env.table, "b").await
+            };
+            let outcome = match steps.await {
+                Ok(_) => tx.commit().await,
+                Err(e) => {
+                    tx.abandon();
+                    Err(e)
+                }
+            };
+            assert!(env.faults.struck(), "request {k} was not reached");
+            env.faults.disarm();
+            let label = format!("crash {mode:?} at request {k}: {outcome:?}");
+            // Finish the crashed transaction wherever its record says it is.
+            let state = match env.tx_state(&id).await {
+                Some((TxState::Pending, _)) => {
+                    m2.rollback_transaction(&id).await.unwrap();
+                    TxState::RolledBack
+                }
+                Some((state, _)) => {
+                    m2.complete_transaction(&id).await.unwrap();
+                    state
+                }
+                None => TxState::RolledBack,
+            };
+            if state == TxState::Committed {
+                expected += 1;
+            }
+            let c = m2.begin();
+            increment(&c, &env.table, "a")
+                .await
+                .unwrap_or_else(|e| panic!("{label}: contender: {e}"));
+            increment(&c, &env.table, "b").await.unwrap();
+            c.commit().await.unwrap();
+            expected += 1;
+            assert_eq!(v(&env, "a").await, n(expected), "{label}: a");
+            assert_eq!(v(&env, "b").await, n(expected), "{label}: b");
+            assert_clean(&env).await;
+        }
+    }
+}
