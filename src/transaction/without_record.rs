@@ -15,9 +15,11 @@ use std::sync::atomic::Ordering;
 
 use tracing::{debug, instrument};
 
-use crate::ddb::Written;
+use aws_sdk_dynamodb::types::AttributeValue;
+
+use crate::ddb::{Write, Written};
 use crate::error::{Error, Result};
-use crate::item_lock::{LockInfo, Observed};
+use crate::item_lock::{LOCK_DATE, LockInfo, Observed};
 use crate::keys::ItemRef;
 use crate::record::{self, TxState};
 
@@ -77,7 +79,9 @@ impl Transaction {
     }
 
     /// Whether the commit is one write on the item read without a record: no record was written
-    /// or may have been, and the one item known is held by that lock, unapplied.
+    /// or may have been, the one item known is held by that lock, unapplied, and its final write
+    /// is one the one-request commit would send (an update that may come near DynamoDB's item
+    /// size limit goes through the phased apply on every path, after the record's creation).
     pub(super) fn commit_without_record_fits(&self, st: &State) -> bool {
         st.unrecorded_lock_sent.is_some()
             && st.meta.is_none()
@@ -87,6 +91,29 @@ impl Transaction {
                 e.lock.as_ref().is_some_and(|l| !l.applied)
                     && self.image_to_delete(e, &st.requests).is_none()
             })
+            && self.one_shot_fits(st)
+            && self.write_without_record(st).is_some()
+    }
+
+    /// The commit's one write: the item's final write, conditional also on our lock's stamp.
+    /// The one-request commit needs no stamp (its record's decision, in the same request, lands
+    /// only while the transaction is pending); here the lock is all there is, and a lock attempt
+    /// of ours that lands late (after a contender released our lock and changed the item) must
+    /// not pass for the lock our read took.
+    fn write_without_record(&self, st: &State) -> Option<(Write, ItemRef)> {
+        let (writes, owners) = self.final_writes(st).ok()?;
+        let ([w], [Some(k)]) = (&writes[..], &owners[..]) else {
+            return None;
+        };
+        let stamp = st.items.get(k)?.lock.as_ref()?.stamp.clone()?;
+        let mut w = w.clone();
+        let cond = format!(
+            "{} = {}",
+            w.ph.name(LOCK_DATE),
+            w.ph.value("Stamp", AttributeValue::N(stamp))
+        );
+        w.and_condition(cond);
+        Some((w, k.clone()))
     }
 
     /// Commits with one conditional write on the only item: its final write (the write applied
@@ -98,10 +125,10 @@ impl Transaction {
     #[instrument(level = "debug", name = "commit_without_record", skip_all, fields(tx = %self.id))]
     pub(super) async fn commit_without_record(&self, st: &mut State) -> Result<()> {
         let _timer = crate::metrics::PhaseTimer::start(crate::metrics::COMMIT);
-        let (writes, owners) = self.final_writes(st)?;
-        let ([write], [Some(k)]) = (&writes[..], &owners[..]) else {
+        let Some((write, k)) = self.write_without_record(st) else {
             return Err(Error::invariant("a commit without record writes one item"));
         };
+        let k = &k;
         let c = &self.inner.client;
         let mut in_doubt = false;
         let mut last_err = None;
@@ -159,6 +186,12 @@ impl Transaction {
             }
             st.items.get_mut(k).expect("entry").lock = None;
             st.unrecorded_lock_sent = None;
+            if obs.locked_by(&self.id) && !obs.applied {
+                // A lock attempt of ours that landed late, after ours was released: release it.
+                let mut late = e.clone();
+                late.lock = Some(LockInfo::from_observed(&obs));
+                crate::settle::release_unapplied_lock(&self.inner, &self.id, &mut late).await?;
+            }
             if !in_doubt {
                 st.outcome = Some(TxState::RolledBack);
                 return Err(Error::RolledBack {

@@ -2,7 +2,7 @@
 //! writes only the item it read commits with one conditional write and never has a record; one
 //! that needs more creates its record then. What each outcome leaves on the item and the record.
 use super::*;
-use dynamodb_transactions::fault::FaultMode;
+use dynamodb_transactions::fault::{FaultMode, LateDelivery};
 use dynamodb_transactions::{Error, Item, Transaction, TransactionManager, TxId, TxState};
 
 fn on_demand(s: &mut dynamodb_transactions::Settings) {
@@ -441,4 +441,60 @@ async fn a_crash_at_every_request_of_a_transfer_is_recovered() {
             assert_clean(&env).await;
         }
     }
+}
+
+/// A lock attempt of the transaction stuck in the network lands after a contender released the
+/// lock the read took (under a tombstone) and wrote the item: the commit is conditional on the
+/// read's lock itself (its stamp), not only on the transaction owning the item, so it fails, and
+/// the late lock is released.
+#[tokio::test]
+async fn a_lock_attempt_landing_late_does_not_pass_for_the_reads_lock() {
+    let env = env("rod-late").await;
+    let late = LateDelivery::new();
+    let conf = client()
+        .config()
+        .to_builder()
+        .http_client(late.http_client())
+        .build();
+    let m = TransactionManager::builder(aws_sdk_dynamodb::Client::from_conf(conf))
+        .transactions_table(env.manager.transactions_table())
+        .images_table(env.manager.images_table())
+        .configure(|s| {
+            on_demand(s);
+            s.rollback_on_drop = false;
+        })
+        .build();
+    let read_b = || async {
+        m.get_item()
+            .table_name(&env.table)
+            .key("Id", s("b"))
+            .send()
+            .await
+            .unwrap()
+    };
+    read_b().await;
+    // The first lock attempt fails for its sender but is kept; the second takes the lock.
+    late.hold("UpdateItem", 1, 1, "GetItem");
+    let tx = m.begin();
+    increment(&tx, &env.table, "a").await.unwrap();
+    assert_eq!(late.struck(), 1, "the first lock attempt is held");
+    // A contender tombstones the transaction, releases its lock and writes `a`.
+    let (m2, _) = env.second_coordinator();
+    let w = m2.begin();
+    w.update_item()
+        .table_name(&env.table)
+        .key("Id", s("a"))
+        .update_expression("SET v = :v")
+        .expression_attribute_values(":v", n(7))
+        .send()
+        .await
+        .unwrap();
+    w.commit().await.unwrap();
+    // The held attempt lands now, on the free item.
+    read_b().await;
+    assert_eq!(owner(&env, "a").await.as_deref(), Some(tx.id().as_str()));
+    let err = tx.commit().await.unwrap_err();
+    assert!(matches!(err, Error::RolledBack { .. }), "{err:?}");
+    assert_eq!(v(&env, "a").await, n(7), "the contender's write stands");
+    assert_clean(&env).await;
 }
