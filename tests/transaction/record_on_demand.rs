@@ -38,14 +38,20 @@ async fn increment(tx: &Transaction, table: &str, id: &str) -> dynamodb_transact
     let v: i64 = got
         .item()
         .map_or(0, |i| i["v"].as_n().unwrap().parse().unwrap());
+    set(tx, table, id, v + 1).await?;
+    Ok(v + 1)
+}
+
+/// Buffers `SET v = <v>` on `id`.
+async fn set(tx: &Transaction, table: &str, id: &str, v: i64) -> dynamodb_transactions::Result<()> {
     tx.update_item()
         .table_name(table)
         .key("Id", s(id))
         .update_expression("SET v = :v")
-        .expression_attribute_values(":v", n(v + 1))
+        .expression_attribute_values(":v", n(v))
         .send()
-        .await?;
-    Ok(v + 1)
+        .await
+        .map(|_| ())
 }
 
 /// The raw header row of a transaction's record (a tombstone included).
@@ -168,14 +174,7 @@ async fn a_buffered_write_on_another_item_creates_the_record_at_the_commit() {
     let tx = env.manager.begin();
     let id = tx.id().clone();
     increment(&tx, &env.table, "a").await.unwrap();
-    tx.update_item()
-        .table_name(&env.table)
-        .key("Id", s("b"))
-        .update_expression("SET v = :v")
-        .expression_attribute_values(":v", n(5))
-        .send()
-        .await
-        .unwrap();
+    set(&tx, &env.table, "b", 5).await.unwrap();
     assert!(
         header_row(&env, &id).await.is_none(),
         "buffered writes send nothing"
@@ -199,14 +198,7 @@ async fn a_contender_releases_the_lock_under_a_tombstone_and_the_commit_reports_
     // tombstones it, releases the lock and commits.
     let (m2, _) = env.second_coordinator();
     let w = m2.begin();
-    w.update_item()
-        .table_name(&env.table)
-        .key("Id", s("a"))
-        .update_expression("SET v = :v")
-        .expression_attribute_values(":v", n(7))
-        .send()
-        .await
-        .unwrap();
+    set(&w, &env.table, "a", 7).await.unwrap();
     w.commit().await.unwrap();
     let stone = header_row(&env, &id).await.expect("a tombstone");
     assert!(stone.contains_key("_TxX"), "{stone:?}");
@@ -481,14 +473,7 @@ async fn a_lock_attempt_landing_late_does_not_pass_for_the_reads_lock() {
     // A contender tombstones the transaction, releases its lock and writes `a`.
     let (m2, _) = env.second_coordinator();
     let w = m2.begin();
-    w.update_item()
-        .table_name(&env.table)
-        .key("Id", s("a"))
-        .update_expression("SET v = :v")
-        .expression_attribute_values(":v", n(7))
-        .send()
-        .await
-        .unwrap();
+    set(&w, &env.table, "a", 7).await.unwrap();
     w.commit().await.unwrap();
     // The held attempt lands now, on the free item.
     read_b().await;
