@@ -7,12 +7,12 @@ use std::sync::atomic::Ordering;
 use tracing::warn;
 
 use crate::ddb::{self, Write};
-use crate::error::{Error, Result};
+use crate::error::{Error, Item, Result};
 use crate::item_lock::{LockInfo, Observed};
 use crate::keys::ItemRef;
 use crate::record::{self, TxState};
 use crate::request;
-use crate::settle::{PROTOCOL_ATTEMPTS, cancelled_error};
+use crate::settle::{Entry, PROTOCOL_ATTEMPTS, cancelled_error};
 
 use super::{AMBIGUOUS_COMMITS, CommitStep, State, Transaction};
 
@@ -105,8 +105,8 @@ impl Transaction {
             if st.requests.is_empty() && st.meta.is_none() && !st.record_in_doubt {
                 return Ok(()); // nothing was ever written
             }
-            if self.commit_without_record_fits(st) {
-                self.commit_without_record(st).await?;
+            if let Some((write, k)) = self.write_without_record(st) {
+                self.commit_without_record(st, write, &k).await?;
                 crate::metrics::committed(crate::metrics::WITHOUT_RECORD);
                 return Ok(());
             }
@@ -248,7 +248,6 @@ impl Transaction {
                 continue;
             };
             let e = st.items[&k].clone();
-            let req = e.request(&st.requests).clone();
             let is_check = matches!(writes[i].kind, ddb::WriteKind::Check { .. });
             match reason.code.as_str() {
                 "ConditionalCheckFailed" => {
@@ -275,27 +274,12 @@ impl Transaction {
                         return Ok(CommitStep::Again);
                     }
                     // The request's own condition is false.
-                    st.rollback_cause = Some(crate::metrics::CONDITION_FAILED);
-                    self.rollback_locked(st).await?;
-                    return Err(Error::ConditionFailed {
-                        tx_id: self.id.clone(),
-                        request_index: e.index(),
-                        table: req.table.clone(),
-                        key: req.key.clone(),
-                        item: if is_phantom { None } else { obs.visible() },
-                    });
+                    let item = if is_phantom { None } else { obs.visible() };
+                    return Err(self.roll_back_condition_failed(st, &e, item).await?);
                 }
                 "ValidationError" => {
-                    st.rollback_cause = Some(crate::metrics::REQUEST_REJECTED);
-                    self.rollback_locked(st).await?;
-                    return Err(Error::RequestRejected {
-                        tx_id: self.id.clone(),
-                        request_index: e.index(),
-                        table: req.table.clone(),
-                        message: request::explain_rejection(
-                            reason.message.clone().unwrap_or_default(),
-                        ),
-                    });
+                    let message = reason.message.clone().unwrap_or_default();
+                    return Err(self.roll_back_rejected(st, &e, message).await?);
                 }
                 _ if reason.is_transient() => {
                     // Throttled or in conflict: back off and try again (bounded).
@@ -309,6 +293,46 @@ impl Transaction {
         // Cancelled with no failing item we own (a phantom check with no owner, or a conflict).
         crate::settings::backoff(&self.inner.settings, 1).await;
         Ok(CommitStep::Again)
+    }
+
+    /// Rolls back because the request of `e` (an entry of this handle) has a false condition, and
+    /// returns the error that says so, with the item as the failed condition found it.
+    pub(super) async fn roll_back_condition_failed(
+        &self,
+        st: &mut State,
+        e: &Entry,
+        item: Option<Item>,
+    ) -> Result<Error> {
+        // Taken before the rollback, which forgets requests never recorded.
+        let req = e.request(&st.requests).clone();
+        st.rollback_cause = Some(crate::metrics::CONDITION_FAILED);
+        self.rollback_locked(st).await?;
+        Ok(Error::ConditionFailed {
+            tx_id: self.id.clone(),
+            request_index: e.index(),
+            table: req.table,
+            key: req.key,
+            item,
+        })
+    }
+
+    /// Rolls back because DynamoDB rejected the request of `e` with `message`, and returns the
+    /// error that says so.
+    pub(super) async fn roll_back_rejected(
+        &self,
+        st: &mut State,
+        e: &Entry,
+        message: String,
+    ) -> Result<Error> {
+        let table = e.request(&st.requests).table.clone();
+        st.rollback_cause = Some(crate::metrics::REQUEST_REJECTED);
+        self.rollback_locked(st).await?;
+        Ok(Error::RequestRejected {
+            tx_id: self.id.clone(),
+            request_index: e.index(),
+            table,
+            message: request::explain_rejection(message),
+        })
     }
 
     /// The decisive write failed (ambiguously, or after the SDK retried an attempt that may have

@@ -78,12 +78,17 @@ impl Transaction {
         })
     }
 
-    /// Whether the commit is one write on the item read without a record: no record was written
-    /// or may have been, the one item known is held by that lock, unapplied, and its final write
-    /// is one the one-request commit would send (an update that may come near DynamoDB's item
-    /// size limit goes through the phased apply on every path, after the record's creation).
-    pub(super) fn commit_without_record_fits(&self, st: &State) -> bool {
-        st.unrecorded_lock_sent.is_some()
+    /// The commit's one write, when the commit is one write on the item read without a record:
+    /// no record was written or may have been, the one item known is held by that lock,
+    /// unapplied, and its final write is one the one-request commit would send (an update that
+    /// may come near DynamoDB's item size limit goes through the phased apply on every path,
+    /// after the record's creation). That final write is made conditional also on our lock's
+    /// stamp. The one-request commit needs no stamp (its record's decision, in the same request,
+    /// lands only while the transaction is pending); here the lock is all there is, and a lock
+    /// attempt of ours that lands late (after a contender released our lock and changed the
+    /// item) must not pass for the lock our read took.
+    pub(super) fn write_without_record(&self, st: &State) -> Option<(Write, ItemRef)> {
+        let fits = st.unrecorded_lock_sent.is_some()
             && st.meta.is_none()
             && !st.record_in_doubt
             && st.items.len() == 1
@@ -91,16 +96,10 @@ impl Transaction {
                 e.lock.as_ref().is_some_and(|l| !l.applied)
                     && self.image_to_delete(e, &st.requests).is_none()
             })
-            && self.one_shot_fits(st)
-            && self.write_without_record(st).is_some()
-    }
-
-    /// The commit's one write: the item's final write, conditional also on our lock's stamp.
-    /// The one-request commit needs no stamp (its record's decision, in the same request, lands
-    /// only while the transaction is pending); here the lock is all there is, and a lock attempt
-    /// of ours that lands late (after a contender released our lock and changed the item) must
-    /// not pass for the lock our read took.
-    fn write_without_record(&self, st: &State) -> Option<(Write, ItemRef)> {
+            && self.one_shot_fits(st);
+        if !fits {
+            return None;
+        }
         let (writes, owners) = self.final_writes(st).ok()?;
         let ([w], [Some(k)]) = (&writes[..], &owners[..]) else {
             return None;
@@ -116,19 +115,20 @@ impl Transaction {
         Some((w, k.clone()))
     }
 
-    /// Commits with one conditional write on the only item: its final write (the write applied
-    /// and the lock removed, or only the lock removed after a read alone), conditional on our
-    /// lock. Our lock gone means a contender released it under a tombstone: rolled back. After a
+    /// Commits with `write` on the only item, `k` (see [`Self::write_without_record`]): its final
+    /// write (the write applied and the lock removed, or only the lock removed after a read
+    /// alone), conditional on our lock. Our lock gone means a contender released it under a tombstone: rolled back. After a
     /// lost answer the write is sent again; if our lock is then gone and no tombstone exists, the
     /// earlier send removed it (nobody else releases a lock whose record is absent without one);
     /// with a tombstone, the outcome is unknown.
     #[instrument(level = "debug", name = "commit_without_record", skip_all, fields(tx = %self.id))]
-    pub(super) async fn commit_without_record(&self, st: &mut State) -> Result<()> {
+    pub(super) async fn commit_without_record(
+        &self,
+        st: &mut State,
+        write: Write,
+        k: &ItemRef,
+    ) -> Result<()> {
         let _timer = crate::metrics::PhaseTimer::start(crate::metrics::COMMIT);
-        let Some((write, k)) = self.write_without_record(st) else {
-            return Err(Error::invariant("a commit without record writes one item"));
-        };
-        let k = &k;
         let c = &self.inner.client;
         let mut in_doubt = false;
         let mut last_err = None;
@@ -151,20 +151,12 @@ impl Transaction {
                 }
                 Err(e) if super::commit::is_rejection(&e) => {
                     // Nothing landed: the lock is still ours.
-                    let entry = st.items[k].clone();
-                    let req = entry.request(&st.requests).clone();
                     let message = match &e {
                         Error::DynamoDb { message, .. } => message.clone().unwrap_or_default(),
                         _ => e.to_string(),
                     };
-                    st.rollback_cause = Some(crate::metrics::REQUEST_REJECTED);
-                    self.rollback_locked(st).await?;
-                    return Err(Error::RequestRejected {
-                        tx_id: self.id.clone(),
-                        request_index: entry.index(),
-                        table: req.table,
-                        message: crate::request::explain_rejection(message),
-                    });
+                    let entry = st.items[k].clone();
+                    return Err(self.roll_back_rejected(st, &entry, message).await?);
                 }
                 Err(e) => return Err(e),
             };
@@ -173,16 +165,9 @@ impl Transaction {
             let lock = e.lock.as_ref().expect("held");
             if obs.holds(&self.id, lock) {
                 // Still ours: the request's own condition is false.
-                let req = e.request(&st.requests).clone();
-                st.rollback_cause = Some(crate::metrics::CONDITION_FAILED);
-                self.rollback_locked(st).await?;
-                return Err(Error::ConditionFailed {
-                    tx_id: self.id.clone(),
-                    request_index: e.index(),
-                    table: req.table,
-                    key: req.key,
-                    item: obs.visible(),
-                });
+                return Err(self
+                    .roll_back_condition_failed(st, &e, obs.visible())
+                    .await?);
             }
             st.items.get_mut(k).expect("entry").lock = None;
             st.unrecorded_lock_sent = None;
