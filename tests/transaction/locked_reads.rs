@@ -6,10 +6,10 @@
 use aws_sdk_dynamodb::types::AttributeValue;
 use dynamodb_transactions::fault::{FaultMode, LateDelivery};
 use dynamodb_transactions::sweeper::SweepOptions;
-use dynamodb_transactions::{Item, Transaction, TransactionManager, TxId, TxState};
+use dynamodb_transactions::{Transaction, TransactionManager, TxId, TxState};
 
-use crate::assert_clean;
 use crate::common::*;
+use crate::{assert_clean, header_row, read, seed, set, warm};
 
 fn lock_first(s: &mut dynamodb_transactions::Settings) {
     s.locked_reads = dynamodb_transactions::LockedReads::LockThenRecord;
@@ -25,50 +25,6 @@ async fn lock_first_envs(prefix: &str) -> Vec<TestEnv> {
         })
         .await,
     ]
-}
-
-async fn seed(env: &TestEnv, ids: &[&str]) {
-    for id in ids {
-        env.raw_put(&env.table, item(&[("Id", s(id)), ("v", n(1))]))
-            .await;
-    }
-}
-
-async fn warm(env: &TestEnv) {
-    env.manager
-        .get_item()
-        .table_name(&env.table)
-        .key("Id", s("warm"))
-        .send()
-        .await
-        .unwrap();
-}
-
-async fn read(
-    tx: &Transaction,
-    table: &str,
-    id: &str,
-) -> dynamodb_transactions::Result<Option<i64>> {
-    let out = tx
-        .get_item()
-        .table_name(table)
-        .key("Id", s(id))
-        .send()
-        .await?;
-    Ok(out
-        .item
-        .and_then(|i| i.get("v").and_then(|v| v.as_n().ok()?.parse().ok())))
-}
-
-async fn set(tx: &Transaction, table: &str, id: &str, v: i64) -> dynamodb_transactions::Result<()> {
-    tx.update_item()
-        .table_name(table)
-        .key("Id", s(id))
-        .update_expression("SET v = :v")
-        .expression_attribute_values(":v", n(v))
-        .send()
-        .await
-        .map(|_| ())
 }
 
 /// Ten items seeded, then one transaction that reads each under lock and commits, its requests
@@ -360,15 +316,6 @@ fn lock_first_through(env: &TestEnv, late: &LateDelivery) -> TransactionManager 
             s.rollback_on_drop = false;
         })
         .build()
-}
-
-/// The raw header row of a transaction's record (a tombstone included).
-async fn header_row(env: &TestEnv, id: &TxId) -> Option<Item> {
-    env.raw_get(
-        env.manager.transactions_table(),
-        &item(&[("_TxId", s(id.as_str())), ("_TxN", n(0))]),
-    )
-    .await
 }
 
 /// The first read's lock goes out with the record's creation (one round trip for both). Here the

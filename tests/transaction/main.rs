@@ -24,6 +24,7 @@ mod validation;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use common::*;
+use dynamodb_transactions::{Item, Transaction, TxId};
 
 /// Both commit paths: one `TransactWriteItems`, and phases.
 async fn envs(prefix: &str) -> Vec<TestEnv> {
@@ -57,4 +58,61 @@ async fn counts(env: &TestEnv, ids: &[&str]) -> Vec<AttributeValue> {
 async fn assert_no_images(env: &TestEnv, what: &str) {
     let images = env.scan_all(env.manager.images_table()).await;
     assert!(images.is_empty(), "{what}: images left: {}", images.len());
+}
+
+/// Puts each of `ids` with `v = 1`.
+async fn seed(env: &TestEnv, ids: &[&str]) {
+    for id in ids {
+        env.raw_put(&env.table, item(&[("Id", s(id)), ("v", n(1))]))
+            .await;
+    }
+}
+
+/// Warms the manager's key-schema cache for `env.table`.
+async fn warm(env: &TestEnv) {
+    env.manager
+        .get_item()
+        .table_name(&env.table)
+        .key("Id", s("warm"))
+        .send()
+        .await
+        .unwrap();
+}
+
+/// A locked read of `id`: its `v`, if it has one.
+async fn read(
+    tx: &Transaction,
+    table: &str,
+    id: &str,
+) -> dynamodb_transactions::Result<Option<i64>> {
+    let out = tx
+        .get_item()
+        .table_name(table)
+        .key("Id", s(id))
+        .send()
+        .await?;
+    Ok(out
+        .item
+        .and_then(|i| i.get("v").and_then(|v| v.as_n().ok()?.parse().ok())))
+}
+
+/// Buffers `SET v = <v>` on `id`.
+async fn set(tx: &Transaction, table: &str, id: &str, v: i64) -> dynamodb_transactions::Result<()> {
+    tx.update_item()
+        .table_name(table)
+        .key("Id", s(id))
+        .update_expression("SET v = :v")
+        .expression_attribute_values(":v", n(v))
+        .send()
+        .await
+        .map(|_| ())
+}
+
+/// The raw header row of a transaction's record (a tombstone included).
+async fn header_row(env: &TestEnv, id: &TxId) -> Option<Item> {
+    env.raw_get(
+        env.manager.transactions_table(),
+        &item(&[("_TxId", s(id.as_str())), ("_TxN", n(0))]),
+    )
+    .await
 }

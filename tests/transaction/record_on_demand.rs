@@ -3,7 +3,7 @@
 //! that needs more creates its record then. What each outcome leaves on the item and the record.
 use super::*;
 use dynamodb_transactions::fault::{FaultMode, LateDelivery};
-use dynamodb_transactions::{Error, Item, Transaction, TransactionManager, TxId, TxState};
+use dynamodb_transactions::{Error, Transaction, TransactionManager, TxState};
 
 fn on_demand(s: &mut dynamodb_transactions::Settings) {
     s.record_on_demand = true;
@@ -11,56 +11,17 @@ fn on_demand(s: &mut dynamodb_transactions::Settings) {
 
 async fn env(prefix: &str) -> TestEnv {
     let env = TestEnv::with_settings(prefix, on_demand).await;
-    for id in ["a", "b"] {
-        env.raw_put(&env.table, item(&[("Id", s(id)), ("v", n(1))]))
-            .await;
-    }
-    // Warm the key-schema cache.
-    env.manager
-        .get_item()
-        .table_name(&env.table)
-        .key("Id", s("warm"))
-        .send()
-        .await
-        .unwrap();
+    seed(&env, &["a", "b"]).await;
+    warm(&env).await;
     env.counter.reset();
     env
 }
 
 /// Reads `id` under lock and buffers `SET v = <read> + 1`.
 async fn increment(tx: &Transaction, table: &str, id: &str) -> dynamodb_transactions::Result<i64> {
-    let got = tx
-        .get_item()
-        .table_name(table)
-        .key("Id", s(id))
-        .send()
-        .await?;
-    let v: i64 = got
-        .item()
-        .map_or(0, |i| i["v"].as_n().unwrap().parse().unwrap());
-    set(tx, table, id, v + 1).await?;
-    Ok(v + 1)
-}
-
-/// Buffers `SET v = <v>` on `id`.
-async fn set(tx: &Transaction, table: &str, id: &str, v: i64) -> dynamodb_transactions::Result<()> {
-    tx.update_item()
-        .table_name(table)
-        .key("Id", s(id))
-        .update_expression("SET v = :v")
-        .expression_attribute_values(":v", n(v))
-        .send()
-        .await
-        .map(|_| ())
-}
-
-/// The raw header row of a transaction's record (a tombstone included).
-async fn header_row(env: &TestEnv, id: &TxId) -> Option<Item> {
-    env.raw_get(
-        env.manager.transactions_table(),
-        &item(&[("_TxId", s(id.as_str())), ("_TxN", n(0))]),
-    )
-    .await
+    let v = read(tx, table, id).await?.unwrap_or(0) + 1;
+    set(tx, table, id, v).await?;
+    Ok(v)
 }
 
 async fn v(env: &TestEnv, id: &str) -> AttributeValue {
@@ -100,14 +61,7 @@ async fn a_second_read_of_the_item_writes_nothing() {
     let tx = env.manager.begin();
     let id = tx.id().clone();
     for _ in 0..2 {
-        let got = tx
-            .get_item()
-            .table_name(&env.table)
-            .key("Id", s("a"))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(got.item().unwrap()["v"], n(1));
+        assert_eq!(read(&tx, &env.table, "a").await.unwrap(), Some(1));
     }
     increment(&tx, &env.table, "a").await.unwrap();
     tx.commit().await.unwrap();
@@ -124,12 +78,7 @@ async fn a_read_alone_commits_by_releasing_its_lock() {
     let env = env("rod-read").await;
     let tx = env.manager.begin();
     let id = tx.id().clone();
-    tx.get_item()
-        .table_name(&env.table)
-        .key("Id", s("a"))
-        .send()
-        .await
-        .unwrap();
+    read(&tx, &env.table, "a").await.unwrap();
     tx.commit().await.unwrap();
     assert_eq!(env.counter.total(), 2);
     assert!(header_row(&env, &id).await.is_none());
@@ -212,12 +161,7 @@ async fn a_contender_releases_the_lock_under_a_tombstone_and_the_commit_reports_
 async fn a_false_condition_is_reported_and_releases_the_lock() {
     let env = env("rod-cond").await;
     let tx = env.manager.begin();
-    tx.get_item()
-        .table_name(&env.table)
-        .key("Id", s("a"))
-        .send()
-        .await
-        .unwrap();
+    read(&tx, &env.table, "a").await.unwrap();
     tx.update_item()
         .table_name(&env.table)
         .key("Id", s("a"))
@@ -360,13 +304,7 @@ async fn a_waiter_without_record_wounds_a_holder_past_its_grace() {
     let (m2, _) = env.second_coordinator();
     // The holder (with a record, no ticket: younger than any ticket) reads `a` and stalls.
     let holder = m2.begin();
-    holder
-        .get_item()
-        .table_name(&env.table)
-        .key("Id", s("a"))
-        .send()
-        .await
-        .unwrap();
+    read(&holder, &env.table, "a").await.unwrap();
     let tx = env.manager.begin();
     let id = tx.id().clone();
     increment(&tx, &env.table, "a").await.unwrap();
