@@ -383,8 +383,9 @@ impl ProtocolModel {
             && c.items.iter().all(|k| matches!(k, Knows::Nothing))
     }
 
-    /// `commit_without_record_fits`: the handle holds its one item by a lock taken without a
-    /// record, never wrote a record nor may have, and every entry of the plan is on that item.
+    /// `write_without_record` (the commit fits): the handle holds its one item by a lock taken
+    /// without a record, never wrote a record nor may have, and every entry of the plan is on
+    /// that item.
     pub(crate) fn commits_without_record(&self, c: &Coordinator, tx: Tx) -> bool {
         let Some(e) = c.unrecorded_lock else {
             return false;
