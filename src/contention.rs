@@ -11,7 +11,7 @@ use tracing::debug;
 
 use crate::TxId;
 use crate::error::{Error, Item, Result};
-use crate::item_lock::{self, Observed};
+use crate::item_lock::{self, Observed, UnrecordedLock};
 use crate::record::{self, Header, Judged, JudgedRollback, TxState};
 use crate::settings::{ContentionPolicy, Inner, Settings};
 use crate::settle::{self, PROTOCOL_ATTEMPTS};
@@ -179,6 +179,8 @@ pub(crate) struct Look {
     pub met_again: bool,
     /// The caller asked for other locks before this one (it may hold items others wait for).
     pub holds_others: bool,
+    /// The lock met was taken without a record: what it says of its holder.
+    pub unrecorded: Option<UnrecordedLock>,
 }
 
 /// How many times [`resolve`] judges a holder again when its record changed under a wound.
@@ -210,6 +212,7 @@ pub(crate) async fn resolve(
         check_own,
         met_again,
         holds_others,
+        unrecorded,
     } = look;
     // The owner's header as a failed wound found it (saves a read when judging again).
     let mut found: Option<Option<Header>> = None;
@@ -230,9 +233,16 @@ pub(crate) async fn resolve(
             }
             None => record::load_header(&inner.client, &inner.tx_table, owner).await?,
         };
+        if header.is_none()
+            && let Some(r) = judge_unrecorded(inner, me, unrecorded, holds_others).await?
+        {
+            // No record, and a lock taken without one: judged by the ticket on the lock.
+            return Ok(r);
+        }
         let h = match header {
             // No record: an orphan, or a transaction whose record's creation is on its way (a
-            // read's lock goes with it). Give the latter a moment, then tombstone it.
+            // read's lock goes with it), or a younger one that did not need a record yet. Give
+            // the latter a moment, then tombstone it.
             None if grace_left => return Ok(Resolution::Grace),
             None => {
                 steal_orphan(inner, owner, table, key, false).await?;
@@ -352,6 +362,91 @@ pub(crate) async fn resolve(
     match last_err {
         Some(e) => Err(e),
         None => Ok(Resolution::Retry),
+    }
+}
+
+/// A holder whose record is absent, met by a lock it took without one (`Settings::record_on_demand`,
+/// `unrecorded`): judged by the ticket its lock carries, as its record's ticket would judge it,
+/// while the lock is younger than `dead_after`. Such a holder writes nothing while it runs, so
+/// the lock's age stands for a record's idle time; its record, once created, carries the same
+/// ticket (both are its unit of work's), and from then on the record judges it.
+///
+/// Older: wait for it, or yield as a first attempt holding other locks yields to a retry. No
+/// cycle can form through it: a holder without record holds one item and waits for nobody (it
+/// creates its record before it asks for another lock). `None` for a younger holder, one without
+/// a ticket, or one whose lock is `dead_after` old: the caller gives it its grace, then releases
+/// it under a tombstone.
+async fn judge_unrecorded(
+    inner: &Inner,
+    me: &Contender<'_>,
+    unrecorded: Option<UnrecordedLock>,
+    holds_others: bool,
+) -> Result<Option<Resolution>> {
+    let ContentionPolicy::Ordered { dead_after, .. } = inner.settings.contention else {
+        return Ok(None);
+    };
+    let Some(lock) = unrecorded.filter(|l| l.ticket != 0) else {
+        return Ok(None);
+    };
+    let age_ms = crate::ddb::now_millis().saturating_sub(lock.locked_ms);
+    if age_ms > dead_after.as_millis() as u64 {
+        return Ok(None);
+    }
+    let mine = me.ticket(inner).await?;
+    let theirs = lock.ticket;
+    if theirs >= mine {
+        return Ok(None);
+    }
+    if holds_others
+        && crate::ticket::is_first_attempt(mine)
+        && !crate::ticket::is_first_attempt(theirs)
+    {
+        crate::metrics::contention_yield();
+        return Ok(Some(Resolution::Yield));
+    }
+    debug!(tx = %me.id, theirs, age_ms, "waiting for an older holder without record");
+    crate::metrics::contention_wait();
+    Ok(Some(Resolution::Wait {
+        on: theirs,
+        holder: true,
+    }))
+}
+
+/// The most a look that judged a holder by its lock alone pauses (as long as its lock attempt
+/// took): about the time a record read would have taken, so that waiters reading nothing do not
+/// try a hot item's lock faster than waiters that read (DynamoDB throttles an item's writes past
+/// about 1,000 a second).
+pub(crate) const LOCK_JUDGEMENT_PAUSE: Duration = Duration::from_millis(50);
+
+/// How long, after first meeting a holder by a lock it took without a record, a waiter that asked
+/// for no other lock judges it by that lock alone, without reading its record: a fifth of the
+/// grace. The holder may meanwhile have created its record, and started waiting or been decided
+/// there; a waiter holding nothing is in no cycle and holds nothing up, and after this it reads
+/// the record at every look, so a decided holder is released within the grace.
+pub(crate) fn lock_judgement_stands(settings: &Settings, met_at: Instant, look: &Look) -> bool {
+    look.unrecorded.is_some() && !look.holds_others && met_at.elapsed() < settings.wound_grace / 5
+}
+
+/// The judgement of a holder by its lock alone, while [`lock_judgement_stands`]: an older one is
+/// waited for (see [`judge_unrecorded`]), any other one is within its grace. `None` when the
+/// lock cannot judge it (another policy, or a lock `dead_after` old): its record must be read.
+pub(crate) async fn judge_by_lock(
+    inner: &Inner,
+    me: &Contender<'_>,
+    look: &Look,
+) -> Result<Option<Resolution>> {
+    let ContentionPolicy::Ordered { dead_after, .. } = inner.settings.contention else {
+        return Ok(None);
+    };
+    let Some(lock) = look.unrecorded else {
+        return Ok(None);
+    };
+    if crate::ddb::now_millis().saturating_sub(lock.locked_ms) > dead_after.as_millis() as u64 {
+        return Ok(None);
+    }
+    match judge_unrecorded(inner, me, look.unrecorded, look.holds_others).await? {
+        Some(r) => Ok(Some(r)),
+        None => Ok(Some(Resolution::Grace)),
     }
 }
 

@@ -198,12 +198,19 @@ pub struct Settings {
     /// to another item, a write applied early or a hand-off creates its record then, naming the
     /// read. See docs/PROTOCOL.md "A record only when needed".
     ///
-    /// Off by default. The cost: until the record exists, a transaction that meets the lock sees
-    /// no record and no ticket, so it gives the holder [`wound_grace`](Self::wound_grace) and then
-    /// rolls it back (under a tombstone), whatever their ages; a transaction that reads an item
-    /// and then waits longer than the grace before its next request (an interactive one) is
-    /// rolled back by any contender. Ignored with [`wait_in_ticket_order`](Self::wait_in_ticket_order)
-    /// (waiters register in the holder's record).
+    /// Until the record exists, the lock carries the holder's ticket (when its unit of work has
+    /// one: a retry, or any transaction with [`ContentionPolicy::Ordered`]'s `ticket_at_begin`),
+    /// and whoever meets it judges the holder by that ticket as by a record's: an older holder
+    /// is waited for while its lock is younger than `dead_after`.
+    ///
+    /// Off by default. The cost: a holder whose lock carries no ticket is given
+    /// [`wound_grace`](Self::wound_grace) by any contender and then rolled back (under a
+    /// tombstone), whatever their ages, and so is one whose lock is `dead_after` old; a
+    /// crashed coordinator's lock is in no record, so only a contender or a sweep that scans its
+    /// table ([`SweepOptions::tables_to_scan`](crate::sweeper::SweepOptions::tables_to_scan),
+    /// once the lock is `rollback_after` old) releases it. Ignored with
+    /// [`wait_in_ticket_order`](Self::wait_in_ticket_order) (waiters register in the holder's
+    /// record).
     ///
     /// ```no_run
     /// # async fn f(client: aws_sdk_dynamodb::Client) {

@@ -10,7 +10,7 @@ use crate::ddb::{Placeholders, Write, WriteKind, Written};
 use crate::error::{Error, Item, Result};
 use crate::keys::KeySchema;
 
-use super::{LOCK_DATE, LockInfo, OWNER, Observed, PAD, ROLL, TRANSIENT, new_stamp, strip};
+use super::{LOCK_DATE, LockInfo, OWNER, Observed, PAD, ROLL, TICKET, TRANSIENT, new_stamp, strip};
 
 /// Outcome of a lock attempt.
 #[derive(Debug)]
@@ -19,16 +19,36 @@ pub(crate) enum LockOutcome {
     /// Another transaction holds it. `ahead`: with a queue guard and a ticket, the live entries
     /// older than the ticket the item carries (0 otherwise); `own_entry`: the expiry of the
     /// ticket's own entry among them, if the item carries one (which the holder's unlock keeps).
+    /// `unrecorded`: the lock was taken without a record (see [`Observed::ticket`]).
     Held {
         owner: TxId,
         ahead: usize,
         own_entry: Option<u64>,
+        unrecorded: Option<UnrecordedLock>,
     },
     /// Unlocked, but its queue's oldest entry is older than the attempt's ticket (or the attempt
     /// had none): refused by the queue (`Settings::wait_in_ticket_order`), as the item carries it.
     Queued {
         queue: super::queue::ItemQueue,
     },
+}
+
+/// What a lock taken without a record tells of its holder (`_TxK` and `_TxD`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct UnrecordedLock {
+    /// The holder's ticket when the lock went out (0: it had none).
+    pub ticket: u64,
+    /// When the lock was taken (epoch ms; 0 if its stamp is unreadable).
+    pub locked_ms: u64,
+}
+
+impl UnrecordedLock {
+    fn of(obs: &Observed) -> Option<UnrecordedLock> {
+        Some(UnrecordedLock {
+            ticket: obs.ticket?,
+            locked_ms: obs.locked_ms().unwrap_or(0),
+        })
+    }
 }
 
 /// Locks an item for `me`. An existing item is locked with one UpdateItem (conditional on it
@@ -39,6 +59,8 @@ pub(crate) enum LockOutcome {
 /// `queue`: with `Settings::wait_in_ticket_order`, `Some` of the attempt's recorded ticket (if
 /// any): the lock of an existing item is then conditional on its queue (see
 /// [`queue::lock_condition`](super::queue::lock_condition)); `None` leaves the queue out.
+/// `ticket`: a lock taken without a record carries its holder's ticket (`_TxK`, 0 for none).
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn lock(
     client: &Client,
     table: &str,
@@ -47,10 +69,12 @@ pub(crate) async fn lock(
     me: &TxId,
     first: Existence,
     queue: Option<Option<u64>>,
+    ticket: Option<u64>,
 ) -> Result<LockOutcome> {
     let mut existence = first;
     for _ in 0..8 {
-        if let Some(out) = lock_write(client, table, key, schema, me, existence, queue).await? {
+        let attempt = lock_write(client, table, key, schema, me, existence, queue, ticket);
+        if let Some(out) = attempt.await? {
             return Ok(out);
         }
         // The item is not what the write assumed (created or deleted in between): the other form.
@@ -60,6 +84,7 @@ pub(crate) async fn lock(
         owner: TxId(String::new()),
         ahead: 0,
         own_entry: None,
+        unrecorded: None,
     })
 }
 
@@ -167,6 +192,7 @@ pub(crate) fn lock_item_write(
 }
 
 /// One lock attempt. `None`: the item's existence was not what the attempt assumed.
+#[allow(clippy::too_many_arguments)]
 async fn lock_write(
     client: &Client,
     table: &str,
@@ -175,9 +201,16 @@ async fn lock_write(
     me: &TxId,
     existence: Existence,
     queue: Option<Option<u64>>,
+    ticket: Option<u64>,
 ) -> Result<Option<LockOutcome>> {
     let absent = existence == Existence::Absent;
-    let (w, stamp) = lock_item_write(table, key, schema, me, existence, 0, None, queue);
+    let (mut w, stamp) = lock_item_write(table, key, schema, me, existence, 0, None, queue);
+    if let (Some(t), Write { kind, ph, .. }) = (ticket, &mut w)
+        && let WriteKind::Update { update, .. } = kind
+    {
+        let t = ph.value("Ticket", AttributeValue::N(t.to_string()));
+        update.push_str(&format!(", {} = {t}", ph.name(TICKET)));
+    }
     match w.send(client, Some(ReturnValue::AllOld)).await {
         Ok(Written::Ok(old)) => {
             let carried = match (&old, absent) {
@@ -195,6 +228,7 @@ async fn lock_write(
                 image_unread: false,
                 roll: None,
                 queue: carried,
+                ticket,
             })))
         }
         Ok(Written::ConditionFailed(None)) => Ok(None),
@@ -221,6 +255,7 @@ async fn lock_write(
                         owner: TxId(o.clone()),
                         ahead,
                         own_entry,
+                        unrecorded: UnrecordedLock::of(&obs),
                     }))
                 }
                 None if queue.is_some() && obs.exists && !obs.queue.is_empty() => {
@@ -232,12 +267,14 @@ async fn lock_write(
                         owner: TxId(String::new()),
                         ahead: 0,
                         own_entry: None,
+                        unrecorded: None,
                     }))
                 }
                 None => Ok(Some(LockOutcome::Held {
                     owner: TxId(String::new()),
                     ahead: 0,
                     own_entry: None,
+                    unrecorded: None,
                 })),
             }
         }

@@ -160,6 +160,9 @@ pub(crate) fn request_writes(
                 if lock.roll.is_some() {
                     u.add(Clause::Remove, ph.name(ROLL));
                 }
+                if lock.ticket.is_some() {
+                    u.add(Clause::Remove, ph.name(super::TICKET));
+                }
             }
             Some(WriteKind::Update {
                 key: req.key.clone(),

@@ -15,6 +15,9 @@
 //! - `_TxU` (N): the index of the transaction's write of this item in its record, set by a batched
 //!   lock (whose request is conditional on the record being pending) when the write may be rolled
 //!   forward: applied after the commit, in the write that unlocks (see [`Observed::roll`]).
+//! - `_TxK` (N): on a lock taken without a record (`Settings::record_on_demand`), the holder's
+//!   contention ticket, or 0 if its unit of work had none when the lock went out: whoever meets
+//!   the lock before the record exists judges the holder by it (see [`Observed::ticket`]).
 //!
 //! On an unlocked item, not a lock attribute:
 //! - `_TxM` (S): the transaction whose write-only fast path wrote this version of the item, when it
@@ -45,7 +48,7 @@ use crate::ddb::Placeholders;
 use crate::error::Item;
 use crate::keys::KeySchema;
 
-pub(crate) use acquire::{Existence, LockOutcome, lock, lock_item_write};
+pub(crate) use acquire::{Existence, LockOutcome, UnrecordedLock, lock, lock_item_write};
 pub(crate) use apply::{ImagePlace, Stage, request_writes, roll_forward_write, unlocked_write};
 pub(crate) use image::{
     image_delete_write, image_id, load_table_image, save_table_image, unapplied_image_id,
@@ -60,12 +63,13 @@ pub(crate) const IMAGE: &str = "_TxG";
 pub(crate) const IMAGE_REF: &str = "_TxI";
 pub(crate) const PAD: &str = "_TxP";
 pub(crate) const ROLL: &str = "_TxU";
+pub(crate) const TICKET: &str = "_TxK";
 /// The fast-path transaction that wrote the item (see the module docs); never removed by a lock.
 pub(crate) const MADE: &str = "_TxM";
 
 /// Lock attributes removed when an item is released.
-const LOCK_ATTRS: [&str; 8] = [
-    OWNER, LOCK_DATE, TRANSIENT, APPLIED, IMAGE, IMAGE_REF, PAD, ROLL,
+const LOCK_ATTRS: [&str; 9] = [
+    OWNER, LOCK_DATE, TRANSIENT, APPLIED, IMAGE, IMAGE_REF, PAD, ROLL, TICKET,
 ];
 
 /// Removes every `_Tx*` attribute: what callers may see.
@@ -99,6 +103,10 @@ pub(crate) struct Observed {
     /// is the lock the commit was decided under, and its write is applied exactly once, by the
     /// write that removes it.
     pub roll: Option<usize>,
+    /// `_TxK`: the lock was taken without a record, by a holder with this ticket (0: none). Only
+    /// such a lock carries it, so it also tells a lock whose record is absent because its
+    /// transaction did not need one yet from the lock of a transaction whose record is gone.
+    pub ticket: Option<u64>,
     /// The queue attributes the item carries (`_TxQ*`, see [`queue`]), raw.
     pub queue: Item,
 }
@@ -125,8 +133,18 @@ impl Observed {
                 .get(ROLL)
                 .and_then(|v| v.as_n().ok())
                 .and_then(|n| n.parse().ok()),
+            ticket: raw
+                .get(TICKET)
+                .and_then(|v| v.as_n().ok())
+                .and_then(|n| n.parse().ok()),
             queue: queue::raw_attrs(raw),
         }
+    }
+
+    /// When the lock was taken (epoch ms), from its stamp.
+    pub fn locked_ms(&self) -> Option<u64> {
+        let stamp = self.stamp.as_deref()?;
+        stamp.split('.').next()?.parse().ok()
     }
 
     pub fn locked_by(&self, id: &TxId) -> bool {
@@ -181,6 +199,9 @@ pub(crate) struct LockInfo {
     /// The queue attributes the item carried when it was locked (they do not change while it is
     /// locked): a `Put` applied under the lock carries them over.
     pub queue: Item,
+    /// `_TxK`, on a lock taken without a record (see [`Observed::ticket`]): the write that unlocks
+    /// removes it with the other lock attributes.
+    pub ticket: Option<u64>,
 }
 
 /// Test seam, set only through `fault::zero_ended_lock_stamps`: every new stamp's random
@@ -219,6 +240,7 @@ impl LockInfo {
             image_unread: false,
             roll: obs.roll,
             queue: obs.queue.clone(),
+            ticket: obs.ticket,
         }
     }
 
@@ -234,6 +256,7 @@ impl LockInfo {
             image_unread: false,
             roll,
             queue: Item::new(),
+            ticket: None,
         }
     }
 
@@ -249,6 +272,7 @@ impl LockInfo {
             image_unread: true,
             roll,
             queue: Item::new(),
+            ticket: None,
         }
     }
 }
@@ -296,6 +320,7 @@ impl LockInfo {
             user: self.current.clone().unwrap_or_default(),
             stamp: self.stamp.clone(),
             roll: self.roll,
+            ticket: self.ticket,
             queue: self.queue.clone(),
         }
     }
@@ -326,7 +351,30 @@ mod tests {
             image_unread: false,
             roll: None,
             queue: Item::new(),
+            ticket: None,
         }
+    }
+
+    #[test]
+    fn a_lock_without_record_tells_its_ticket_and_time() {
+        let mut raw = Item::new();
+        raw.insert(OWNER.into(), AttributeValue::S("them".into()));
+        raw.insert(
+            LOCK_DATE.into(),
+            AttributeValue::N("1700000000123.45".into()),
+        );
+        assert_eq!(Observed::of(Some(&raw)).ticket, None);
+        raw.insert(TICKET.into(), AttributeValue::N("0".into()));
+        let obs = Observed::of(Some(&raw));
+        assert_eq!(
+            (obs.ticket, obs.locked_ms()),
+            (Some(0), Some(1700000000123))
+        );
+        raw.insert(TICKET.into(), AttributeValue::N("42".into()));
+        assert_eq!(Observed::of(Some(&raw)).ticket, Some(42));
+        // DynamoDB writes a stamp without fraction as an integer.
+        raw.insert(LOCK_DATE.into(), AttributeValue::N("1700000000123".into()));
+        assert_eq!(Observed::of(Some(&raw)).locked_ms(), Some(1700000000123));
     }
 
     #[test]

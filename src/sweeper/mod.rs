@@ -15,7 +15,10 @@
 //!
 //! Then, for the user tables named in [`SweepOptions::tables_to_scan`], it releases locks held by
 //! transactions whose record is gone (when the item's write was never applied; applied ones are
-//! reported for an operator) and completes finalized transactions that still hold a lock. Last, it
+//! reported for an operator; a lock taken without a record by
+//! [`Settings::record_on_demand`](crate::Settings::record_on_demand) only once it is older than
+//! `rollback_after`, since its transaction may still be running) and completes finalized
+//! transactions that still hold a lock. Last, it
 //! deletes images-table before-images whose transaction is finalized or gone (except those that a
 //! reported applied lock points to). It never deletes a record that is not finalized.
 //!

@@ -163,7 +163,10 @@ impl SweepOptions {
 
     /// User tables to scan for orphaned locks (locks of transactions whose record is gone, or that
     /// are decided and finalized). Scanning reads the whole table, so it is opt-in; the default is
-    /// none.
+    /// none. With [`Settings::record_on_demand`](crate::Settings::record_on_demand), a crashed
+    /// coordinator's lock taken without a record is in no record: only such a scan (or a
+    /// contender) finds it, and releases it once it is older than
+    /// [`rollback_after`](Self::rollback_after).
     pub fn tables_to_scan<I, S>(mut self, tables: I) -> Self
     where
         I: IntoIterator<Item = S>,

@@ -382,6 +382,14 @@ impl Pass<'_> {
                     crate::contention::steal_orphan(&self.mgr.inner, &owner_id, table, &key, true)
                         .await
                 }
+                // A lock taken without a record, by a transaction that may still run and create
+                // its record or commit without one: left to it (and to its contenders, who judge
+                // it by its lock) until it is `rollback_after` old, as a pending record is.
+                OwnerState::Gone if obs.ticket.is_some() && !obs.applied && self.young(&obs) => {
+                    debug!(tx = %owner_id, table, "sweep: left a recent lock taken without a record");
+                    self.note(|r| r.pending_left += 1);
+                    Ok(())
+                }
                 OwnerState::Gone => self.orphan_lock(table, &key, &owner_id, &obs).await,
             }
         }
@@ -389,6 +397,12 @@ impl Pass<'_> {
         if let Err(e) = r {
             self.fail(Some(&owner_id), table, &e);
         }
+    }
+
+    /// The lock was taken less than `rollback_after` ago (by its stamp).
+    fn young(&self, obs: &Observed) -> bool {
+        let locked = obs.locked_ms().unwrap_or(0);
+        age_ms(crate::ddb::now_millis(), locked) < millis(self.opts.rollback_after)
     }
 
     /// A lock whose transaction's record is gone: released when unapplied, reported when applied.
@@ -485,6 +499,8 @@ impl TransactionManager {
                 item_lock::APPLIED,
                 item_lock::TRANSIENT,
                 item_lock::IMAGE_REF,
+                item_lock::LOCK_DATE,
+                item_lock::TICKET,
             ] {
                 names.insert(format!("#{a}"), a.to_string());
                 projection.push(format!("#{a}"));

@@ -227,7 +227,8 @@ impl Transaction {
                 &schema,
                 &self.id,
                 Existence::Present,
-                self.queue_guard()
+                self.queue_guard(),
+                None
             )
         );
         if let Err(err) = recorded {

@@ -9,7 +9,7 @@ use futures::StreamExt;
 use tracing::{debug, instrument};
 
 use crate::TxId;
-use crate::contention::{HOLDER_RECHECK, Standing};
+use crate::contention::{HOLDER_RECHECK, LOCK_JUDGEMENT_PAUSE, Standing};
 use crate::ddb::{self, Written};
 use crate::error::{Error, Item, Result};
 use crate::expr;
@@ -172,7 +172,12 @@ impl Transaction {
             let holds_others = self.lock_requests.load(Ordering::SeqCst) > 1;
             self.wrote.store(true, Ordering::SeqCst);
             let guard = self.queue_guard();
-            let out = match item_lock::lock(c, table, key, &schema, &self.id, first, guard).await {
+            // A lock without record carries the ticket its unit of work has by now (0: none yet),
+            // by which whoever meets it judges us until our record exists.
+            let ticket = without_record.then(|| self.proposed_ticket().unwrap_or(0));
+            let attempt = item_lock::lock(c, table, key, &schema, &self.id, first, guard, ticket);
+            let sent = tokio::time::Instant::now();
+            let out = match attempt.await {
                 Ok(o) => o,
                 Err(
                     e @ Error::DynamoDb {
@@ -261,6 +266,7 @@ impl Transaction {
                     owner,
                     ahead: a,
                     own_entry: o,
+                    unrecorded,
                 } => {
                     debug!(tx = %self.id, other = %owner, table, "item locked by another transaction");
                     ahead = 1 + a;
@@ -270,19 +276,31 @@ impl Transaction {
                         met_at = tokio::time::Instant::now();
                     }
                     let grace_left = met_at.elapsed() < settings.wound_grace;
-                    // Met again while its last judgement stands: still so.
-                    if let Some(r) = standing.as_ref().and_then(|j| j.of(&owner)) {
+                    // Once our record holds a ticket (it exists), the holder's record is read
+                    // with ours: a wound is learnt at the look, with no read of its own.
+                    let look = crate::contention::Look {
+                        grace_left,
+                        check_own: self.ticket_recorded.get().is_some(),
+                        met_again: last_resolved.as_ref() == Some(&owner),
+                        holds_others,
+                        unrecorded,
+                    };
+                    let by_lock =
+                        if crate::contention::lock_judgement_stands(settings, met_at, &look) {
+                            crate::contention::judge_by_lock(&self.inner, &me, &look).await?
+                        } else {
+                            None
+                        };
+                    if let Some(r) = by_lock {
+                        // A look that reads no record pauses as long as its lock attempt took
+                        // instead: looks at a hot item come no faster than with the read.
+                        tokio::time::sleep(sent.elapsed().min(LOCK_JUDGEMENT_PAUSE)).await;
+                        (Some(owner), r)
+                    } else if let Some(r) = standing.as_ref().and_then(|j| j.of(&owner)) {
+                        // Met again while its last judgement stands: still so.
                         (Some(owner), r)
                     } else {
-                        // Once our record holds a ticket (it exists), the holder's record is read
-                        // with ours: a wound is learnt at the look, with no read of its own.
-                        own_read = self.ticket_recorded.get().is_some();
-                        let look = crate::contention::Look {
-                            grace_left,
-                            check_own: own_read,
-                            met_again: last_resolved.as_ref() == Some(&owner),
-                            holds_others,
-                        };
+                        own_read = look.check_own;
                         let resolution = match crate::contention::resolve(
                             &self.inner,
                             &me,

@@ -52,6 +52,9 @@ impl Transaction {
     ) -> Result<LockInfo> {
         let e = st.items[r].clone();
         let first = self.expected_existence(st, r).await?;
+        // With `ticket_at_begin`, the ticket goes out with the lock (which carries it for whoever
+        // meets it before our record exists); the record gets the same one at its creation.
+        self.ticket_for_record().await?;
         // When the first attempt went out: the lock that lands went out then or later, which
         // bounds how long a creation may take to trust it (see `check_unrecorded_lock`).
         st.unrecorded_lock_sent = Some(tokio::time::Instant::now());

@@ -8,6 +8,7 @@ mod finishing;
 mod inspect;
 mod orphans;
 mod running;
+mod unrecorded;
 
 use std::collections::HashSet;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

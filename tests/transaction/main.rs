@@ -20,6 +20,7 @@ mod lost_record_writes;
 mod reads;
 mod record_on_demand;
 mod roll_forward;
+mod unrecorded_holders;
 mod validation;
 
 use aws_sdk_dynamodb::types::AttributeValue;

@@ -5,7 +5,7 @@ use super::*;
 use dynamodb_transactions::fault::{FaultMode, LateDelivery};
 use dynamodb_transactions::{Error, Transaction, TransactionManager, TxState};
 
-fn on_demand(s: &mut dynamodb_transactions::Settings) {
+pub(super) fn on_demand(s: &mut dynamodb_transactions::Settings) {
     s.record_on_demand = true;
 }
 
@@ -18,17 +18,21 @@ async fn env(prefix: &str) -> TestEnv {
 }
 
 /// Reads `id` under lock and buffers `SET v = <read> + 1`.
-async fn increment(tx: &Transaction, table: &str, id: &str) -> dynamodb_transactions::Result<i64> {
+pub(super) async fn increment(
+    tx: &Transaction,
+    table: &str,
+    id: &str,
+) -> dynamodb_transactions::Result<i64> {
     let v = read(tx, table, id).await?.unwrap_or(0) + 1;
     set(tx, table, id, v).await?;
     Ok(v)
 }
 
-async fn v(env: &TestEnv, id: &str) -> AttributeValue {
+pub(super) async fn v(env: &TestEnv, id: &str) -> AttributeValue {
     env.raw_get(&env.table, &key(id)).await.unwrap()["v"].clone()
 }
 
-async fn owner(env: &TestEnv, id: &str) -> Option<String> {
+pub(super) async fn owner(env: &TestEnv, id: &str) -> Option<String> {
     env.raw_get(&env.table, &key(id))
         .await
         .unwrap()

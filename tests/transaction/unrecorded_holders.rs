@@ -1,0 +1,216 @@
+//! `Settings::record_on_demand`: a holder whose lock went out without a record is judged by the
+//! ticket its lock carries (`_TxK`), as a record's ticket would judge it: an older one is waited
+//! for, one left for dead (its lock `dead_after` old) is released, a younger one gets its grace
+//! and is then rolled back under a tombstone.
+use std::time::Duration;
+
+use super::record_on_demand::{increment, on_demand, owner, v};
+use super::*;
+use dynamodb_transactions::fault::RequestCounter;
+use dynamodb_transactions::{ContentionPolicy, Error, Settings, TransactionManager, TxState};
+
+const GRACE: Duration = Duration::from_millis(100);
+
+/// A lock without record, a short grace, and a ticket taken before the first lock goes out.
+fn ticket_first(s: &mut Settings, dead_after: Duration) {
+    on_demand(s);
+    s.wound_grace = GRACE;
+    s.contention = ContentionPolicy::Ordered {
+        dead_after,
+        ticket_at_begin: true,
+    };
+}
+
+async fn env(prefix: &str, dead_after: Duration) -> TestEnv {
+    let env = TestEnv::with_settings(prefix, |s| ticket_first(s, dead_after)).await;
+    seed(&env, &["a", "b"]).await;
+    warm(&env).await;
+    env
+}
+
+/// Another coordinator over `env`'s tables with `f`'s settings.
+fn coordinator(env: &TestEnv, f: impl FnOnce(&mut Settings)) -> TransactionManager {
+    TransactionManager::builder(client())
+        .transactions_table(env.manager.transactions_table())
+        .images_table(env.manager.images_table())
+        .configure(|s| {
+            s.rollback_on_drop = false;
+            s.write_only_fast_path = false;
+            f(s)
+        })
+        .build()
+}
+
+/// The ticket the lock on `id` carries.
+async fn lock_ticket(env: &TestEnv, id: &str) -> Option<String> {
+    env.raw_get(&env.table, &key(id))
+        .await
+        .unwrap()
+        .get("_TxK")
+        .map(|t| t.as_n().unwrap().clone())
+}
+
+#[tokio::test]
+async fn an_older_holder_without_record_is_waited_for_past_its_grace() {
+    let env = env("unrec-older", Duration::from_secs(10)).await;
+    let holder = env.manager.begin();
+    let id = holder.id().clone();
+    increment(&holder, &env.table, "a").await.unwrap();
+    assert!(header_row(&env, &id).await.is_none(), "no record");
+    let ticket = lock_ticket(&env, "a")
+        .await
+        .expect("the lock carries a ticket");
+    assert_ne!(ticket, "0");
+
+    // A younger transaction (its ticket taken after the holder's) increments `a` meanwhile.
+    let m2 = coordinator(&env, |s| ticket_first(s, Duration::from_secs(10)));
+    let waiter = m2.run(async |tx| increment(tx, &env.table, "a").await.map(|_| ()));
+    let holder_ends = async {
+        // Well past the grace, the holder still holds `a` and commits.
+        tokio::time::sleep(GRACE * 4).await;
+        assert_eq!(owner(&env, "a").await.as_deref(), Some(id.as_str()));
+        holder.commit().await
+    };
+    let (waited, committed) = tokio::join!(waiter, holder_ends);
+    committed.unwrap();
+    waited.unwrap();
+    assert!(header_row(&env, &id).await.is_none(), "no tombstone");
+    assert_eq!(v(&env, "a").await, n(3), "both increments counted");
+    assert_clean(&env).await;
+}
+
+#[tokio::test]
+async fn an_older_holder_left_for_dead_is_released_once_its_lock_is_dead_after_old() {
+    let dead_after = Duration::from_millis(800);
+    let env = env("unrec-dead", dead_after).await;
+    let holder = env.manager.begin();
+    let id = holder.id().clone();
+    increment(&holder, &env.table, "a").await.unwrap();
+    holder.abandon();
+    let m2 = coordinator(&env, |s| ticket_first(s, dead_after));
+    m2.run(async |tx| increment(tx, &env.table, "a").await.map(|_| ()))
+        .await
+        .unwrap();
+    let stone = header_row(&env, &id).await.expect("a tombstone");
+    assert!(stone.contains_key("_TxX"), "{stone:?}");
+    assert_eq!(v(&env, "a").await, n(2), "only the waiter's increment");
+    assert_clean(&env).await;
+}
+
+#[tokio::test]
+async fn a_younger_holder_without_record_is_rolled_back_after_its_grace() {
+    let env = env("unrec-younger", Duration::from_secs(10)).await;
+    // The older transaction reads `b` first (its ticket goes out with that lock).
+    let older = env.manager.begin();
+    let older_id = older.id().clone();
+    increment(&older, &env.table, "b").await.unwrap();
+    let holder = env.manager.begin();
+    let id = holder.id().clone();
+    increment(&holder, &env.table, "a").await.unwrap();
+    let (theirs, mine) = (lock_ticket(&env, "a").await, lock_ticket(&env, "b").await);
+    let (theirs, mine): (u64, u64) = (
+        theirs.unwrap().parse().unwrap(),
+        mine.unwrap().parse().unwrap(),
+    );
+    assert!(mine < theirs, "the older transaction's ticket is smaller");
+    // Its second read creates its record and meets the younger holder: a grace, then a wound.
+    increment(&older, &env.table, "a").await.unwrap();
+    older.commit().await.unwrap();
+    assert_eq!(
+        env.tx_state(&older_id).await.map(|s| s.0),
+        Some(TxState::Committed)
+    );
+    let stone = header_row(&env, &id).await.expect("a tombstone");
+    assert!(stone.contains_key("_TxX"), "{stone:?}");
+    let err = holder.commit().await.unwrap_err();
+    assert!(matches!(err, Error::RolledBack { .. }), "{err:?}");
+    assert_eq!((v(&env, "a").await, v(&env, "b").await), (n(2), n(2)));
+    assert_clean(&env).await;
+}
+
+/// A waiter that asked for no other lock judges an older holder without record by its lock alone
+/// for a fifth of the grace: it reads no record meanwhile.
+#[tokio::test]
+async fn a_waiter_holding_nothing_reads_no_record_while_the_locks_judgement_stands() {
+    let grace = Duration::from_secs(2);
+    let patient = move |s: &mut Settings| {
+        ticket_first(s, Duration::from_secs(10));
+        s.wound_grace = grace;
+    };
+    let env = TestEnv::with_settings("unrec-quiet", patient).await;
+    seed(&env, &["a"]).await;
+    warm(&env).await;
+    let holder = env.manager.begin();
+    increment(&holder, &env.table, "a").await.unwrap();
+
+    let counter = RequestCounter::new();
+    let m2 = TransactionManager::builder(client_with(vec![shared(counter.clone())]))
+        .transactions_table(env.manager.transactions_table())
+        .images_table(env.manager.images_table())
+        .configure(|s| {
+            s.rollback_on_drop = false;
+            patient(s);
+        })
+        .build();
+    m2.get_item()
+        .table_name(&env.table)
+        .key("Id", s("warm"))
+        .send()
+        .await
+        .unwrap();
+    counter.reset();
+    let waiter = m2.run(async |tx| increment(tx, &env.table, "a").await.map(|_| ()));
+    let holder_ends = async {
+        // Released well within a fifth of the grace.
+        tokio::time::sleep(grace / 20).await;
+        holder.commit().await
+    };
+    let (waited, committed) = tokio::join!(waiter, holder_ends);
+    committed.unwrap();
+    waited.unwrap();
+    let c = counter.snapshot();
+    assert!(
+        c.get("UpdateItem").is_some_and(|&n| n >= 3),
+        "the ticket, the lock attempts and the commit: {c:?}"
+    );
+    assert_eq!(c.get("GetItem"), None, "{c:?}");
+    assert_eq!(c.get("BatchGetItem"), None, "{c:?}");
+    assert_eq!(v(&env, "a").await, n(3));
+    assert_clean(&env).await;
+}
+
+/// An older holder whose lock went out without a record, decided since (its record created by a
+/// second read, then rolled back by a coordinator that stopped before releasing its items): a
+/// waiter reads its record once the lock's judgement stops standing, and releases the item.
+#[tokio::test]
+async fn a_decided_holder_met_by_its_lock_without_record_is_released_after_the_grace() {
+    let env = env("unrec-decided", Duration::from_secs(10)).await;
+    let holder = env.manager.begin();
+    let id = holder.id().clone();
+    increment(&holder, &env.table, "a").await.unwrap();
+    increment(&holder, &env.table, "b").await.unwrap();
+    assert!(
+        header_row(&env, &id).await.is_some(),
+        "created by the second read"
+    );
+    assert!(lock_ticket(&env, "a").await.is_some());
+    // The rollback's decision lands; its coordinator stops there.
+    env.faults
+        .crash_at(1, dynamodb_transactions::fault::FaultMode::AfterSend);
+    holder.rollback().await.unwrap_err();
+    assert!(env.faults.struck());
+    env.faults.disarm();
+    assert_eq!(
+        env.tx_state(&id).await.map(|s| s.0),
+        Some(TxState::RolledBack)
+    );
+    assert_eq!(owner(&env, "a").await.as_deref(), Some(id.as_str()));
+
+    let m2 = coordinator(&env, |s| ticket_first(s, Duration::from_secs(10)));
+    m2.run(async |tx| increment(tx, &env.table, "a").await.map(|_| ()))
+        .await
+        .unwrap();
+    assert_eq!(v(&env, "a").await, n(2), "only the waiter's increment");
+    assert_eq!(owner(&env, "b").await, None, "the rollback completed");
+    assert_clean(&env).await;
+}
