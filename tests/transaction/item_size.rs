@@ -4,23 +4,7 @@ use aws_sdk_dynamodb::types::ReturnValue;
 use dynamodb_transactions::{Error, TxState};
 
 use crate::common::*;
-use crate::{assert_clean, assert_no_images, envs};
-
-/// A manager over `env`'s tables with its own client and the given settings.
-fn coordinator_with(
-    env: &TestEnv,
-    f: impl FnOnce(&mut dynamodb_transactions::Settings),
-) -> dynamodb_transactions::TransactionManager {
-    dynamodb_transactions::TransactionManager::builder(client())
-        .transactions_table(env.manager.transactions_table())
-        .images_table(env.manager.images_table())
-        .configure(|s| {
-            s.rollback_on_drop = false;
-            s.write_only_fast_path = false;
-            f(s)
-        })
-        .build()
-}
+use crate::{assert_clean, assert_no_images, coordinator_with, envs};
 
 /// Finding 11: an update whose expression makes the item grow (`SET b = a` copying a large
 /// attribute) to ~360 KB, which DynamoDB accepts, commits on every path: the before-image estimate

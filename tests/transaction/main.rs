@@ -109,6 +109,31 @@ async fn set(tx: &Transaction, table: &str, id: &str, v: i64) -> dynamodb_transa
         .map(|_| ())
 }
 
+/// Another coordinator over `env`'s tables, through `client`, with `f`'s settings.
+fn coordinator_on(
+    env: &TestEnv,
+    client: aws_sdk_dynamodb::Client,
+    f: impl FnOnce(&mut dynamodb_transactions::Settings),
+) -> dynamodb_transactions::TransactionManager {
+    dynamodb_transactions::TransactionManager::builder(client)
+        .transactions_table(env.manager.transactions_table())
+        .images_table(env.manager.images_table())
+        .configure(|s| {
+            s.rollback_on_drop = false;
+            s.write_only_fast_path = false;
+            f(s)
+        })
+        .build()
+}
+
+/// Another coordinator over `env`'s tables with `f`'s settings.
+fn coordinator_with(
+    env: &TestEnv,
+    f: impl FnOnce(&mut dynamodb_transactions::Settings),
+) -> dynamodb_transactions::TransactionManager {
+    coordinator_on(env, client(), f)
+}
+
 /// The raw header row of a transaction's record (a tombstone included).
 async fn header_row(env: &TestEnv, id: &TxId) -> Option<Item> {
     env.raw_get(

@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::record_on_demand::{increment, on_demand, owner, v};
 use super::*;
 use dynamodb_transactions::fault::RequestCounter;
-use dynamodb_transactions::{ContentionPolicy, Error, Settings, TransactionManager, TxState};
+use dynamodb_transactions::{ContentionPolicy, Error, Settings, TxState};
 
 const GRACE: Duration = Duration::from_millis(100);
 
@@ -26,19 +26,6 @@ async fn env(prefix: &str, dead_after: Duration) -> TestEnv {
     seed(&env, &["a", "b"]).await;
     warm(&env).await;
     env
-}
-
-/// Another coordinator over `env`'s tables with `f`'s settings.
-fn coordinator(env: &TestEnv, f: impl FnOnce(&mut Settings)) -> TransactionManager {
-    TransactionManager::builder(client())
-        .transactions_table(env.manager.transactions_table())
-        .images_table(env.manager.images_table())
-        .configure(|s| {
-            s.rollback_on_drop = false;
-            s.write_only_fast_path = false;
-            f(s)
-        })
-        .build()
 }
 
 /// The ticket the lock on `id` carries.
@@ -63,7 +50,7 @@ async fn an_older_holder_without_record_is_waited_for_past_its_grace() {
     assert_ne!(ticket, "0");
 
     // A younger transaction (its ticket taken after the holder's) increments `a` meanwhile.
-    let m2 = coordinator(&env, |s| ticket_first(s, Duration::from_secs(10)));
+    let m2 = coordinator_with(&env, |s| ticket_first(s, Duration::from_secs(10)));
     let waiter = m2.run(async |tx| increment(tx, &env.table, "a").await.map(|_| ()));
     let holder_ends = async {
         // Well past the grace, the holder still holds `a` and commits.
@@ -87,7 +74,7 @@ async fn an_older_holder_left_for_dead_is_released_once_its_lock_is_dead_after_o
     let id = holder.id().clone();
     increment(&holder, &env.table, "a").await.unwrap();
     holder.abandon();
-    let m2 = coordinator(&env, |s| ticket_first(s, dead_after));
+    let m2 = coordinator_with(&env, |s| ticket_first(s, dead_after));
     m2.run(async |tx| increment(tx, &env.table, "a").await.map(|_| ()))
         .await
         .unwrap();
@@ -144,14 +131,7 @@ async fn a_waiter_holding_nothing_reads_no_record_while_the_locks_judgement_stan
     increment(&holder, &env.table, "a").await.unwrap();
 
     let counter = RequestCounter::new();
-    let m2 = TransactionManager::builder(client_with(vec![shared(counter.clone())]))
-        .transactions_table(env.manager.transactions_table())
-        .images_table(env.manager.images_table())
-        .configure(|s| {
-            s.rollback_on_drop = false;
-            patient(s);
-        })
-        .build();
+    let m2 = coordinator_on(&env, client_with(vec![shared(counter.clone())]), patient);
     m2.get_item()
         .table_name(&env.table)
         .key("Id", s("warm"))
@@ -206,7 +186,7 @@ async fn a_decided_holder_met_by_its_lock_without_record_is_released_after_the_g
     );
     assert_eq!(owner(&env, "a").await.as_deref(), Some(id.as_str()));
 
-    let m2 = coordinator(&env, |s| ticket_first(s, Duration::from_secs(10)));
+    let m2 = coordinator_with(&env, |s| ticket_first(s, Duration::from_secs(10)));
     m2.run(async |tx| increment(tx, &env.table, "a").await.map(|_| ()))
         .await
         .unwrap();
