@@ -86,6 +86,7 @@ impl TransactionManagerBuilder {
                 image_table: self.image_table,
                 settings: self.settings,
                 schemas: SchemaCache::default(),
+                unrecorded_tables: Default::default(),
             }),
         }
     }

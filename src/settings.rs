@@ -207,8 +207,10 @@ pub struct Settings {
     /// [`wound_grace`](Self::wound_grace) by any contender and then rolled back (under a
     /// tombstone), whatever their ages, and so is one whose lock is `dead_after` old; a
     /// crashed coordinator's lock is in no record, so only a contender or a sweep that scans its
-    /// table ([`SweepOptions::tables_to_scan`](crate::sweeper::SweepOptions::tables_to_scan),
-    /// once the lock is `rollback_after` old) releases it. Ignored with
+    /// table releases it (the sweeper scans every table where such locks were taken, by default:
+    /// [`SweepOptions::scan_unrecorded_tables`](crate::sweeper::SweepOptions::scan_unrecorded_tables),
+    /// once the lock is `rollback_after` old), and the first such lock of a manager on a table
+    /// costs one more request, which lists the table for the sweeper. Ignored with
     /// [`wait_in_ticket_order`](Self::wait_in_ticket_order) (waiters register in the holder's
     /// record).
     ///
@@ -375,6 +377,8 @@ pub(crate) struct Inner {
     pub image_table: String,
     pub settings: Settings,
     pub schemas: SchemaCache,
+    /// The user tables this manager listed as holding locks taken without a record.
+    pub unrecorded_tables: crate::record::unrecorded_tables::Registered,
 }
 
 impl Inner {

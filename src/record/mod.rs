@@ -19,6 +19,7 @@ mod gate;
 mod judged;
 mod ticket;
 mod tombstone;
+pub(crate) mod unrecorded_tables;
 
 use std::collections::HashMap;
 use std::fmt;

@@ -33,6 +33,7 @@ pub struct SweepOptions {
     pub(super) dry_run: bool,
     pub(super) images: bool,
     pub(super) tables_to_scan: Vec<String>,
+    pub(super) scan_unrecorded_tables: bool,
     pub(super) progress: Option<ProgressFn>,
 }
 
@@ -47,6 +48,7 @@ impl Default for SweepOptions {
             dry_run: false,
             images: true,
             tables_to_scan: Vec::new(),
+            scan_unrecorded_tables: true,
             progress: None,
         }
     }
@@ -63,6 +65,7 @@ impl fmt::Debug for SweepOptions {
             .field("dry_run", &self.dry_run)
             .field("images", &self.images)
             .field("tables_to_scan", &self.tables_to_scan)
+            .field("scan_unrecorded_tables", &self.scan_unrecorded_tables)
             .field("progress", &self.progress.as_ref().map(|_| "callback"))
             .finish()
     }
@@ -71,7 +74,8 @@ impl fmt::Debug for SweepOptions {
 impl SweepOptions {
     /// The defaults: roll back pending transactions idle for 5 minutes, complete decided ones idle
     /// for 1 minute, keep finalized records (for TTL), 4 scan segments, 8 records in flight per
-    /// segment, sweep images, scan no user table.
+    /// segment, sweep images, scan no user table but for locks taken without a record (see
+    /// [`scan_unrecorded_tables`](Self::scan_unrecorded_tables)).
     pub fn new() -> Self {
         Self::default()
     }
@@ -163,16 +167,36 @@ impl SweepOptions {
 
     /// User tables to scan for orphaned locks (locks of transactions whose record is gone, or that
     /// are decided and finalized). Scanning reads the whole table, so it is opt-in; the default is
-    /// none. With [`Settings::record_on_demand`](crate::Settings::record_on_demand), a crashed
-    /// coordinator's lock taken without a record is in no record: only such a scan (or a
-    /// contender) finds it, and releases it once it is older than
-    /// [`rollback_after`](Self::rollback_after).
+    /// none. Locks taken without a record are also found in the tables listed for them (see
+    /// [`scan_unrecorded_tables`](Self::scan_unrecorded_tables)), without naming them here.
     pub fn tables_to_scan<I, S>(mut self, tables: I) -> Self
     where
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
         self.tables_to_scan = tables.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Whether to scan, for locks taken without a record, the user tables where coordinators with
+    /// [`Settings::record_on_demand`](crate::Settings::record_on_demand) took such locks (listed in
+    /// a row of the transactions table before the first such lock on each table). Default true.
+    ///
+    /// Such a lock is in no record: a crashed coordinator's is released only by a contender or by
+    /// this scan, which releases it (under a tombstone) once it is older than
+    /// [`rollback_after`](Self::rollback_after), and leaves a younger one to its transaction. So a
+    /// sweep every `interval` releases it at most `rollback_after` + `interval` + one pass after
+    /// it was taken. The scan reads each listed table whole (only its locks without record come
+    /// back); where no coordinator ever used the setting, no table is listed and it costs one read
+    /// of that row.
+    ///
+    /// ```
+    /// use dynamodb_transactions::sweeper::SweepOptions;
+    /// let options = SweepOptions::new().scan_unrecorded_tables(false);
+    /// assert!(!options.scans_unrecorded_tables());
+    /// ```
+    pub fn scan_unrecorded_tables(mut self, yes: bool) -> Self {
+        self.scan_unrecorded_tables = yes;
         self
     }
 
@@ -210,6 +234,11 @@ impl SweepOptions {
     /// See [`SweepOptions::tables_to_scan`].
     pub fn scanned_tables(&self) -> &[String] {
         &self.tables_to_scan
+    }
+
+    /// See [`SweepOptions::scan_unrecorded_tables`].
+    pub fn scans_unrecorded_tables(&self) -> bool {
+        self.scan_unrecorded_tables
     }
 }
 

@@ -55,6 +55,11 @@ impl Transaction {
         // With `ticket_at_begin`, the ticket goes out with the lock (which carries it for whoever
         // meets it before our record exists); the record gets the same one at its creation.
         self.ticket_for_record().await?;
+        // The lock is in no record: the table is listed first, for the sweeper to find it.
+        let inner = &self.inner;
+        (inner.unrecorded_tables)
+            .ensure(&inner.client, &inner.tx_table, &e.table)
+            .await?;
         // When the first attempt went out: the lock that lands went out then or later, which
         // bounds how long a creation may take to trust it (see `check_unrecorded_lock`).
         st.unrecorded_lock_sent = Some(tokio::time::Instant::now());

@@ -13,8 +13,40 @@ async fn env(prefix: &str) -> TestEnv {
     let env = TestEnv::with_settings(prefix, on_demand).await;
     seed(&env, &["a", "b"]).await;
     warm(&env).await;
+    list_table(&env.manager, &env.table).await;
     env.counter.reset();
     env
+}
+
+/// A read of `b` alone in a transaction of `m`: `m` lists `table` as holding locks without record
+/// (once per manager and table, before its first such lock), so that the requests a test counts
+/// or arms a fault at are the transaction's own.
+pub(super) async fn list_table(m: &TransactionManager, table: &str) {
+    let tx = m.begin();
+    read(&tx, table, "b").await.unwrap();
+    tx.commit().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_first_lock_without_record_on_a_table_lists_the_table_first() {
+    let env = TestEnv::with_settings("rod-list", on_demand).await;
+    seed(&env, &["a"]).await;
+    warm(&env).await;
+    env.counter.reset();
+    let list_key = item(&[("_TxId", s("~unrecorded-tables")), ("_TxN", n(0))]);
+    let row = || env.raw_get(env.manager.transactions_table(), &list_key);
+    assert!(row().await.is_none());
+    for _ in 0..2 {
+        let tx = env.manager.begin();
+        increment(&tx, &env.table, "a").await.unwrap();
+        tx.commit().await.unwrap();
+    }
+    // The list once, then the lock and the commit of each transaction.
+    assert_eq!(env.counter.snapshot().get("UpdateItem"), Some(&5));
+    let listed = row().await.expect("the list")["_TxB"].clone();
+    assert_eq!(listed, AttributeValue::Ss(vec![env.table.clone()]));
+    assert_eq!(v(&env, "a").await, n(3));
+    assert_clean(&env).await;
 }
 
 /// Reads `id` under lock and buffers `SET v = <read> + 1`.
@@ -38,6 +70,33 @@ pub(super) async fn owner(env: &TestEnv, id: &str) -> Option<String> {
         .unwrap()
         .get("_TxId")
         .map(|v| v.as_s().unwrap().clone())
+}
+
+/// A crash before or after the list's write (the first lock without record of a manager on a
+/// table): the read fails and no lock goes out; the next transaction lists the table and goes on.
+#[tokio::test]
+async fn a_failed_listing_sends_no_lock() {
+    let env = TestEnv::with_settings("rod-list-crash", on_demand).await;
+    seed(&env, &["a"]).await;
+    warm(&env).await;
+    for mode in [FaultMode::BeforeSend, FaultMode::AfterSend] {
+        env.faults.crash_at(1, mode);
+        let tx = env.manager.begin();
+        let err = read(&tx, &env.table, "a").await.unwrap_err();
+        assert!(env.faults.struck(), "{mode:?}");
+        env.faults.disarm();
+        assert!(
+            !matches!(err, Error::RolledBack { .. }),
+            "{mode:?}: {err:?}"
+        );
+        tx.abandon();
+        assert_eq!(owner(&env, "a").await, None, "{mode:?}: no lock sent");
+    }
+    let tx = env.manager.begin();
+    increment(&tx, &env.table, "a").await.unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(v(&env, "a").await, n(2));
+    assert_clean(&env).await;
 }
 
 #[tokio::test]
@@ -407,6 +466,7 @@ async fn a_lock_attempt_landing_late_does_not_pass_for_the_reads_lock() {
             .unwrap()
     };
     read_b().await;
+    list_table(&m, &env.table).await;
     // The first lock attempt fails for its sender but is kept; the second takes the lock.
     late.hold("UpdateItem", 1, 1, "GetItem");
     let tx = m.begin();

@@ -32,6 +32,10 @@ pub struct SweepArgs {
     /// Also scan this user table for orphaned locks (repeatable; reads the whole table).
     #[arg(long = "scan-table", value_name = "TABLE")]
     scan_tables: Vec<String>,
+    /// Do not scan the tables listed as holding locks taken without a record
+    /// (`Settings::record_on_demand`) for such locks.
+    #[arg(long)]
+    no_unrecorded_tables: bool,
     /// Do not delete orphaned images.
     #[arg(long)]
     no_images: bool,
@@ -187,6 +191,7 @@ pub async fn run(ctx: &Ctx, a: &SweepArgs) -> CliResult<u8> {
         .segments(a.segments)
         .sweep_images(!a.no_images)
         .tables_to_scan(a.scan_tables.clone())
+        .scan_unrecorded_tables(!a.no_unrecorded_tables)
         .progress(progress_callback(&pb));
     let Some(interval) = a.watch else {
         let r = ctx.mgr.sweep(&opts).await.map_err(|e| explain(ctx, &e))?;
