@@ -119,7 +119,9 @@ async fn a_younger_holder_without_record_is_rolled_back_after_its_grace() {
 /// for a fifth of the grace: it reads no record meanwhile.
 #[tokio::test]
 async fn a_waiter_holding_nothing_reads_no_record_while_the_locks_judgement_stands() {
-    let grace = Duration::from_secs(2);
+    // A long grace, so that the lock's judgement stands (2 s) well past the holder's commit even
+    // on a loaded machine.
+    let grace = Duration::from_secs(10);
     let patient = move |s: &mut Settings| {
         ticket_first(s, Duration::from_secs(10));
         s.wound_grace = grace;
@@ -142,7 +144,7 @@ async fn a_waiter_holding_nothing_reads_no_record_while_the_locks_judgement_stan
     let waiter = m2.run(async |tx| increment(tx, &env.table, "a").await.map(|_| ()));
     let holder_ends = async {
         // Released well within a fifth of the grace.
-        tokio::time::sleep(grace / 20).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
         holder.commit().await
     };
     let (waited, committed) = tokio::join!(waiter, holder_ends);
