@@ -382,16 +382,10 @@ async fn judge_unrecorded(
     unrecorded: Option<UnrecordedLock>,
     holds_others: bool,
 ) -> Result<Option<Resolution>> {
-    let ContentionPolicy::Ordered { dead_after, .. } = inner.settings.contention else {
+    let alive = |l: &UnrecordedLock| l.ticket != 0 && lock_alive(&inner.settings, l);
+    let Some(lock) = unrecorded.filter(alive) else {
         return Ok(None);
     };
-    let Some(lock) = unrecorded.filter(|l| l.ticket != 0) else {
-        return Ok(None);
-    };
-    let age_ms = crate::ddb::now_millis().saturating_sub(lock.locked_ms);
-    if age_ms > dead_after.as_millis() as u64 {
-        return Ok(None);
-    }
     let mine = me.ticket(inner).await?;
     let theirs = lock.ticket;
     if theirs >= mine {
@@ -404,7 +398,7 @@ async fn judge_unrecorded(
         crate::metrics::contention_yield();
         return Ok(Some(Resolution::Yield));
     }
-    debug!(tx = %me.id, theirs, age_ms, "waiting for an older holder without record");
+    debug!(tx = %me.id, theirs, "waiting for an older holder without record");
     crate::metrics::contention_wait();
     Ok(Some(Resolution::Wait {
         on: theirs,
@@ -435,19 +429,24 @@ pub(crate) async fn judge_by_lock(
     me: &Contender<'_>,
     look: &Look,
 ) -> Result<Option<Resolution>> {
-    let ContentionPolicy::Ordered { dead_after, .. } = inner.settings.contention else {
-        return Ok(None);
-    };
-    let Some(lock) = look.unrecorded else {
-        return Ok(None);
-    };
-    if crate::ddb::now_millis().saturating_sub(lock.locked_ms) > dead_after.as_millis() as u64 {
+    if !look
+        .unrecorded
+        .is_some_and(|l| lock_alive(&inner.settings, &l))
+    {
         return Ok(None);
     }
-    match judge_unrecorded(inner, me, look.unrecorded, look.holds_others).await? {
-        Some(r) => Ok(Some(r)),
-        None => Ok(Some(Resolution::Grace)),
-    }
+    let judged = judge_unrecorded(inner, me, look.unrecorded, look.holds_others).await?;
+    Ok(Some(judged.unwrap_or(Resolution::Grace)))
+}
+
+/// The lock without record may judge its holder: ordered contention, and the lock younger than
+/// `dead_after` (its holder writes nothing while it runs, so the lock's age stands for a record's
+/// idle time; older, it is judged dead).
+fn lock_alive(settings: &Settings, lock: &UnrecordedLock) -> bool {
+    let ContentionPolicy::Ordered { dead_after, .. } = settings.contention else {
+        return false;
+    };
+    crate::ddb::now_millis().saturating_sub(lock.locked_ms) <= dead_after.as_millis() as u64
 }
 
 /// Drives the decided transaction `owner` to completion (releasing its lock on the item).

@@ -405,6 +405,49 @@ impl Pass<'_> {
         age_ms(crate::ddb::now_millis(), locked) < millis(self.opts.rollback_after)
     }
 
+    /// Scans `table` for locked items (only those locked without a record, with
+    /// `unrecorded_only`) and handles each ([`Self::locked_item`]).
+    async fn scan_items(&self, table: &str, unrecorded_only: bool) -> Result<()> {
+        let client = self.client();
+        let schema = self.mgr.inner.schemas.get(client, table).await?;
+        let mut names: HashMap<String, String> = HashMap::new();
+        let mut projection = Vec::new();
+        for (i, k) in schema.names().enumerate() {
+            names.insert(format!("#k{i}"), k.to_string());
+            projection.push(format!("#k{i}"));
+        }
+        for a in [
+            item_lock::OWNER,
+            item_lock::APPLIED,
+            item_lock::TRANSIENT,
+            item_lock::IMAGE_REF,
+            item_lock::LOCK_DATE,
+            item_lock::TICKET,
+        ] {
+            names.insert(format!("#{a}"), a.to_string());
+            projection.push(format!("#{a}"));
+        }
+        let marker = if unrecorded_only {
+            item_lock::TICKET
+        } else {
+            item_lock::OWNER
+        };
+        let spec = ScanSpec {
+            table,
+            phase: ScanPhase::Items,
+            filter: Some(format!("attribute_exists(#{marker})")),
+            projection: Some(projection.join(", ")),
+            names,
+            values: HashMap::new(),
+            segments: self.opts.segments,
+            concurrency: self.opts.concurrency,
+            progress: self.opts.progress.as_ref(),
+        };
+        let schema = &*schema;
+        parallel_scan(client, &spec, |item| self.locked_item(table, schema, item)).await?;
+        Ok(())
+    }
+
     /// A lock whose transaction's record is gone: released when unapplied, reported when applied.
     async fn orphan_lock(
         &self,
@@ -502,58 +545,9 @@ impl TransactionManager {
             }
         }
         for (table, unrecorded_only) in &tables {
-            let (table, unrecorded_only) = (table.as_str(), *unrecorded_only);
-            let schema = match self.inner.schemas.get(client, table).await {
-                Ok(s) => s,
-                Err(e) if unrecorded_only => {
-                    pass.fail(None, table, &e);
-                    continue;
-                }
-                Err(e) => return Err(e),
-            };
-            let mut names: HashMap<String, String> = HashMap::new();
-            let mut projection = Vec::new();
-            for (i, k) in schema.names().enumerate() {
-                names.insert(format!("#k{i}"), k.to_string());
-                projection.push(format!("#k{i}"));
-            }
-            for a in [
-                item_lock::OWNER,
-                item_lock::APPLIED,
-                item_lock::TRANSIENT,
-                item_lock::IMAGE_REF,
-                item_lock::LOCK_DATE,
-                item_lock::TICKET,
-            ] {
-                names.insert(format!("#{a}"), a.to_string());
-                projection.push(format!("#{a}"));
-            }
-            let marker = if unrecorded_only {
-                item_lock::TICKET
-            } else {
-                item_lock::OWNER
-            };
-            let spec = ScanSpec {
-                table,
-                phase: ScanPhase::Items,
-                filter: Some(format!("attribute_exists(#{marker})")),
-                projection: Some(projection.join(", ")),
-                names,
-                values: HashMap::new(),
-                segments: opts.segments,
-                concurrency: opts.concurrency,
-                progress: opts.progress.as_ref(),
-            };
-            let schema = &*schema;
-            let scanned = parallel_scan(client, &spec, |item| {
-                pass_ref.locked_item(table, schema, item)
-            })
-            .await;
-            match scanned {
-                Err(e) if unrecorded_only => pass.fail(None, table, &e),
-                r => {
-                    r?;
-                }
+            match pass.scan_items(table, *unrecorded_only).await {
+                Err(e) if *unrecorded_only => pass.fail(None, table, &e),
+                r => r?,
             }
         }
 
