@@ -92,6 +92,8 @@ mod fifo;
 mod judge;
 #[path = "model_contention/queued.rs"]
 mod queued;
+#[path = "model_contention/unrecorded.rs"]
+mod unrecorded;
 
 use bugs::Bug;
 use judge::{Judgement, judge};
@@ -108,9 +110,12 @@ enum Status {
     RolledBack,
 }
 
-/// A transaction's record: its state, `_TxK` and `_TxW`.
+/// A transaction's record: its state, `_TxK` and `_TxW`. `exists`: false for a transaction that
+/// took its first lock without a record (`Config::on_demand`) until it creates one; a tombstone
+/// exists, rolled back.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 struct Record {
+    exists: bool,
     status: Status,
     ticket: Option<Ticket>,
     waiting_on: Option<Ticket>,
@@ -126,12 +131,14 @@ enum Phase {
     WaitingForRunning { on: Tx },
     /// Decided to roll back `victim` (`dead`: as a `dead_after` takeover). `appended`: the victim
     /// appended to its record since (a new version); `touched`: any write to its record since (a
-    /// new `_TxD`).
+    /// new `_TxD`). `unrecorded`: judged without a record, by its lock (rolled back by a
+    /// tombstone, see [`unrecorded`]).
     Wounding {
         victim: Tx,
         dead: bool,
         appended: bool,
         touched: bool,
+        unrecorded: bool,
     },
     /// Finished: committed, or learned that its transaction was decided.
     Done,
@@ -157,6 +164,8 @@ struct State {
     records: Vec<Record>,
     /// Holder of each item's lock.
     locks: Vec<Option<Tx>>,
+    /// The ticket an item's lock taken without a record carries (`_TxK` on the item; 0: none yet).
+    carried: Vec<Option<Ticket>>,
     handles: Vec<Handle>,
     /// The next ticket the counter hands out.
     counter: Ticket,
@@ -165,6 +174,8 @@ struct State {
     // Ghost variables for the properties.
     oldest_wounded: bool,
     misjudged_wound: bool,
+    tombstoned: bool,
+    quiet_wait: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -183,6 +194,11 @@ struct Config {
     clock: Option<Ticket>,
     /// The candidate rule of [`judge`].
     wait_for_running: bool,
+    /// `Settings::record_on_demand`: every transaction takes its first lock without a record.
+    on_demand: bool,
+    /// `ContentionPolicy::Ordered`'s `ticket_at_begin`: a transaction without record takes its
+    /// ticket before its first lock (which then carries it).
+    ticket_at_begin: bool,
     bug: Option<Bug>,
 }
 
@@ -200,6 +216,9 @@ enum Action {
     Resume(Tx),
     /// Clock tickets: the handle's ticket, read from its (skewed) clock.
     Draw(Slot, Ticket),
+    /// A waiter holding no lock judges the holder by the ticket its lock without record carries,
+    /// reading no record ([`unrecorded`]).
+    QuietLook(Slot),
 }
 
 impl ContentionModel {
@@ -224,24 +243,30 @@ impl ContentionModel {
         s.locks[item].filter(|&o| o != h.tx && Self::pending(s, o))
     }
 
-    /// Whether handle `k`'s next step is taking a ticket (it met contention and has none).
+    /// Whether handle `k`'s next step is taking a ticket (it met contention and has none, or it
+    /// takes one before its first lock without record; not one that holds its lock without record
+    /// and creates its record next).
     fn needs_ticket(&self, s: &State, k: Slot) -> bool {
         let h = &s.handles[k];
+        let creates_record = !s.records[h.tx as usize].exists && h.pc > 0;
         !matches!(h.phase, Phase::Wounding { .. })
+            && !creates_record
             && Self::pending(s, h.tx)
             && h.mine.is_none()
             && h.proposed.is_none()
-            && self
-                .plan(h.tx)
-                .get(h.pc as usize)
-                .is_some_and(|&item| s.locks[item].is_some_and(|o| o != h.tx))
+            && (self.takes_ticket_at_begin(s, k)
+                || self
+                    .plan(h.tx)
+                    .get(h.pc as usize)
+                    .is_some_and(|&item| s.locks[item].is_some_and(|o| o != h.tx)))
     }
 
     fn decide_now(s: &mut State, tx: Tx, to: Status) {
         s.records[tx as usize].status = to;
-        for l in s.locks.iter_mut() {
+        for (l, c) in s.locks.iter_mut().zip(s.carried.iter_mut()) {
             if *l == Some(tx) {
                 *l = None;
+                *c = None;
             }
         }
     }
@@ -270,8 +295,19 @@ impl ContentionModel {
         if let Phase::Wounding {
             victim,
             dead,
+            unrecorded: true,
+            ..
+        } = h.phase
+        {
+            self.tombstone(s, k, victim, dead);
+            return;
+        }
+        if let Phase::Wounding {
+            victim,
+            dead,
             appended,
             touched,
+            ..
         } = h.phase
         {
             // `record::roll_back_judged`, one `TransactWriteItems`: our record pending (condition
@@ -292,12 +328,7 @@ impl ContentionModel {
             if Self::pending(s, victim)
                 && (conditions || self.cfg.bug == Some(Bug::UnconditionalWound))
             {
-                let oldest = v.is_some_and(|v| {
-                    s.records
-                        .iter()
-                        .all(|r| r.status != Status::Pending || r.ticket.is_none_or(|t| t >= v))
-                });
-                s.oldest_wounded |= !dead && oldest;
+                s.oldest_wounded |= !dead && v.is_some_and(|v| Self::oldest(s, v));
                 let may = if dead {
                     !touched
                 } else {
@@ -316,11 +347,16 @@ impl ContentionModel {
         }
         let plan = self.plan(tx);
         let Some(&item) = plan.get(h.pc as usize) else {
-            // Commit: one write conditional on the record being pending.
+            // Commit: one write conditional on the record being pending (or, without record, on
+            // the one lock: released only under a tombstone, which decides the transaction).
             Self::decide_now(s, tx, Status::Committed);
             s.handles[k].phase = Phase::Done;
             return;
         };
+        if self.step_without_record(s, k) {
+            return;
+        }
+        let exists = s.records[tx as usize].exists;
         let holder = match s.locks[item] {
             None => None,
             Some(o) if o == tx => None,
@@ -331,10 +367,13 @@ impl ContentionModel {
             // A new request is appended to the record (a new version); an item this transaction
             // holds already (a resumed handle re-driving its record) is in it. A recorded wait is
             // cleared (`clear_waiting`). Either is a write to the record.
+            // Without a record, nothing is written to it: the lock carries the ticket instead.
             let new = s.locks[item] != Some(tx);
             let waited = s.records[tx as usize].waiting_on.take().is_some();
             s.locks[item] = Some(tx);
-            if new || waited {
+            if !exists {
+                s.carried[item] = Some(self.carries(&h));
+            } else if new || waited {
                 Self::wrote(s, tx, new);
             }
             let h = &mut s.handles[k];
@@ -350,6 +389,8 @@ impl ContentionModel {
                     s.handles[k].proposed = Some(s.counter);
                     s.counter += 1;
                 }
+                // Without a record, it contends with its ticket unrecorded (it holds nothing).
+                Some(p) if !exists => s.handles[k].mine = Some(p),
                 Some(p) => {
                     // `set_ticket`: `_TxK = if_not_exists(_TxK, p)`, returning the record's ticket.
                     let r = &mut s.records[tx as usize];
@@ -363,14 +404,17 @@ impl ContentionModel {
             }
             return;
         };
-        // `resolve`: read the holder's record and decide.
-        let theirs = s.records[o as usize];
-        match judge(&self.cfg, mine, theirs.ticket, theirs.waiting_on) {
+        // `resolve`: read the holder's record and decide (by its lock if it has none).
+        let waits = s.records[o as usize].waiting_on;
+        let Some(judgement) = self.judge_holder(s, mine, o, item, waits) else {
+            return;
+        };
+        match judgement {
             Judgement::Wait(on) => {
                 // Recorded in `_TxW` (with a heartbeat) before backing off, by a waiter that holds
                 // another lock: only whoever meets one reads it. A waiter holding none records
                 // nothing here (the code writes `_TxW` with its timed heartbeat only).
-                if s.locks.contains(&Some(tx)) {
+                if exists && s.locks.contains(&Some(tx)) {
                     s.records[tx as usize].waiting_on = Some(on);
                     Self::wrote(s, tx, false);
                 }
@@ -389,6 +433,7 @@ impl ContentionModel {
                     dead: false,
                     appended: false,
                     touched: false,
+                    unrecorded: !s.records[o as usize].exists,
                 };
             }
         }
@@ -417,12 +462,8 @@ impl ContentionModel {
                         return None;
                     }
                     let o = self.blocker(s, k)?;
-                    match judge(
-                        &self.cfg,
-                        h.mine?,
-                        s.records[o as usize].ticket,
-                        waits[o as usize],
-                    ) {
+                    let item = self.plan(h.tx)[h.pc as usize];
+                    match self.judge_holder(s, h.mine?, o, item, waits[o as usize])? {
                         Judgement::Wait(on) => Some((o, Some(on))),
                         Judgement::WaitForRunning => Some((o, None)),
                         Judgement::Wound => None,
@@ -491,6 +532,7 @@ impl Model for ContentionModel {
         vec![State {
             records: vec![
                 Record {
+                    exists: !self.cfg.on_demand,
                     status: Status::Pending,
                     ticket: None,
                     waiting_on: None,
@@ -498,6 +540,7 @@ impl Model for ContentionModel {
                 n
             ],
             locks: vec![None; self.cfg.items],
+            carried: vec![None; self.cfg.items],
             handles: (0..n as Tx)
                 .map(|tx| Handle {
                     tx,
@@ -514,6 +557,8 @@ impl Model for ContentionModel {
             resumes_left: self.cfg.resumes,
             oldest_wounded: false,
             misjudged_wound: false,
+            tombstoned: false,
+            quiet_wait: false,
         }]
     }
 
@@ -541,10 +586,15 @@ impl Model for ContentionModel {
             {
                 out.push(Action::TakeOver(k));
             }
+            if self.may_look_quietly(s, k) {
+                out.push(Action::QuietLook(k));
+            }
         }
         if s.resumes_left > 0 {
             for tx in 0..s.records.len() as Tx {
+                // Only a record can be resumed.
                 if Self::pending(s, tx)
+                    && s.records[tx as usize].exists
                     && (self.cfg.second_handles || !Self::has_live_handle(s, tx))
                 {
                     out.push(Action::Resume(tx));
@@ -564,6 +614,7 @@ impl Model for ContentionModel {
                     dead: true,
                     appended: false,
                     touched: false,
+                    unrecorded: !s.records[victim as usize].exists,
                 };
             }
             Action::Crash(k) => {
@@ -588,6 +639,7 @@ impl Model for ContentionModel {
                 s.resumes_left -= 1;
             }
             Action::Draw(k, t) => s.handles[k].proposed = Some(t),
+            Action::QuietLook(k) => self.quiet_look(&mut s, k)?,
         }
         Some(s)
     }
@@ -598,10 +650,13 @@ impl Model for ContentionModel {
                 "waits point at older transactions",
                 |_: &ContentionModel, s: &State| {
                     s.handles.iter().all(|h| match h.phase {
+                        // A waiter without record contends with its ticket unrecorded.
                         Phase::Waiting { on }
                             if ContentionModel::active(h) && ContentionModel::pending(s, h.tx) =>
                         {
-                            s.records[h.tx as usize].ticket.is_some_and(|r| on < r)
+                            let r = &s.records[h.tx as usize];
+                            let own = if r.exists { r.ticket } else { h.mine };
+                            own.is_some_and(|r| on < r)
                         }
                         _ => true,
                     })
@@ -654,6 +709,9 @@ impl Model for ContentionModel {
                         .any(|h| matches!(h.phase, Phase::WaitingForRunning { .. }))
                 },
             ));
+        }
+        if self.cfg.on_demand {
+            properties.extend(unrecorded::properties());
         }
         if self.cfg.clock.is_some() {
             properties.push(Property::sometimes(

@@ -29,4 +29,23 @@ pub(super) enum Bug {
     /// The candidate rule waits also for a younger holder that records a wait for a transaction
     /// younger than the contender (found deadlocking in the three-item ring with crashes).
     WaitsForRunningThatWaitsYounger,
+    /// A holder without record is judged as if its lock carried no ticket (the defect that
+    /// `_TxK` on the lock fixed: an older holder rolled back after the grace).
+    UnrecordedJudgedWithoutTicket,
+    /// The tombstone of a holder judged without record lands although the holder has created its
+    /// record since (not conditional on the record's absence).
+    TombstoneOverRecord,
+    /// The tombstone of a holder judged without record lands although the wounder was rolled back
+    /// since it judged (found by this model: a resumed wounder whose transaction a takeover
+    /// rolled back tombstoned the oldest pending transaction).
+    TombstoneIgnoresWounder,
+    /// A contender waits with a holder whose ticket equals its own when that holder records a wait
+    /// for an older transaction (as for a younger holder). Two tied transactions that recorded a
+    /// wait for a transaction since finished wait with each other for ever (found by this model
+    /// with tickets taken at begin and clock tickets).
+    WaitsWithTiedHolder,
+    /// A holder without record whose lock carries a ticket equal to the contender's is tombstoned
+    /// after its grace (`judge_unrecorded` taking a tie for younger; found by this model: with
+    /// clock tickets, the oldest pending transaction rolled back).
+    TombstonesTiedHolder,
 }

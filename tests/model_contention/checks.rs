@@ -15,6 +15,8 @@ pub(super) fn config(name: &'static str, items: usize, plans: Vec<Vec<usize>>) -
         dead_takeover: true,
         clock: None,
         wait_for_running: false,
+        on_demand: false,
+        ticket_at_begin: false,
         bug: None,
     }
 }

@@ -23,16 +23,22 @@ pub(super) enum Judgement {
 
 /// What a contender with ticket `mine` does about a pending holder (`contention::resolve`):
 /// `Some(on)` waits (for ticket `on`), `None` wounds. An equal ticket is not older (`tie_waits`:
-/// [`Bug::WaitsOnTie`]).
+/// [`Bug::WaitsOnTie`]). A younger holder (or one without ticket) that records a wait for a
+/// transaction older than the contender is waited with; a holder with an equal ticket is not
+/// (`tie_waits_with`: [`Bug::WaitsWithTiedHolder`]).
 pub(super) fn decide(
     mine: Ticket,
     theirs: Option<Ticket>,
     their_wait: Option<Ticket>,
     tie_waits: bool,
+    tie_waits_with: bool,
 ) -> Option<Ticket> {
     let older = |t: Ticket| t < mine || (tie_waits && t == mine);
     if let Some(t) = theirs.filter(|&t| older(t)) {
         return Some(t);
+    }
+    if theirs == Some(mine) && !tie_waits_with {
+        return None;
     }
     their_wait.filter(|&on| older(on))
 }
@@ -44,7 +50,14 @@ pub(super) fn judge(
     theirs: Option<Ticket>,
     their_wait: Option<Ticket>,
 ) -> Judgement {
-    if let Some(on) = decide(mine, theirs, their_wait, cfg.bug == Some(Bug::WaitsOnTie)) {
+    let bug = |b: Bug| cfg.bug == Some(b);
+    if let Some(on) = decide(
+        mine,
+        theirs,
+        their_wait,
+        bug(Bug::WaitsOnTie),
+        bug(Bug::WaitsWithTiedHolder),
+    ) {
         return Judgement::Wait(on);
     }
     let younger = theirs.is_none_or(|t| t > mine) || cfg.bug == Some(Bug::WaitsForRunningTie);

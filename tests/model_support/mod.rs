@@ -46,6 +46,11 @@ where
         match p.expectation {
             Expectation::Always | Expectation::Eventually => {
                 if let Some(path) = found {
+                    if std::env::var_os("MODEL_TRACE").is_some() {
+                        for (state, action) in path.clone().into_vec() {
+                            println!("{state:?}\n  -> {action:?}");
+                        }
+                    }
                     let last = path.last_state().clone();
                     let steps: Vec<String> = path
                         .into_actions()
