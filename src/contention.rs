@@ -245,7 +245,9 @@ pub(crate) async fn resolve(
             // the latter a moment, then tombstone it.
             None if grace_left => return Ok(Resolution::Grace),
             None => {
-                steal_orphan(inner, owner, table, key, false).await?;
+                // Its tombstone lands only while our own record is pending, as a wound does.
+                let decider = (!me.without_record).then_some(me.id);
+                steal_orphan(inner, owner, table, key, false, decider).await?;
                 return Ok(Resolution::Retry);
             }
             Some(h) => h,
@@ -264,7 +266,7 @@ pub(crate) async fn resolve(
                     h.inline.iter().any(|r| r.item_ref() == here)
                 };
                 if met_again || !named() {
-                    steal_orphan(inner, owner, table, key, true).await?;
+                    steal_orphan(inner, owner, table, key, true, None).await?;
                 }
             } else {
                 complete_decided(inner, owner, table, key).await?;
@@ -457,11 +459,11 @@ async fn complete_decided(inner: &Inner, owner: &TxId, table: &str, key: &Item) 
         // name (a read's lock whose request was never recorded) or a late one: never applied,
         // released like a vanished transaction's.
         Ok(TxState::Committed | TxState::RolledBack) => {
-            steal_orphan(inner, owner, table, key, true).await
+            steal_orphan(inner, owner, table, key, true, None).await
         }
         Ok(_) | Err(Error::UnknownOutcome { .. }) => Ok(()),
         Err(Error::TransactionNotFound { .. }) => {
-            steal_orphan(inner, owner, table, key, false).await
+            steal_orphan(inner, owner, table, key, false, None).await
         }
         Err(e) => Err(e),
     }
@@ -472,13 +474,14 @@ async fn complete_decided(inner: &Inner, owner: &TxId, table: &str, key: &Item) 
 /// a read's lock sent with its record's creation, so a tombstone goes first (see
 /// [`record::put_tombstone`]); if the record exists after all and is pending, nothing is released
 /// and the caller judges the owner again. An applied lock of a vanished transaction cannot be
-/// judged automatically.
+/// judged automatically. `decider`: see [`decide_absent`].
 pub(crate) async fn steal_orphan(
     inner: &Inner,
     owner: &TxId,
     table: &str,
     key: &Item,
     decided: bool,
+    decider: Option<&TxId>,
 ) -> Result<()> {
     let c = &inner.client;
     let raw = crate::ddb::batch_get(c, &[(table.to_string(), key.clone())]).await?;
@@ -493,7 +496,7 @@ pub(crate) async fn steal_orphan(
             owner: owner.clone(),
         });
     }
-    if !decided && !decide_absent(inner, owner).await? {
+    if !decided && !decide_absent(inner, owner, decider).await? {
         return Ok(());
     }
     debug!(other = %owner, table, "releasing the lock of a transaction whose record is gone");
@@ -509,18 +512,34 @@ pub(crate) async fn steal_orphan(
 }
 
 /// Decides a transaction whose record was found absent by putting its tombstone. True when it is
-/// decided now (tombstoned, or its record exists decided); false when its record exists pending.
-pub(crate) async fn decide_absent(inner: &Inner, owner: &TxId) -> Result<bool> {
+/// decided now (tombstoned, or its record exists decided); false when its record exists pending,
+/// or the tombstone was cancelled for a transient reason (the caller judges again).
+///
+/// `decider`: the contending transaction that judged the owner (by its lock, or for want of a
+/// record): the tombstone lands only while the decider's record is pending, and
+/// `Err(RolledBack)` says it no longer is. A transaction without record, or the sweeper, passes
+/// `None`.
+pub(crate) async fn decide_absent(
+    inner: &Inner,
+    owner: &TxId,
+    decider: Option<&TxId>,
+) -> Result<bool> {
     let ttl = inner.settings.record_ttl_secs();
+    let (c, table) = (&inner.client, &inner.tx_table);
     let mut attempt = 0;
     loop {
         attempt += 1;
-        match record::put_tombstone(&inner.client, &inner.tx_table, owner, ttl).await {
+        match record::put_tombstone(c, table, owner, ttl, decider).await {
             Ok(record::Tombstoned::Put) => {
                 debug!(other = %owner, "tombstoned a transaction without a record");
                 return Ok(true);
             }
             Ok(record::Tombstoned::Exists(h)) => return Ok(h.state != TxState::Pending),
+            Ok(record::Tombstoned::DeciderNotPending) => {
+                let tx_id = decider.expect("only a decider is checked").clone();
+                return Err(Error::RolledBack { tx_id });
+            }
+            Ok(record::Tombstoned::Cancelled) => return Ok(false),
             // The tombstone may have landed: putting it again finds it.
             Err(Error::DynamoDb {
                 ambiguous: true, ..
@@ -529,3 +548,4 @@ pub(crate) async fn decide_absent(inner: &Inner, owner: &TxId) -> Result<bool> {
         }
     }
 }
+

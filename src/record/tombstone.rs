@@ -21,11 +21,11 @@ use std::time::Duration;
 use aws_sdk_dynamodb::Client;
 
 use crate::TxId;
-use crate::ddb::{self, Placeholders, Write, WriteKind, Written};
+use crate::ddb::{self, Placeholders, Transacted, Write, WriteKind, Written};
 use crate::error::Result;
 use crate::tables::TX_ID;
 
-use super::decide::finished_record_write;
+use super::decide::{finished_record_write, pending_check};
 use super::{Header, TOMBSTONE, TxState, header_key, load_header, n};
 
 /// How long a tombstone is kept at least.
@@ -38,15 +38,26 @@ pub(crate) enum Tombstoned {
     Put,
     /// The transaction's record exists: the header as found.
     Exists(Header),
+    /// The deciding transaction (a contender rolling back a holder without record) is no longer
+    /// pending: it decides nothing. Nothing was written.
+    DeciderNotPending,
+    /// Cancelled for another reason (a conflicting transaction, throttling): nothing was written.
+    Cancelled,
 }
 
 /// Puts a tombstone for `id` unless its record exists. Safe to repeat (a repeat finds the
 /// tombstone), and after an ambiguous failure (the tombstone found is as good as ours).
+///
+/// With `decider` (a contender rolling back a holder it judged by its lock), only while the
+/// decider's own record is pending: one `TransactWriteItems` with a condition check on that record,
+/// as for the wound of a holder with a record (`roll_back_judged`), so that a transaction rolled
+/// back after it judged carries nothing out.
 pub(crate) async fn put_tombstone(
     client: &Client,
     table: &str,
     id: &TxId,
     ttl_secs: Option<u64>,
+    decider: Option<&TxId>,
 ) -> Result<Tombstoned> {
     let now = ddb::now_millis();
     let keep_ms = KEEP.as_millis() as u64;
@@ -55,11 +66,26 @@ pub(crate) async fn put_tombstone(
     if let WriteKind::Put { item } = &mut w.kind {
         item.insert(TOMBSTONE.into(), n(now + keep_ms));
     }
-    let found = match w.send(client, None).await? {
-        Written::Ok(_) => return Ok(Tombstoned::Put),
-        Written::ConditionFailed(Some(found)) => Header::parse(&found)?,
+    let found = match decider {
+        None => match w.send(client, None).await? {
+            Written::Ok(_) => return Ok(Tombstoned::Put),
+            Written::ConditionFailed(found) => found,
+        },
+        Some(d) => match ddb::transact(client, &[pending_check(table, d), w]).await? {
+            Transacted::Ok => return Ok(Tombstoned::Put),
+            Transacted::Cancelled(reasons) if reasons[0].is_condition_failed() => {
+                return Ok(Tombstoned::DeciderNotPending);
+            }
+            Transacted::Cancelled(mut reasons) if reasons[1].is_condition_failed() => {
+                reasons.swap_remove(1).item
+            }
+            Transacted::Cancelled(_) => return Ok(Tombstoned::Cancelled),
+        },
+    };
+    let found = match found {
+        Some(found) => Header::parse(&found)?,
         // The answer did not carry the row: read it.
-        Written::ConditionFailed(None) => {
+        None => {
             match load_header(client, table, id).await? {
                 Some(h) => h,
                 // A tombstone (hidden by `load_header`), or a record deleted since.

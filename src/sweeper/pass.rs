@@ -379,7 +379,7 @@ impl Pass<'_> {
                     // Completion settles the items the record names; a lock still on this item
                     // is one it does not name, never applied: released as the decided
                     // transaction's.
-                    crate::contention::steal_orphan(&self.mgr.inner, &owner_id, table, &key, true)
+                    crate::contention::steal_orphan(&self.mgr.inner, &owner_id, table, &key, true, None)
                         .await
                 }
                 // A lock taken without a record, by a transaction that may still run and create
@@ -483,7 +483,7 @@ impl Pass<'_> {
         }
         // The record may still be on its way (a read's lock is sent with its creation): decide
         // the transaction with a tombstone before its lock goes.
-        if !crate::contention::decide_absent(&self.mgr.inner, owner).await? {
+        if !crate::contention::decide_absent(&self.mgr.inner, owner, None).await? {
             debug!(tx = %owner, table, "sweep: the record of a lock's owner appeared; left to its coordinator");
             return Ok(());
         }

@@ -302,8 +302,12 @@ impl Transaction {
                         Some(h) => Appended::Conflict(Some(h)),
                         None => {
                             let ttl = self.inner.settings.record_ttl_secs();
-                            match record::put_tombstone(c, table, &self.id, ttl).await? {
+                            match record::put_tombstone(c, table, &self.id, ttl, None).await? {
                                 record::Tombstoned::Exists(h) => Appended::Conflict(Some(h)),
+                                record::Tombstoned::DeciderNotPending
+                                | record::Tombstoned::Cancelled => {
+                                    unreachable!("a tombstone without decider is one PutItem")
+                                }
                                 record::Tombstoned::Put => {
                                     self.release_own_locks(st).await?;
                                     return Err(Error::UnknownOutcome {

@@ -196,3 +196,61 @@ async fn a_decided_holder_met_by_its_lock_without_record_is_released_after_the_g
     assert_eq!(owner(&env, "b").await, None, "the rollback completed");
     assert_clean(&env).await;
 }
+
+/// A wounder rolled back after it judged a younger holder without record decides nothing: the
+/// holder's tombstone lands only while the wounder's own record is pending, as the wound of a
+/// holder with a record does (found by the contention model, `TombstoneIgnoresWounder`: a wounder
+/// rolled back since could roll back the oldest pending transaction).
+#[tokio::test]
+async fn a_wounder_rolled_back_after_judging_a_holder_without_record_tombstones_nothing() {
+    let env = env("unrec-wounder", Duration::from_secs(10)).await;
+    // Just before the older transaction's tombstone of the holder goes out, another coordinator
+    // rolls the older transaction back.
+    let wounder: std::sync::Arc<std::sync::Mutex<Option<TxId>>> = Default::default();
+    let (txt, imgt) = (
+        env.manager.transactions_table().to_string(),
+        env.manager.images_table().to_string(),
+    );
+    let to_roll_back = wounder.clone();
+    let hook = RunBefore::new("*", "_TxX", move || {
+        let id = to_roll_back
+            .lock()
+            .unwrap()
+            .clone()
+            .expect("the wounder began");
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let m = dynamodb_transactions::TransactionManager::builder(client())
+            .transactions_table(&txt)
+            .images_table(&imgt)
+            .build();
+        rt.block_on(m.rollback_transaction(&id)).unwrap();
+    });
+    let m_older = coordinator_on(&env, client_with(vec![shared(hook.clone())]), |s| {
+        ticket_first(s, Duration::from_secs(10))
+    });
+    let older = m_older.begin();
+    let older_id = older.id().clone();
+    *wounder.lock().unwrap() = Some(older_id.clone());
+    increment(&older, &env.table, "b").await.unwrap();
+    let holder = env.manager.begin();
+    let id = holder.id().clone();
+    increment(&holder, &env.table, "a").await.unwrap();
+
+    // The older transaction's second read meets the younger holder: a grace, then its tombstone,
+    // by then that of a transaction rolled back.
+    let read = increment(&older, &env.table, "a").await;
+    assert!(hook.ran(), "the tombstone was tried");
+    assert!(header_row(&env, &id).await.is_none(), "no tombstone");
+    assert!(matches!(read, Err(Error::RolledBack { .. })), "{read:?}");
+    assert_eq!(owner(&env, "a").await.as_deref(), Some(id.as_str()));
+    holder.commit().await.unwrap();
+    assert_eq!(
+        env.tx_state(&older_id).await.map(|s| s.0),
+        Some(TxState::RolledBack)
+    );
+    assert_eq!((v(&env, "a").await, v(&env, "b").await), (n(2), n(1)));
+    assert_clean(&env).await;
+}
