@@ -306,7 +306,7 @@ pub(crate) async fn resolve(
                 // a transaction older than us, wait with it: waits then still only ever point
                 // (through the holder) at older transactions, so no cycle can form. If it is
                 // running, give it a moment to finish.
-                if let Some(on) = h.waiting_on.filter(|&on| on < mine) {
+                if let Some(on) = waits_with(mine, h.ticket, h.waiting_on) {
                     crate::metrics::contention_wait();
                     return Ok(Resolution::Wait { on, holder: false });
                 }
@@ -389,23 +389,51 @@ async fn judge_unrecorded(
         return Ok(None);
     };
     let mine = me.ticket(inner).await?;
-    let theirs = lock.ticket;
-    if theirs >= mine {
-        return Ok(None);
+    let judged = by_lock_ticket(mine, lock.ticket, holds_others);
+    match judged {
+        Some(Resolution::Yield) => crate::metrics::contention_yield(),
+        Some(Resolution::Wait { on, .. }) => {
+            debug!(tx = %me.id, theirs = on, "waiting for an older holder without record");
+            crate::metrics::contention_wait();
+        }
+        _ => {}
+    }
+    Ok(judged)
+}
+
+/// [`judge_unrecorded`]'s rule, for a contender with ticket `mine` and a lock carrying `theirs`
+/// (not 0): older, wait (or yield); younger, `None`. An equal ticket (clock tickets of two
+/// processes may tie) is neither: the holder is left its grace for as long as its lock may judge
+/// it, as a record's equal ticket fails the wound's condition (`_TxK > :mine`).
+fn by_lock_ticket(mine: u64, theirs: u64, holds_others: bool) -> Option<Resolution> {
+    if theirs > mine {
+        return None;
+    }
+    if theirs == mine {
+        return Some(Resolution::Grace);
     }
     if holds_others
         && crate::ticket::is_first_attempt(mine)
         && !crate::ticket::is_first_attempt(theirs)
     {
-        crate::metrics::contention_yield();
-        return Ok(Some(Resolution::Yield));
+        return Some(Resolution::Yield);
     }
-    debug!(tx = %me.id, theirs, "waiting for an older holder without record");
-    crate::metrics::contention_wait();
-    Ok(Some(Resolution::Wait {
+    Some(Resolution::Wait {
         on: theirs,
         holder: true,
-    }))
+    })
+}
+
+/// Whether a holder that is not older than us (ticket `theirs`) is waited with, and for which
+/// ticket: it records a wait (`_TxW`) for a transaction older than us, and it is younger or has
+/// no ticket. A holder with a ticket equal to ours is not: two tied transactions, each recording a
+/// wait for a transaction finished since, would wait with each other for ever (found by
+/// `tests/model_contention`, `WaitsWithTiedHolder`).
+fn waits_with(mine: u64, theirs: Option<u64>, waiting_on: Option<u64>) -> Option<u64> {
+    if theirs == Some(mine) {
+        return None;
+    }
+    waiting_on.filter(|&on| on < mine)
 }
 
 /// The most a look that judged a holder by its lock alone pauses (as long as its lock attempt
@@ -549,3 +577,37 @@ pub(crate) async fn decide_absent(
     }
 }
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_holder_with_an_equal_ticket_is_not_waited_with() {
+        // Younger, or without a ticket, and waiting for an older transaction: waited with.
+        assert_eq!(waits_with(5, Some(7), Some(3)), Some(3));
+        assert_eq!(waits_with(5, None, Some(3)), Some(3));
+        // Waiting for one no older than us: not.
+        assert_eq!(waits_with(5, Some(7), Some(5)), None);
+        // Tied: not, whatever it waits for.
+        assert_eq!(waits_with(5, Some(5), Some(3)), None);
+    }
+
+    #[test]
+    fn a_lock_carrying_an_equal_ticket_is_left_its_grace() {
+        let first = |t: u64| t | (1 << 63);
+        assert_eq!(
+            by_lock_ticket(first(5), first(3), false),
+            Some(Resolution::Wait {
+                on: first(3),
+                holder: true
+            })
+        );
+        assert_eq!(by_lock_ticket(first(5), first(7), false), None);
+        assert_eq!(
+            by_lock_ticket(first(5), first(5), true),
+            Some(Resolution::Grace)
+        );
+        // A first attempt holding other locks yields to a retry.
+        assert_eq!(by_lock_ticket(first(5), 9, true), Some(Resolution::Yield));
+    }
+}
