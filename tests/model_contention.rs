@@ -383,25 +383,7 @@ impl ContentionModel {
         };
         // Contention: the contender's ticket first (`Contender::ticket`).
         let Some(mine) = h.mine else {
-            match h.proposed {
-                None => {
-                    // `take_ticket`: one atomic ADD on the counter.
-                    s.handles[k].proposed = Some(s.counter);
-                    s.counter += 1;
-                }
-                // Without a record, it contends with its ticket unrecorded (it holds nothing).
-                Some(p) if !exists => s.handles[k].mine = Some(p),
-                Some(p) => {
-                    // `set_ticket`: `_TxK = if_not_exists(_TxK, p)`, returning the record's ticket.
-                    let r = &mut s.records[tx as usize];
-                    let recorded = *r.ticket.get_or_insert(p);
-                    Self::wrote(s, tx, false);
-                    s.handles[k].mine = Some(match self.cfg.bug {
-                        Some(Bug::ResumeTakesFreshTicket | Bug::KeepsOwnTicket) => p,
-                        _ => recorded,
-                    });
-                }
-            }
+            self.ticket_step(s, k);
             return;
         };
         // `resolve`: read the holder's record and decide (by its lock if it has none).
@@ -435,6 +417,31 @@ impl ContentionModel {
                     touched: false,
                     unrecorded: !s.records[o as usize].exists,
                 };
+            }
+        }
+    }
+
+    /// Handle `k`'s ticket, one request a step: taken (`take_ticket`, one atomic ADD on the
+    /// counter), then recorded (`set_ticket`) to contend with the record's.
+    fn ticket_step(&self, s: &mut State, k: Slot) {
+        let h = s.handles[k];
+        let tx = h.tx;
+        match h.proposed {
+            None => {
+                s.handles[k].proposed = Some(s.counter);
+                s.counter += 1;
+            }
+            // Without a record, it contends with its ticket unrecorded (it holds nothing).
+            Some(p) if !s.records[tx as usize].exists => s.handles[k].mine = Some(p),
+            Some(p) => {
+                // `set_ticket`: `_TxK = if_not_exists(_TxK, p)`, returning the record's ticket.
+                let r = &mut s.records[tx as usize];
+                let recorded = *r.ticket.get_or_insert(p);
+                Self::wrote(s, tx, false);
+                s.handles[k].mine = Some(match self.cfg.bug {
+                    Some(Bug::ResumeTakesFreshTicket | Bug::KeepsOwnTicket) => p,
+                    _ => recorded,
+                });
             }
         }
     }

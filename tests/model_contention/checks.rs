@@ -97,6 +97,16 @@ pub(super) fn three_by_two_small_clock() -> Config {
     cfg
 }
 
+/// Recorded transactions (no `on_demand`) with tickets taken at begin and clock tickets: a
+/// transaction holds a ticket without meeting contention, so two tied transactions may record
+/// waits for a third that finishes (`WaitsWithTiedHolder` deadlocks here too).
+pub(super) fn recorded_clock_at_begin() -> Config {
+    let mut cfg = checks::three_by_two_small_clock();
+    cfg.name = "3 tx x 2 items (one single-item), recorded, clock tickets at begin";
+    cfg.ticket_at_begin = true;
+    cfg
+}
+
 pub(super) fn assert_model_holds(cfg: Config) {
     let (name, bug) = (cfg.name, cfg.bug.is_some());
     model_support::assert_model_holds(name, ContentionModel { cfg }, bug);
@@ -142,6 +152,11 @@ fn a_second_live_handle_with_clock_tickets() {
 #[test]
 fn three_transactions_two_items_with_clock_tickets() {
     assert_model_holds(three_by_two_small_clock());
+}
+
+#[test]
+fn recorded_transactions_with_clock_tickets_at_begin() {
+    checks::assert_model_holds(recorded_clock_at_begin());
 }
 
 #[test]

@@ -24,21 +24,27 @@ use super::*;
 use stateright::Expectation;
 
 impl ContentionModel {
-    /// Whether handle `k` takes its ticket before its first lock without record.
+    /// Whether handle `k` takes its ticket before its first lock (`ticket_at_begin`): a first
+    /// handle that has none yet (a resumed one has its record's). With a record, it records the
+    /// ticket before the lock too (the record's creation carries it in the code).
     pub(super) fn takes_ticket_at_begin(&self, s: &State, k: Slot) -> bool {
         let h = &s.handles[k];
-        self.cfg.ticket_at_begin && !s.records[h.tx as usize].exists && h.pc == 0
+        self.cfg.ticket_at_begin && h.pc == 0 && !h.resumed && h.mine.is_none()
     }
 
-    /// The steps of a transaction without record that are not lock attempts: the ticket taken
-    /// before the first lock, and the record's creation before a second lock. False when the
+    /// The steps that are not lock attempts: the ticket taken before the first lock, and the
+    /// record's creation before a second lock by a transaction without record. False when the
     /// next step is a lock attempt.
     pub(super) fn step_without_record(&self, s: &mut State, k: Slot) -> bool {
         let h = s.handles[k];
-        let r = &mut s.records[h.tx as usize];
-        if r.exists {
+        if s.records[h.tx as usize].exists {
+            if self.takes_ticket_at_begin(s, k) {
+                self.ticket_step(s, k);
+                return true;
+            }
             return false;
         }
+        let r = &mut s.records[h.tx as usize];
         if h.pc > 0 {
             // `ticket_for_record`: the record carries the ticket the lock carries.
             r.exists = true;
@@ -254,6 +260,7 @@ fn holders_without_record_broken_is_caught() {
         (Bug::TombstoneOverRecord, three_clock_at_contention()),
         (Bug::TombstoneIgnoresWounder, three_at_begin()),
         (Bug::WaitsWithTiedHolder, three_clock()),
+        (Bug::WaitsWithTiedHolder, checks::recorded_clock_at_begin()),
         (Bug::TombstonesTiedHolder, three_clock()),
     ];
     for (bug, mut cfg) in cases {
