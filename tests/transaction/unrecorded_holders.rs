@@ -254,3 +254,90 @@ async fn a_wounder_rolled_back_after_judging_a_holder_without_record_tombstones_
     assert_eq!((v(&env, "a").await, v(&env, "b").await), (n(2), n(1)));
     assert_clean(&env).await;
 }
+
+/// Loses the answer to the first request of `operation` whose body contains `needle`, after
+/// DynamoDB applied it (the caller gets an error it cannot tell from a request that never landed).
+#[derive(Debug, Clone)]
+struct LoseAnswer {
+    operation: &'static str,
+    needle: &'static str,
+    lost: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+#[derive(Debug)]
+struct Losing;
+
+impl aws_sdk_dynamodb::config::Intercept for LoseAnswer {
+    fn name(&self) -> &'static str {
+        "LoseAnswer"
+    }
+
+    fn read_before_transmit(
+        &self,
+        ctx: &aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef<'_>,
+        _rc: &aws_sdk_dynamodb::config::RuntimeComponents,
+        cfg: &mut aws_sdk_dynamodb::config::ConfigBag,
+    ) -> Result<(), aws_sdk_dynamodb::error::BoxError> {
+        let req = ctx.request();
+        let target = req.headers().get("x-amz-target").unwrap_or_default();
+        let body = req.body().bytes().unwrap_or_default();
+        if target.ends_with(&format!(".{}", self.operation))
+            && String::from_utf8_lossy(body).contains(self.needle)
+            && !self.lost.swap(true, std::sync::atomic::Ordering::SeqCst)
+        {
+            cfg.interceptor_state().store_put(Losing);
+        }
+        Ok(())
+    }
+
+    fn read_before_deserialization(
+        &self,
+        _ctx: &aws_sdk_dynamodb::config::interceptors::BeforeDeserializationInterceptorContextRef<
+            '_,
+        >,
+        _rc: &aws_sdk_dynamodb::config::RuntimeComponents,
+        cfg: &mut aws_sdk_dynamodb::config::ConfigBag,
+    ) -> Result<(), aws_sdk_dynamodb::error::BoxError> {
+        match cfg.load::<Losing>() {
+            Some(_) => Err("the answer was lost".into()),
+            None => Ok(()),
+        }
+    }
+}
+
+impl aws_smithy_types::config_bag::Storable for Losing {
+    type Storer = aws_smithy_types::config_bag::StoreReplace<Self>;
+}
+
+/// The tombstone a contender with a record puts (with the check on its own record) lands, and its
+/// answer is lost: putting it again finds it, and the holder is released as if the answer had come.
+#[tokio::test]
+async fn a_lost_answer_to_a_checked_tombstone_is_resolved_by_putting_it_again() {
+    let env = env("unrec-lost-stone", Duration::from_secs(10)).await;
+    let lose = LoseAnswer {
+        operation: "TransactWriteItems",
+        needle: "_TxX",
+        lost: Default::default(),
+    };
+    let m_older = coordinator_on(&env, client_with(vec![shared(lose.clone())]), |s| {
+        ticket_first(s, Duration::from_secs(10))
+    });
+    let older = m_older.begin();
+    increment(&older, &env.table, "b").await.unwrap();
+    let holder = env.manager.begin();
+    let id = holder.id().clone();
+    increment(&holder, &env.table, "a").await.unwrap();
+
+    increment(&older, &env.table, "a").await.unwrap();
+    assert!(
+        lose.lost.load(std::sync::atomic::Ordering::SeqCst),
+        "an answer was lost"
+    );
+    older.commit().await.unwrap();
+    let stone = header_row(&env, &id).await.expect("a tombstone");
+    assert!(stone.contains_key("_TxX"), "{stone:?}");
+    let err = holder.commit().await.unwrap_err();
+    assert!(matches!(err, Error::RolledBack { .. }), "{err:?}");
+    assert_eq!((v(&env, "a").await, v(&env, "b").await), (n(2), n(2)));
+    assert_clean(&env).await;
+}
