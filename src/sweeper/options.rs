@@ -34,6 +34,7 @@ pub struct SweepOptions {
     pub(super) images: bool,
     pub(super) tables_to_scan: Vec<String>,
     pub(super) scan_unrecorded_tables: bool,
+    pub(super) unrecorded_slices: u32,
     pub(super) progress: Option<ProgressFn>,
 }
 
@@ -49,6 +50,7 @@ impl Default for SweepOptions {
             images: true,
             tables_to_scan: Vec::new(),
             scan_unrecorded_tables: true,
+            unrecorded_slices: 1,
             progress: None,
         }
     }
@@ -66,6 +68,7 @@ impl fmt::Debug for SweepOptions {
             .field("images", &self.images)
             .field("tables_to_scan", &self.tables_to_scan)
             .field("scan_unrecorded_tables", &self.scan_unrecorded_tables)
+            .field("unrecorded_slices", &self.unrecorded_slices)
             .field("progress", &self.progress.as_ref().map(|_| "callback"))
             .finish()
     }
@@ -187,8 +190,9 @@ impl SweepOptions {
     /// [`rollback_after`](Self::rollback_after), and leaves a younger one to its transaction. So a
     /// sweep every `interval` releases it at most `rollback_after` + `interval` + one pass after
     /// it was taken. The scan reads each listed table whole (only its locks without record come
-    /// back); where no coordinator ever used the setting, no table is listed and it costs one read
-    /// of that row.
+    /// back), or one slice of it per pass with
+    /// [`unrecorded_table_slices`](Self::unrecorded_table_slices); where no coordinator ever used
+    /// the setting, no table is listed and it costs one read of that row.
     ///
     /// ```
     /// use dynamodb_transactions::sweeper::SweepOptions;
@@ -197,6 +201,28 @@ impl SweepOptions {
     /// ```
     pub fn scan_unrecorded_tables(mut self, yes: bool) -> Self {
         self.scan_unrecorded_tables = yes;
+        self
+    }
+
+    /// How many passes share the scan of each listed table for locks without record (default 1:
+    /// each pass reads every listed table whole; at least 1). With `k`, a pass reads one slice
+    /// of `k` of each (a `k`-th of its read units), the next slice in turn: the slices' turn is
+    /// one counter in the row that lists the tables (one `ADD` per pass), shared by every
+    /// sweeper of the transactions table, background or one-off. Every lock is then looked at
+    /// within `k` passes, so a sweep every `interval` releases a crashed coordinator's lock
+    /// without record at most `rollback_after` + `k` × (`interval` + one pass) after it was taken.
+    /// The tables of [`tables_to_scan`](Self::tables_to_scan) are read whole at every pass, and so
+    /// is every listed table in a [`dry_run`](Self::dry_run) (which writes nothing, so takes no
+    /// turn). [`SweepReport::unrecorded_slice`](super::SweepReport::unrecorded_slice) says which
+    /// slice a pass read.
+    ///
+    /// ```
+    /// use dynamodb_transactions::sweeper::SweepOptions;
+    /// let options = SweepOptions::new().unrecorded_table_slices(6);
+    /// assert_eq!(options.unrecorded_table_slices_count(), 6);
+    /// ```
+    pub fn unrecorded_table_slices(mut self, k: u32) -> Self {
+        self.unrecorded_slices = k.max(1);
         self
     }
 
@@ -224,6 +250,11 @@ impl SweepOptions {
     /// See [`SweepOptions::segments`].
     pub fn segments_count(&self) -> u32 {
         self.segments
+    }
+
+    /// See [`SweepOptions::unrecorded_table_slices`].
+    pub fn unrecorded_table_slices_count(&self) -> u32 {
+        self.unrecorded_slices
     }
 
     /// See [`SweepOptions::dry_run`].

@@ -406,8 +406,14 @@ impl Pass<'_> {
     }
 
     /// Scans `table` for locked items (only those locked without a record, with
-    /// `unrecorded_only`) and handles each ([`Self::locked_item`]).
-    async fn scan_items(&self, table: &str, unrecorded_only: bool) -> Result<()> {
+    /// `unrecorded_only`, in its slice `slice` (index, count)) and handles each
+    /// ([`Self::locked_item`]).
+    async fn scan_items(
+        &self,
+        table: &str,
+        unrecorded_only: bool,
+        slice: (u32, u32),
+    ) -> Result<()> {
         let client = self.client();
         let schema = self.mgr.inner.schemas.get(client, table).await?;
         let mut names: HashMap<String, String> = HashMap::new();
@@ -440,6 +446,7 @@ impl Pass<'_> {
             names,
             values: HashMap::new(),
             segments: self.opts.segments,
+            slice,
             concurrency: self.opts.concurrency,
             progress: self.opts.progress.as_ref(),
         };
@@ -544,8 +551,21 @@ impl TransactionManager {
                 }
             }
         }
+        // With slices, the listed tables' slice of this pass (the next in turn; a dry run, which
+        // writes nothing, takes no turn and reads them whole).
+        let k = opts.unrecorded_slices;
+        let mut slice = (0, 1);
+        if k > 1 && !opts.dry_run && tables.iter().any(|(_, unrecorded_only)| *unrecorded_only) {
+            let tx_table = &self.inner.tx_table;
+            slice = (
+                record::unrecorded_tables::next_slice(client, tx_table, k).await?,
+                k,
+            );
+            pass.note(|r| r.unrecorded_slice = Some(slice));
+        }
         for (table, unrecorded_only) in &tables {
-            match pass.scan_items(table, *unrecorded_only).await {
+            let slice = if *unrecorded_only { slice } else { (0, 1) };
+            match pass.scan_items(table, *unrecorded_only, slice).await {
                 Err(e) if *unrecorded_only => pass.fail(None, table, &e),
                 r => r?,
             }
@@ -561,6 +581,7 @@ impl TransactionManager {
                 names: HashMap::from([(format!("#{IMAGE_ID}"), IMAGE_ID.to_string())]),
                 values: HashMap::new(),
                 segments: opts.segments,
+                slice: (0, 1),
                 concurrency: opts.concurrency,
                 progress: opts.progress.as_ref(),
             };

@@ -75,6 +75,13 @@ pub struct SweepReport {
     ///
     /// [`SweepOptions::tables_to_scan`]: super::SweepOptions::tables_to_scan
     pub items_scanned: u64,
+    /// The slice of the listed tables this pass scanned for locks without record, as
+    /// `(index, count)`, with [`SweepOptions::unrecorded_table_slices`] above 1 and a table listed
+    /// (`None` otherwise: every listed table was read whole, or none was; a dry run, which takes
+    /// no turn, reads them whole too). After [`merge`](Self::merge), the last pass's.
+    ///
+    /// [`SweepOptions::unrecorded_table_slices`]: super::SweepOptions::unrecorded_table_slices
+    pub unrecorded_slice: Option<(u32, u32)>,
     /// Unapplied locks of transactions whose record is gone, released.
     pub orphan_locks_released: u64,
     /// Locks of decided transactions found on items, whose transaction was completed.
@@ -100,6 +107,8 @@ impl SweepReport {
         self.images_scanned += other.images_scanned;
         self.orphan_images_deleted += other.orphan_images_deleted;
         self.items_scanned += other.items_scanned;
+        // The last pass's slice.
+        self.unrecorded_slice = other.unrecorded_slice.or(self.unrecorded_slice);
         self.orphan_locks_released += other.orphan_locks_released;
         self.stale_locks_completed += other.stale_locks_completed;
         self.applied_orphans.extend(other.applied_orphans);

@@ -65,11 +65,15 @@ pub(super) struct ScanSpec<'a> {
     pub(super) names: HashMap<String, String>,
     pub(super) values: HashMap<String, AttributeValue>,
     pub(super) segments: u32,
+    /// Scan only slice `index` of `count` (`(0, 1)`: the whole table): the `segments` parallel
+    /// segments `index * segments ..` of `count * segments`, so that `count` scans with the
+    /// indexes `0..count` read every item once.
+    pub(super) slice: (u32, u32),
     pub(super) concurrency: usize,
     pub(super) progress: Option<&'a ProgressFn>,
 }
 
-/// Scans `spec.table` in parallel segments, running `handle` on every item (at most
+/// Scans `spec.table` (or its slice) in parallel segments, running `handle` on every item (at most
 /// `spec.concurrency` at once per segment). Returns the number of items handled.
 pub(super) async fn parallel_scan<F, Fut>(
     client: &Client,
@@ -82,6 +86,8 @@ where
 {
     let seen = AtomicU64::new(0);
     let segments = spec.segments.max(1);
+    let (index, count) = spec.slice;
+    let (first, total) = (index * segments, segments * count.max(1));
     let handle = &handle;
     let seen_ref = &seen;
     let segment = |s: u32| async move {
@@ -96,7 +102,7 @@ where
                 .table_name(spec.table)
                 .consistent_read(true)
                 .segment(s as i32)
-                .total_segments(segments as i32)
+                .total_segments(total as i32)
                 .set_filter_expression(spec.filter.clone())
                 .set_projection_expression(spec.projection.clone())
                 .set_expression_attribute_names(
@@ -128,7 +134,7 @@ where
             }
         }
     };
-    futures::future::try_join_all((0..segments).map(segment)).await?;
+    futures::future::try_join_all((first..first + segments).map(segment)).await?;
     Ok(seen.into_inner())
 }
 
@@ -175,6 +181,7 @@ pub(super) fn header_scan<'a>(
             HashMap::new()
         },
         segments,
+        slice: (0, 1),
         concurrency,
         progress,
     }

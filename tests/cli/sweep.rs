@@ -171,6 +171,24 @@ async fn sweep_scans_the_tables_listed_for_locks_without_record_unless_told_not_
     assert_eq!(off["orphan_locks_released"], 0);
     let on = json_of(tx_bin(&env).args(args));
     assert_eq!(on["orphan_locks_released"], 1);
+    assert_eq!(on["unrecorded_slice"], serde_json::Value::Null);
+    // In slices, one per pass: the first pass reads slice 1 of 2 (index 0).
+    let sliced = [
+        "sweep",
+        "--rollback-after",
+        "1h",
+        "--no-images",
+        "--unrecorded-slices",
+        "2",
+    ];
+    let first = json_of(tx_bin(&env).args(sliced));
+    assert_eq!(first["unrecorded_slice"]["index"], 0, "{first}");
+    assert_eq!(first["unrecorded_slice"]["count"], 2, "{first}");
+    tx_bin(&env)
+        .args(sliced)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("slice 2 of 2 read"));
     assert!(
         has_tx_attrs(&env.raw_get(&env.table, &key("a")).await.unwrap()),
         "a dry run releases nothing"

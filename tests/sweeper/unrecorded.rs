@@ -138,3 +138,83 @@ async fn a_listed_table_that_is_gone_is_reported_and_the_sweep_goes_on() {
         "the list is not a record: {report:?}"
     );
 }
+
+/// Twelve abandoned transactions without record, each holding the lock of one item.
+async fn twelve_abandoned_locks(env: &TestEnv) {
+    for i in 0..12 {
+        let id = format!("k{i}");
+        env.raw_put(&env.table, item(&[("Id", s(&id)), ("v", n(1))]))
+            .await;
+        let tx = env.manager.begin();
+        tx.get_item()
+            .table_name(&env.table)
+            .key("Id", s(&id))
+            .send()
+            .await
+            .unwrap();
+        tx.abandon();
+    }
+}
+
+async fn locked_items(env: &TestEnv) -> usize {
+    let mut locked = 0;
+    for i in 0..12 {
+        let it = env
+            .raw_get(&env.table, &key(&format!("k{i}")))
+            .await
+            .unwrap();
+        locked += usize::from(it.contains_key("_TxId"));
+    }
+    locked
+}
+
+/// With `unrecorded_table_slices(3)`, a pass reads one slice of three of each listed table, the
+/// next in turn: three passes release every lock, none of them all, and a fourth starts again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_listed_tables_are_read_one_slice_per_pass_in_turn() {
+    let env = TestEnv::with_settings("sweep-unrec-slices", |s| s.record_on_demand = true).await;
+    twelve_abandoned_locks(&env).await;
+    let opts = SweepOptions::new()
+        .rollback_after(Duration::ZERO)
+        .sweep_images(false)
+        .unrecorded_table_slices(3);
+    let mut released = Vec::new();
+    for turn in 0..3 {
+        let report = env.manager.sweep(&opts).await.unwrap();
+        assert_eq!(report.unrecorded_slice, Some((turn, 3)), "{report:?}");
+        assert_eq!(
+            report.items_scanned, report.orphan_locks_released,
+            "{report:?}"
+        );
+        assert!(report.errors.is_empty(), "{report:?}");
+        released.push(report.orphan_locks_released);
+    }
+    println!("locks released per pass: {released:?}");
+    assert_eq!(released.iter().sum::<u64>(), 12, "{released:?}");
+    assert!(released.iter().all(|&r| r < 12), "{released:?}");
+    assert_eq!(locked_items(&env).await, 0);
+    let report = env.manager.sweep(&opts).await.unwrap();
+    assert_eq!(report.unrecorded_slice, Some((0, 3)), "{report:?}");
+    assert_eq!(report.items_scanned, 0, "{report:?}");
+}
+
+/// A dry run writes nothing, so it takes no turn: it reads every listed table whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dry_run_with_slices_reads_the_listed_tables_whole_and_takes_no_turn() {
+    let env = TestEnv::with_settings("sweep-unrec-slices-dry", |s| s.record_on_demand = true).await;
+    twelve_abandoned_locks(&env).await;
+    let opts = SweepOptions::new()
+        .rollback_after(Duration::ZERO)
+        .sweep_images(false)
+        .unrecorded_table_slices(3);
+    let report = env
+        .manager
+        .sweep(&opts.clone().dry_run(true))
+        .await
+        .unwrap();
+    assert_eq!(report.unrecorded_slice, None, "{report:?}");
+    assert_eq!(report.orphan_locks_released, 12, "{report:?}");
+    assert_eq!(locked_items(&env).await, 12);
+    let report = env.manager.sweep(&opts).await.unwrap();
+    assert_eq!(report.unrecorded_slice, Some((0, 3)), "{report:?}");
+}

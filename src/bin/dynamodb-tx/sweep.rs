@@ -36,6 +36,15 @@ pub struct SweepArgs {
     /// (`Settings::record_on_demand`) for such locks.
     #[arg(long)]
     no_unrecorded_tables: bool,
+    /// Read the tables listed as holding locks without record in K slices, one per pass in turn
+    /// (a K-th of each per pass; every lock looked at within K passes).
+    #[arg(
+        long,
+        value_name = "K",
+        default_value_t = 1,
+        conflicts_with = "no_unrecorded_tables"
+    )]
+    unrecorded_slices: u32,
     /// Do not delete orphaned images.
     #[arg(long)]
     no_images: bool,
@@ -64,6 +73,7 @@ fn report_json(r: &SweepReport) -> Value {
         "images_scanned": r.images_scanned,
         "orphan_images_deleted": r.orphan_images_deleted,
         "items_scanned": r.items_scanned,
+        "unrecorded_slice": r.unrecorded_slice.map(|(i, k)| json!({"index": i, "count": k})),
         "orphan_locks_released": r.orphan_locks_released,
         "stale_locks_completed": r.stale_locks_completed,
         "applied_orphans": r.applied_orphans.iter().map(|o| json!({
@@ -170,6 +180,12 @@ fn print_report(ctx: &Ctx, r: &SweepReport) {
             }
         );
     }
+    if let Some((i, k)) = r.unrecorded_slice {
+        outln!(
+            "tables listed as holding locks without record: slice {} of {k} read",
+            i + 1
+        );
+    }
     for e in &r.errors {
         outln!("error: {e}");
     }
@@ -192,6 +208,7 @@ pub async fn run(ctx: &Ctx, a: &SweepArgs) -> CliResult<u8> {
         .sweep_images(!a.no_images)
         .tables_to_scan(a.scan_tables.clone())
         .scan_unrecorded_tables(!a.no_unrecorded_tables)
+        .unrecorded_table_slices(a.unrecorded_slices)
         .progress(progress_callback(&pb));
     let Some(interval) = a.watch else {
         let r = ctx.mgr.sweep(&opts).await.map_err(|e| explain(ctx, &e))?;
