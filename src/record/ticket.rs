@@ -12,13 +12,19 @@ use super::{REGISTERED, TICKET, TICKET_COUNTER_ID, UPDATED, WAITING, header_key,
 
 /// Takes the next ticket from the counter (one atomic `ADD`).
 pub(crate) async fn take_ticket(client: &Client, table: &str) -> Result<u64> {
-    let key = header_key(&TxId(TICKET_COUNTER_ID.to_string()));
+    count_one(client, table, TICKET_COUNTER_ID, TICKET).await
+}
+
+/// Adds 1 to the number `attr` of the row `id` of the transactions table `table` (one atomic
+/// `ADD`; 1 on a row or attribute that does not exist yet), returning the new value.
+pub(crate) async fn count_one(client: &Client, table: &str, id: &str, attr: &str) -> Result<u64> {
+    let key = header_key(&TxId(id.to_string()));
     let out = client
         .update_item()
         .table_name(table)
         .set_key(Some(key.clone()))
         .update_expression("ADD #k :one")
-        .expression_attribute_names("#k", TICKET)
+        .expression_attribute_names("#k", attr)
         .expression_attribute_values(":one", n(1))
         .return_values(aws_sdk_dynamodb::types::ReturnValue::UpdatedNew)
         .send()
@@ -26,10 +32,10 @@ pub(crate) async fn take_ticket(client: &Client, table: &str) -> Result<u64> {
         .map_err(|e| Error::sdk("UpdateItem", e).on_item(table, &key))?;
     out.attributes
         .as_ref()
-        .and_then(|a| a.get(TICKET))
+        .and_then(|a| a.get(attr))
         .and_then(|v| v.as_n().ok())
         .and_then(|v| v.parse().ok())
-        .ok_or_else(|| Error::invariant("the ticket counter returned no value"))
+        .ok_or_else(|| Error::invariant(format!("the counter {id} returned no value")))
 }
 
 /// Writes `ticket` into a pending record (keeping an earlier one: a record's ticket never changes)

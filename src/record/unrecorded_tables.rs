@@ -67,25 +67,8 @@ pub(crate) async fn listed(client: &Client, tx_table: &str) -> Result<Vec<String
 /// passes of every sweeper take the slices in turn. A lost answer is not resent (the slice it
 /// took is skipped this turn, and comes round `count` passes later).
 pub(crate) async fn next_slice(client: &Client, tx_table: &str, count: u32) -> Result<u32> {
-    let key = header_key(&TxId(UNRECORDED_TABLES_ID.to_string()));
-    let out = client
-        .update_item()
-        .table_name(tx_table)
-        .set_key(Some(key.clone()))
-        .update_expression("ADD #c :one")
-        .expression_attribute_names("#c", SLICES_TAKEN)
-        .expression_attribute_values(":one", AttributeValue::N("1".into()))
-        .return_values(aws_sdk_dynamodb::types::ReturnValue::UpdatedNew)
-        .send()
-        .await
-        .map_err(|e| Error::sdk("UpdateItem", e).on_item(tx_table, &key))?;
-    let taken: u64 = out
-        .attributes
-        .as_ref()
-        .and_then(|a| a.get(SLICES_TAKEN))
-        .and_then(|v| v.as_n().ok())
-        .and_then(|n| n.parse().ok())
-        .ok_or_else(|| Error::invariant(format!("{SLICES_TAKEN} missing from the answer")))?;
+    let taken =
+        super::ticket::count_one(client, tx_table, UNRECORDED_TABLES_ID, SLICES_TAKEN).await?;
     // The first pass takes slice 0.
     Ok((taken.saturating_sub(1) % u64::from(count.max(1))) as u32)
 }

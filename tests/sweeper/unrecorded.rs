@@ -156,6 +156,14 @@ async fn twelve_abandoned_locks(env: &TestEnv) {
     }
 }
 
+/// Every lock old enough to release, the listed tables read in `k` slices.
+fn in_slices(k: u32) -> SweepOptions {
+    SweepOptions::new()
+        .rollback_after(Duration::ZERO)
+        .sweep_images(false)
+        .unrecorded_table_slices(k)
+}
+
 async fn locked_items(env: &TestEnv) -> usize {
     let mut locked = 0;
     for i in 0..12 {
@@ -174,10 +182,7 @@ async fn locked_items(env: &TestEnv) -> usize {
 async fn the_listed_tables_are_read_one_slice_per_pass_in_turn() {
     let env = TestEnv::with_settings("sweep-unrec-slices", |s| s.record_on_demand = true).await;
     twelve_abandoned_locks(&env).await;
-    let opts = SweepOptions::new()
-        .rollback_after(Duration::ZERO)
-        .sweep_images(false)
-        .unrecorded_table_slices(3);
+    let opts = in_slices(3);
     let mut released = Vec::new();
     for turn in 0..3 {
         let report = env.manager.sweep(&opts).await.unwrap();
@@ -203,10 +208,7 @@ async fn the_listed_tables_are_read_one_slice_per_pass_in_turn() {
 async fn a_dry_run_with_slices_reads_the_listed_tables_whole_and_takes_no_turn() {
     let env = TestEnv::with_settings("sweep-unrec-slices-dry", |s| s.record_on_demand = true).await;
     twelve_abandoned_locks(&env).await;
-    let opts = SweepOptions::new()
-        .rollback_after(Duration::ZERO)
-        .sweep_images(false)
-        .unrecorded_table_slices(3);
+    let opts = in_slices(3);
     let report = env
         .manager
         .sweep(&opts.clone().dry_run(true))

@@ -84,6 +84,18 @@ async fn an_older_holder_left_for_dead_is_released_once_its_lock_is_dead_after_o
     assert_clean(&env).await;
 }
 
+/// The holder of `a` was rolled back under a tombstone, the older transaction incremented `a` and
+/// `b` (each 2 now).
+async fn holder_was_tombstoned(env: &TestEnv, holder: dynamodb_transactions::Transaction) {
+    let id = holder.id().clone();
+    let stone = header_row(env, &id).await.expect("a tombstone");
+    assert!(stone.contains_key("_TxX"), "{stone:?}");
+    let err = holder.commit().await.unwrap_err();
+    assert!(matches!(err, Error::RolledBack { .. }), "{err:?}");
+    assert_eq!((v(env, "a").await, v(env, "b").await), (n(2), n(2)));
+    assert_clean(env).await;
+}
+
 #[tokio::test]
 async fn a_younger_holder_without_record_is_rolled_back_after_its_grace() {
     let env = env("unrec-younger", Duration::from_secs(10)).await;
@@ -92,7 +104,6 @@ async fn a_younger_holder_without_record_is_rolled_back_after_its_grace() {
     let older_id = older.id().clone();
     increment(&older, &env.table, "b").await.unwrap();
     let holder = env.manager.begin();
-    let id = holder.id().clone();
     increment(&holder, &env.table, "a").await.unwrap();
     let (theirs, mine) = (lock_ticket(&env, "a").await, lock_ticket(&env, "b").await);
     let (theirs, mine): (u64, u64) = (
@@ -107,12 +118,7 @@ async fn a_younger_holder_without_record_is_rolled_back_after_its_grace() {
         env.tx_state(&older_id).await.map(|s| s.0),
         Some(TxState::Committed)
     );
-    let stone = header_row(&env, &id).await.expect("a tombstone");
-    assert!(stone.contains_key("_TxX"), "{stone:?}");
-    let err = holder.commit().await.unwrap_err();
-    assert!(matches!(err, Error::RolledBack { .. }), "{err:?}");
-    assert_eq!((v(&env, "a").await, v(&env, "b").await), (n(2), n(2)));
-    assert_clean(&env).await;
+    holder_was_tombstoned(&env, holder).await;
 }
 
 /// A waiter that asked for no other lock judges an older holder without record by its lock alone
@@ -325,7 +331,6 @@ async fn a_lost_answer_to_a_checked_tombstone_is_resolved_by_putting_it_again() 
     let older = m_older.begin();
     increment(&older, &env.table, "b").await.unwrap();
     let holder = env.manager.begin();
-    let id = holder.id().clone();
     increment(&holder, &env.table, "a").await.unwrap();
 
     increment(&older, &env.table, "a").await.unwrap();
@@ -334,10 +339,5 @@ async fn a_lost_answer_to_a_checked_tombstone_is_resolved_by_putting_it_again() 
         "an answer was lost"
     );
     older.commit().await.unwrap();
-    let stone = header_row(&env, &id).await.expect("a tombstone");
-    assert!(stone.contains_key("_TxX"), "{stone:?}");
-    let err = holder.commit().await.unwrap_err();
-    assert!(matches!(err, Error::RolledBack { .. }), "{err:?}");
-    assert_eq!((v(&env, "a").await, v(&env, "b").await), (n(2), n(2)));
-    assert_clean(&env).await;
+    holder_was_tombstoned(&env, holder).await;
 }
