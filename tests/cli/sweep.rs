@@ -189,6 +189,12 @@ async fn sweep_scans_the_tables_listed_for_locks_without_record_unless_told_not_
         .assert()
         .success()
         .stdout(predicate::str::contains("slice 2 of 2 read"));
+    // `--now` finishes everything in one pass: not in slices.
+    tx_bin(&env)
+        .args(["sweep", "--now", "--unrecorded-slices", "2"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("cannot be used with"));
     assert!(
         has_tx_attrs(&env.raw_get(&env.table, &key("a")).await.unwrap()),
         "a dry run releases nothing"

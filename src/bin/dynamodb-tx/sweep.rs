@@ -37,12 +37,13 @@ pub struct SweepArgs {
     #[arg(long)]
     no_unrecorded_tables: bool,
     /// Read the tables listed as holding locks without record in K slices, one per pass in turn
-    /// (a K-th of each per pass; every lock looked at within K passes).
+    /// (a K-th of each per pass; every lock looked at within K passes). Not with --now, which
+    /// finishes everything in one pass.
     #[arg(
         long,
         value_name = "K",
         default_value_t = 1,
-        conflicts_with = "no_unrecorded_tables"
+        conflicts_with_all = ["no_unrecorded_tables", "now"]
     )]
     unrecorded_slices: u32,
     /// Do not delete orphaned images.
