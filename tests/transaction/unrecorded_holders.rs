@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::record_on_demand::{increment, on_demand, owner, v};
 use super::*;
-use dynamodb_transactions::fault::RequestCounter;
+use dynamodb_transactions::fault::{FaultMode, RequestCounter};
 use dynamodb_transactions::{ContentionPolicy, Error, Settings, TxState};
 
 const GRACE: Duration = Duration::from_millis(100);
@@ -340,4 +340,94 @@ async fn a_lost_answer_to_a_checked_tombstone_is_resolved_by_putting_it_again() 
     );
     older.commit().await.unwrap();
     holder_was_tombstoned(&env, holder).await;
+}
+
+/// A contender with a record rolls back a holder without record (no ticket, no grace) under a
+/// checked tombstone: a crash before or after each of the contender's requests (its lock of `b`,
+/// its record, the look at `a`, the tombstone, the release, its lock of `a`, the commit). Whatever
+/// the contender's record then says is finished; the holder commits if its lock is still there; a
+/// third transaction increments both items; each holds exactly the increments that committed.
+#[tokio::test]
+async fn a_crash_at_every_request_of_a_contender_tombstoning_a_holder_is_recovered() {
+    let no_grace = |s: &mut Settings| {
+        on_demand(s);
+        s.wound_grace = Duration::ZERO;
+    };
+    let env = TestEnv::with_settings("unrec-crash", no_grace).await;
+    seed(&env, &["a", "b"]).await;
+    warm(&env).await;
+    super::record_on_demand::list_table(&env.manager, &env.table).await;
+    let m2 = coordinator_with(&env, no_grace);
+    let (mut a, mut b) = (1, 1);
+    let mut last_reached = 0;
+    'sweep: for k in 1..=16u64 {
+        for mode in [FaultMode::BeforeSend, FaultMode::AfterSend] {
+            let holder = m2.begin();
+            increment(&holder, &env.table, "a").await.unwrap();
+            env.faults.crash_at(k, mode);
+            env.counter.reset();
+            let contender = env.manager.begin();
+            let id = contender.id().clone();
+            let steps = async {
+                increment(&contender, &env.table, "b").await?;
+                increment(&contender, &env.table, "a").await
+            };
+            let outcome = match steps.await {
+                Ok(_) => contender.commit().await,
+                Err(e) => {
+                    contender.abandon();
+                    Err(e)
+                }
+            };
+            let struck = env.faults.struck();
+            env.faults.disarm();
+            let label = format!("crash {mode:?} at request {k}: {outcome:?}");
+            if !struck {
+                outcome.unwrap_or_else(|e| panic!("{label}: {e}"));
+                let c = env.counter.snapshot();
+                println!("the contender's requests: {c:?}");
+                assert!(
+                    c.get("TransactWriteItems").is_some_and(|&t| t >= 2),
+                    "the checked tombstone and the commit: {c:?}"
+                );
+            } else {
+                last_reached = k;
+            }
+            // Finish the contender wherever its record says it is.
+            let state = match env.tx_state(&id).await {
+                Some((TxState::Pending, _)) => {
+                    m2.rollback_transaction(&id).await.unwrap();
+                    TxState::RolledBack
+                }
+                Some((state, _)) => {
+                    m2.complete_transaction(&id).await.unwrap();
+                    state
+                }
+                None => TxState::RolledBack,
+            };
+            if state == TxState::Committed {
+                (a, b) = (a + 1, b + 1);
+            }
+            match holder.commit().await {
+                Ok(()) => a += 1,
+                Err(Error::RolledBack { .. }) => {}
+                Err(e) => panic!("{label}: holder: {e}"),
+            }
+            let third = m2.begin();
+            increment(&third, &env.table, "a")
+                .await
+                .unwrap_or_else(|e| panic!("{label}: third: {e}"));
+            increment(&third, &env.table, "b").await.unwrap();
+            third.commit().await.unwrap();
+            (a, b) = (a + 1, b + 1);
+            assert_eq!(v(&env, "a").await, n(a), "{label}: a");
+            assert_eq!(v(&env, "b").await, n(b), "{label}: b");
+            assert_clean(&env).await;
+            if !struck {
+                break 'sweep;
+            }
+        }
+    }
+    println!("the contender's path: {last_reached} requests");
+    assert!(last_reached >= 6, "the sweep reached the tombstone");
 }
