@@ -4,17 +4,23 @@
 
 use super::*;
 
-/// A transaction without record that read `a` (`v` 1) under lock and buffered `v = 2`.
-async fn read_without_record(env: &TestEnv) -> dynamodb_transactions::Transaction {
-    env.raw_put(&env.table, item(&[("Id", s("a")), ("v", n(1))]))
+/// A transaction without record that read item `id` (put with `v` 1) under lock.
+async fn read_locked(env: &TestEnv, id: &str) -> dynamodb_transactions::Transaction {
+    env.raw_put(&env.table, item(&[("Id", s(id)), ("v", n(1))]))
         .await;
     let tx = env.manager.begin();
     tx.get_item()
         .table_name(&env.table)
-        .key("Id", s("a"))
+        .key("Id", s(id))
         .send()
         .await
         .unwrap();
+    tx
+}
+
+/// A transaction without record that read `a` (`v` 1) under lock and buffered `v = 2`.
+async fn read_without_record(env: &TestEnv) -> dynamodb_transactions::Transaction {
+    let tx = read_locked(env, "a").await;
     tx.update_item()
         .table_name(&env.table)
         .key("Id", s("a"))
@@ -142,17 +148,7 @@ async fn a_listed_table_that_is_gone_is_reported_and_the_sweep_goes_on() {
 /// Twelve abandoned transactions without record, each holding the lock of one item.
 async fn twelve_abandoned_locks(env: &TestEnv) {
     for i in 0..12 {
-        let id = format!("k{i}");
-        env.raw_put(&env.table, item(&[("Id", s(&id)), ("v", n(1))]))
-            .await;
-        let tx = env.manager.begin();
-        tx.get_item()
-            .table_name(&env.table)
-            .key("Id", s(&id))
-            .send()
-            .await
-            .unwrap();
-        tx.abandon();
+        read_locked(env, &format!("k{i}")).await.abandon();
     }
 }
 

@@ -60,6 +60,22 @@ pub(super) async fn increment(
     Ok(v)
 }
 
+/// Finishes a crashed transaction wherever its record says it is, through `m`: rolls a pending
+/// one back, completes a decided one. Its outcome (rolled back when it has no record).
+pub(super) async fn finish_crashed(env: &TestEnv, m: &TransactionManager, id: &TxId) -> TxState {
+    match env.tx_state(id).await {
+        Some((TxState::Pending, _)) => {
+            m.rollback_transaction(id).await.unwrap();
+            TxState::RolledBack
+        }
+        Some((state, _)) => {
+            m.complete_transaction(id).await.unwrap();
+            state
+        }
+        None => TxState::RolledBack,
+    }
+}
+
 pub(super) async fn v(env: &TestEnv, id: &str) -> AttributeValue {
     env.raw_get(&env.table, &key(id)).await.unwrap()["v"].clone()
 }
@@ -407,19 +423,7 @@ async fn a_crash_at_every_request_of_a_transfer_is_recovered() {
             assert!(env.faults.struck(), "request {k} was not reached");
             env.faults.disarm();
             let label = format!("crash {mode:?} at request {k}: {outcome:?}");
-            // Finish the crashed transaction wherever its record says it is.
-            let state = match env.tx_state(&id).await {
-                Some((TxState::Pending, _)) => {
-                    m2.rollback_transaction(&id).await.unwrap();
-                    TxState::RolledBack
-                }
-                Some((state, _)) => {
-                    m2.complete_transaction(&id).await.unwrap();
-                    state
-                }
-                None => TxState::RolledBack,
-            };
-            if state == TxState::Committed {
+            if finish_crashed(&env, &m2, &id).await == TxState::Committed {
                 expected += 1;
             }
             let c = m2.begin();

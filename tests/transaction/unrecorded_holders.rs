@@ -4,7 +4,7 @@
 //! and is then rolled back under a tombstone.
 use std::time::Duration;
 
-use super::record_on_demand::{increment, on_demand, owner, v};
+use super::record_on_demand::{finish_crashed, increment, on_demand, owner, v};
 use super::*;
 use dynamodb_transactions::fault::{FaultMode, RequestCounter};
 use dynamodb_transactions::{ContentionPolicy, Error, Settings, TxState};
@@ -393,19 +393,7 @@ async fn a_crash_at_every_request_of_a_contender_tombstoning_a_holder_is_recover
             } else {
                 last_reached = k;
             }
-            // Finish the contender wherever its record says it is.
-            let state = match env.tx_state(&id).await {
-                Some((TxState::Pending, _)) => {
-                    m2.rollback_transaction(&id).await.unwrap();
-                    TxState::RolledBack
-                }
-                Some((state, _)) => {
-                    m2.complete_transaction(&id).await.unwrap();
-                    state
-                }
-                None => TxState::RolledBack,
-            };
-            if state == TxState::Committed {
+            if finish_crashed(&env, &m2, &id).await == TxState::Committed {
                 (a, b) = (a + 1, b + 1);
             }
             match holder.commit().await {
