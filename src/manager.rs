@@ -303,7 +303,8 @@ impl TransactionManager {
     /// attempt (with [`ContentionPolicy::Ordered`], a retry is older than any transaction's first
     /// attempt, and among retries the tickets' order holds), and first takes locked reads of the
     /// items the failed attempt read, in key order ([`Settings::run_relocks_reads`]), before it
-    /// runs `work` again.
+    /// runs `work` again; an attempt rolled back while it relocked (by an older transaction it
+    /// waited beside) ends there, without running `work` on it.
     ///
     /// # Errors
     /// The last error when it is not retryable or attempts ran out. After a failed commit `run`

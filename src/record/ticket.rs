@@ -84,8 +84,9 @@ pub(crate) async fn set_ticket(
     }
 }
 
-/// Clears the "waiting on" marker of a pending record (the wait is over).
-pub(crate) async fn clear_waiting(client: &Client, table: &str, id: &TxId) -> Result<()> {
+/// Clears the "waiting on" marker of a pending record (the wait is over). False when the record
+/// is no longer pending (decided while the transaction waited).
+pub(crate) async fn clear_waiting(client: &Client, table: &str, id: &TxId) -> Result<bool> {
     let mut ph = Placeholders::default();
     let cond = pending(&mut ph);
     let update = format!(
@@ -95,8 +96,7 @@ pub(crate) async fn clear_waiting(client: &Client, table: &str, id: &TxId) -> Re
         w = ph.name(WAITING)
     );
     let w = header_update(table, id, update, cond, ph);
-    w.send(client, None).await?;
-    Ok(())
+    Ok(matches!(w.send(client, None).await?, Written::Ok(_)))
 }
 
 /// Registers a waiter (`Settings::wait_in_ticket_order`): `ticket`, expiring at `expiry` (epoch

@@ -31,9 +31,7 @@ impl Transaction {
             }
             Some(TxState::RolledBack) => {
                 self.finish_decided(&mut st, TxState::RolledBack).await?;
-                return Err(Error::RolledBack {
-                    tx_id: self.id.clone(),
-                });
+                return Err(self.rolled_back());
             }
             _ => {}
         }

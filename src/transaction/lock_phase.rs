@@ -197,13 +197,23 @@ impl Transaction {
                 }
                 Err(e) => return Err(e),
             };
+            if !matches!(out, LockOutcome::Locked(_)) {
+                self.met_contention.store(true, Ordering::SeqCst);
+            }
             let (owner, resolution) = match out {
                 LockOutcome::Locked(l) => {
                     // Its own entry, if any, goes with the unlock.
                     self.places.locked(table, key);
-                    if marked_waiting_on.is_some() {
-                        // No longer blocked: others must not think we are.
-                        record::clear_waiting(c, &self.inner.tx_table, &self.id).await?;
+                    // No longer blocked: others must not think we are. Decided meanwhile (an
+                    // older transaction, the sweeper or an operator rolled us back while we
+                    // waited), the lock just taken is a late one: released here.
+                    if marked_waiting_on.is_some()
+                        && !record::clear_waiting(c, &self.inner.tx_table, &self.id).await?
+                    {
+                        item_lock::release_write(table, key, l.transient, false, &self.id)
+                            .send(c, None)
+                            .await?;
+                        return Err(self.rolled_back());
                     }
                     return Ok(l);
                 }
@@ -374,7 +384,9 @@ impl Transaction {
                         // Waiting for a younger holder is not recorded (what others read as this
                         // transaction's wait must be older than it).
                         if marked_waiting_on.is_some() {
-                            record::clear_waiting(c, &self.inner.tx_table, &self.id).await?;
+                            if !record::clear_waiting(c, &self.inner.tx_table, &self.id).await? {
+                                return Err(self.rolled_back());
+                            }
                             marked_waiting_on = None;
                         }
                     }
@@ -408,9 +420,7 @@ impl Transaction {
                             .await?
                             .is_none()
                         {
-                            return Err(Error::RolledBack {
-                                tx_id: self.id.clone(),
-                            });
+                            return Err(self.rolled_back());
                         }
                         last_touch = tokio::time::Instant::now();
                         marked_waiting_on = Some(on);
@@ -484,9 +494,7 @@ impl Transaction {
                     if let Some(mine) = mine {
                         last_check = tokio::time::Instant::now();
                         if mine.as_ref().map(|h| h.state) != Some(TxState::Pending) {
-                            return Err(Error::RolledBack {
-                                tx_id: self.id.clone(),
-                            });
+                            return Err(self.rolled_back());
                         }
                     }
                 }
@@ -530,9 +538,7 @@ impl Transaction {
             Some(TxState::Pending) => {}
             _ => {
                 self.absorb_conflict(st, header).await?;
-                return Err(Error::RolledBack {
-                    tx_id: self.id.clone(),
-                });
+                return Err(self.rolled_back());
             }
         }
         let req = e.request(&st.requests).clone();
@@ -586,9 +592,7 @@ impl Transaction {
                         // We lost the lock: someone decided the transaction.
                         let header = record::load_header(c, &self.inner.tx_table, &self.id).await?;
                         self.absorb_conflict(st, header).await?;
-                        return Err(Error::RolledBack {
-                            tx_id: self.id.clone(),
-                        });
+                        return Err(self.rolled_back());
                     }
                     let index = e.index();
                     let item = if is_check { None } else { obs.visible() };

@@ -159,6 +159,9 @@ pub struct Transaction {
     /// may be held until the transaction finishes. A
     /// waiter that holds no other lock is met by nobody, so it does not record what it waits for.
     lock_requests: std::sync::atomic::AtomicUsize,
+    /// A lock attempt of this handle met another transaction (its lock or an older queue entry):
+    /// while it waited, someone may have rolled it back.
+    met_contention: AtomicBool,
 }
 
 pub(crate) use places::Places;
@@ -272,6 +275,14 @@ impl Transaction {
             places,
             own_places: false,
             lock_requests: Default::default(),
+            met_contention: AtomicBool::new(false),
+        }
+    }
+
+    /// `Error::RolledBack` for this transaction: someone decided it while this handle worked.
+    fn rolled_back(&self) -> Error {
+        Error::RolledBack {
+            tx_id: self.id.clone(),
         }
     }
 
@@ -292,6 +303,11 @@ impl Transaction {
 
     /// Takes locked reads of `items`, one after the other in the order given (key order, so that
     /// every coordinator doing this takes them in the same order).
+    ///
+    /// If a lock met contention, the record is read once they are all held: an older transaction
+    /// may have rolled this one back while it waited, and a look that then took the item does not
+    /// learn it. `Err(RolledBack)` then, before `run` hands the handle to the closure (which would
+    /// run its work for nothing and learn the decision only at the commit).
     pub(crate) async fn lock_reads(&self, items: &[(String, Item)]) -> Result<()> {
         for (table, key) in items {
             let mut req = builders::blank_get();
@@ -302,6 +318,20 @@ impl Transaction {
             self.read(req, None)
                 .await
                 .map_err(|e| e.in_transaction(&self.id))?;
+        }
+        if self.met_contention.load(Ordering::SeqCst) {
+            let c = &self.inner.client;
+            let header = record::load_header(c, &self.inner.tx_table, &self.id).await?;
+            let decided = match header.map(|h| h.state) {
+                Some(TxState::Pending) => false,
+                // No record (`Settings::record_on_demand`) and no tombstone: nothing decided it.
+                None => self.state.lock().await.meta.is_some(),
+                Some(_) => true,
+            };
+            if decided {
+                tracing::debug!(tx = %self.id, "rolled back while relocking; the closure does not run");
+                return Err(self.rolled_back());
+            }
         }
         Ok(())
     }

@@ -187,9 +187,7 @@ impl Transaction {
             }
             if !in_doubt {
                 st.outcome = Some(TxState::RolledBack);
-                return Err(Error::RolledBack {
-                    tx_id: self.id.clone(),
-                });
+                return Err(self.rolled_back());
             }
             let row = record::load_header_row(c, &self.inner.tx_table, &self.id).await?;
             if row.is_none() {

@@ -3,13 +3,15 @@
 pub type Hook = Box<dyn FnOnce() + Send>;
 
 /// Runs a hook just before the first request of one DynamoDB operation (`"*"`: any operation)
-/// whose body contains a given text is sent; that request waits until the hook is done. The hook runs on its own thread
+/// whose body contains a given text (or, armed later with [`RunBefore::arm`], every one of given
+/// texts) is sent; that request waits until the hook is done. The hook runs on its own thread
 /// with its own runtime (interceptors are synchronous), so it can drive another coordinator with
 /// its own client while this one is held at that exact point.
 #[derive(Clone)]
 pub struct RunBefore {
     operation: &'static str,
-    needle: String,
+    /// Texts the request's body must all contain; `None`: not armed yet.
+    needles: std::sync::Arc<std::sync::Mutex<Option<Vec<String>>>>,
     hook: std::sync::Arc<std::sync::Mutex<Option<Hook>>>,
 }
 
@@ -27,11 +29,24 @@ impl RunBefore {
         needle: &str,
         hook: impl FnOnce() + Send + 'static,
     ) -> Self {
+        let r = RunBefore::unarmed(operation, hook);
+        r.arm(&[needle]);
+        r
+    }
+
+    /// A hook that waits for [`RunBefore::arm`]: what it must match is learnt while the test runs
+    /// (a transaction's id, say).
+    pub fn unarmed(operation: &'static str, hook: impl FnOnce() + Send + 'static) -> Self {
         RunBefore {
             operation,
-            needle: needle.to_string(),
+            needles: std::sync::Arc::default(),
             hook: std::sync::Arc::new(std::sync::Mutex::new(Some(Box::new(hook)))),
         }
+    }
+
+    /// From now on, the first request whose body contains every one of `needles` runs the hook.
+    pub fn arm(&self, needles: &[&str]) {
+        *self.needles.lock().unwrap() = Some(needles.iter().map(|n| n.to_string()).collect());
     }
 
     pub fn ran(&self) -> bool {
@@ -60,7 +75,13 @@ impl aws_sdk_dynamodb::config::Intercept for RunBefore {
             .bytes()
             .map(|b| String::from_utf8_lossy(b).into_owned())
             .unwrap_or_default();
-        if !body.contains(&self.needle) {
+        let matches = self
+            .needles
+            .lock()
+            .unwrap()
+            .as_ref()
+            .is_some_and(|ns| ns.iter().all(|n| body.contains(n.as_str())));
+        if !matches {
             return Ok(());
         }
         let Some(hook) = self.hook.lock().unwrap().take() else {

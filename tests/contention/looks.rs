@@ -255,3 +255,83 @@ async fn held(
     let holder = held_by(env, &m, k).await;
     (m, holder)
 }
+
+/// A waiter holding another item records what it waits for; rolled back (here by an operator)
+/// just before the look that takes the item, it learns so as it clears that wait (a write
+/// conditional on its record pending, which it sends anyway): the read reports `RolledBack` at
+/// once instead of handing the item to the caller, and the lock it took late is released.
+#[tokio::test]
+async fn a_waiter_rolled_back_before_the_look_that_takes_the_item_learns_it_as_it_clears_its_wait()
+{
+    let env = TestEnv::new("ct-look-late").await;
+    for k in ["k", "x"] {
+        env.raw_put(&env.table, item(&[("Id", s(k)), ("v", n(1))]))
+            .await;
+    }
+    let m = ordered(&env, Duration::from_secs(30));
+    let holder = m.begin();
+    lock(&holder, &env.table, "k").await.unwrap();
+    let holder_id = holder.id().clone();
+
+    // Filled in once the waiter waits: the hook rolls it back and commits the holder.
+    let waiter_id: std::sync::Arc<std::sync::Mutex<Option<dynamodb_transactions::TxId>>> =
+        Default::default();
+    let (victim, id) = (waiter_id.clone(), holder_id.clone());
+    // Armed below, once the waiter waits (no request contains the text it starts with).
+    let (hook, _) = run_before(
+        &env,
+        "UpdateItem",
+        "\"armed below\"",
+        async move |m: TransactionManager| {
+            let waiter = victim.lock().unwrap().clone().unwrap();
+            m.rollback_transaction(&waiter).await.unwrap();
+            m.resume(&id).await.unwrap().commit().await.unwrap();
+        },
+    );
+    let m2 = ordered_on(&env, client_with(vec![shared(hook.clone())]), |s| {
+        s.lock_wait = Duration::from_secs(20);
+    });
+    let waiter = m2.begin();
+    lock(&waiter, &env.table, "x").await.unwrap();
+    *waiter_id.lock().unwrap() = Some(waiter.id().clone());
+    let record = item(&[("_TxId", s(waiter.id().as_str())), ("_TxN", n(0))]);
+    let arm = async {
+        // Younger, holding `x`, it waits for the holder and records so.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let raw = env
+                .raw_get(env.manager.transactions_table(), &record)
+                .await
+                .unwrap();
+            if raw.contains_key("_TxW") {
+                break;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "no recorded wait");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        // Its next lock attempt at `k`.
+        hook.arm(&[
+            waiter.id().as_str(),
+            &format!("\"TableName\":\"{}\"", env.table),
+            "{\"S\":\"k\"}",
+        ]);
+    };
+    let (read, ()) = tokio::join!(lock(&waiter, &env.table, "k"), arm);
+    assert!(hook.ran(), "the hook never ran");
+    assert!(matches!(read, Err(Error::RolledBack { .. })), "{read:?}");
+    assert_eq!(
+        m.transaction_state(&holder_id)
+            .await
+            .unwrap()
+            .unwrap()
+            .state,
+        TxState::Committed
+    );
+    // Neither item stays locked: `x` released by the rollback, `k` by the waiter itself.
+    for k in ["k", "x"] {
+        let raw = env.raw_get(&env.table, &key(k)).await.unwrap();
+        assert_eq!(raw, item(&[("Id", s(k)), ("v", n(1))]), "{k}");
+    }
+    let err = waiter.commit().await.unwrap_err();
+    assert!(matches!(err, Error::RolledBack { .. }), "{err:?}");
+}

@@ -368,3 +368,126 @@ async fn a_first_attempt_holding_an_item_yields_to_a_retry() {
         item(&[("Id", s("f")), ("v", n(10))])
     );
 }
+
+/// A retry rolled back while it relocks runs no closure on that attempt: it learns the decision
+/// before `work` runs again, and the next attempt relocks. Here the retry relocks `a`, then waits
+/// at `b` for a younger first attempt (within a long grace); just before the look that takes `b`,
+/// another coordinator rolls the retry back and releases `b`. The closure runs twice in all (on
+/// the old code three times: the rolled-back retry ran it, and learnt the decision at its commit),
+/// the transfer is exact, and nothing stays locked, the late lock on `b` included.
+#[tokio::test]
+async fn a_retry_rolled_back_while_it_relocks_runs_no_closure_on_that_attempt() {
+    let env = TestEnv::new("ct-relock-wound").await;
+    for k in ["a", "b"] {
+        env.raw_put(&env.table, item(&[("Id", s(k)), ("v", n(10))]))
+            .await;
+    }
+    // Filled in before the hook is armed: the retry and the first attempt holding `b`.
+    let victims: Arc<std::sync::Mutex<Option<(TxId, TxId)>>> = Arc::default();
+    let victims2 = victims.clone();
+    let (txt, imgt) = (
+        env.manager.transactions_table().to_string(),
+        env.manager.images_table().to_string(),
+    );
+    let hook = RunBefore::unarmed("UpdateItem", move || {
+        let (retry, blocker) = victims2
+            .lock()
+            .unwrap()
+            .clone()
+            .expect("armed with victims");
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let other = dynamodb_transactions::TransactionManager::builder(client())
+            .transactions_table(&txt)
+            .images_table(&imgt)
+            .build();
+        rt.block_on(async {
+            other.rollback_transaction(&retry).await.unwrap();
+            other.rollback_transaction(&blocker).await.unwrap();
+        });
+    });
+    let m = crate::ordered_on(&env, client_with(vec![shared(hook.clone())]), |s| {
+        // The retry waits at `b` for the younger first attempt instead of rolling it back.
+        s.wound_grace = Duration::from_secs(60);
+        s.lock_wait = Duration::from_secs(60);
+        s.backoff_base = Duration::from_millis(1);
+    });
+    let attempts = AtomicU32::new(0);
+    let first_id: Arc<std::sync::Mutex<Option<TxId>>> = Arc::default();
+    let blocker_id: Arc<std::sync::Mutex<Option<TxId>>> = Arc::default();
+    let (table, other) = (env.table.clone(), env.manager.clone());
+    let unit = m.run(async |tx| {
+        let attempt = attempts.fetch_add(1, Ordering::SeqCst) + 1;
+        let mut v = Vec::new();
+        for k in ["a", "b"] {
+            let out = tx
+                .get_item()
+                .table_name(&table)
+                .key("Id", s(k))
+                .send()
+                .await?;
+            v.push(number(out.item()));
+        }
+        if attempt == 1 {
+            // Rolled back by a competitor; a younger first attempt then takes `b`.
+            *first_id.lock().unwrap() = Some(tx.id().clone());
+            other.rollback_transaction(tx.id()).await.unwrap();
+            let blocker = other.begin();
+            lock(&blocker, &table, "b").await.unwrap();
+            *blocker_id.lock().unwrap() = Some(blocker.id().clone());
+        }
+        for (k, val) in [("a", v[0] + 1), ("b", v[1] - 1)] {
+            tx.update_item()
+                .table_name(&table)
+                .key("Id", s(k))
+                .update_expression("SET v = :v")
+                .expression_attribute_values(":v", n(val))
+                .send()
+                .await?;
+        }
+        Ok(())
+    });
+    let driver = async {
+        // The retry holds `a` (relocked) and waits at `b`.
+        let retry = loop {
+            let first = first_id.lock().unwrap().clone();
+            let holders = holders(&env, &["a", "b"]).await;
+            if let (Some(first), Some(holder_a)) = (first, holders[0].clone())
+                && holder_a != first.as_str()
+                && blocker_id.lock().unwrap().is_some()
+            {
+                break TxId::from(holder_a);
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        };
+        let blocker = blocker_id.lock().unwrap().clone().unwrap();
+        *victims.lock().unwrap() = Some((retry.clone(), blocker));
+        // Its next look at `b`: a lock attempt on the items' table, naming it and `b`.
+        hook.arm(&[
+            retry.as_str(),
+            &format!("\"TableName\":\"{}\"", env.table),
+            "{\"S\":\"b\"}",
+        ]);
+        retry
+    };
+    let (ran, retry) = tokio::join!(unit, driver);
+    ran.unwrap();
+    assert!(hook.ran(), "the hook rolled the retry back");
+    assert_eq!(
+        attempts.load(Ordering::SeqCst),
+        2,
+        "the closure ran on the rolled-back retry"
+    );
+    assert_eq!(
+        env.tx_state(&retry).await.map(|s| s.0),
+        Some(TxState::RolledBack)
+    );
+    for (k, v) in [("a", 11), ("b", 9)] {
+        assert_eq!(
+            env.raw_get(&env.table, &key(k)).await.unwrap(),
+            item(&[("Id", s(k)), ("v", n(v))])
+        );
+    }
+}
