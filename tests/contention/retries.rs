@@ -28,6 +28,43 @@ fn number(item: Option<&Item>) -> i64 {
         .unwrap()
 }
 
+/// Locked reads of `keys` in `tx`, in that order: their `v`.
+async fn read_values(
+    tx: &dynamodb_transactions::Transaction,
+    table: &str,
+    keys: [&str; 2],
+) -> Result<Vec<i64>, dynamodb_transactions::Error> {
+    let mut v = Vec::new();
+    for k in keys {
+        let out = tx
+            .get_item()
+            .table_name(table)
+            .key("Id", s(k))
+            .send()
+            .await?;
+        v.push(number(out.item()));
+    }
+    Ok(v)
+}
+
+/// Sets `v` of each item in `tx`.
+async fn write_values(
+    tx: &dynamodb_transactions::Transaction,
+    table: &str,
+    values: [(&str, i64); 2],
+) -> Result<(), dynamodb_transactions::Error> {
+    for (k, val) in values {
+        tx.update_item()
+            .table_name(table)
+            .key("Id", s(k))
+            .update_expression("SET v = :v")
+            .expression_attribute_values(":v", n(val))
+            .send()
+            .await?;
+    }
+    Ok(())
+}
+
 /// Runs a unit of work that reads `b`, then `a`, then moves 1 from `b` to `a`; its first attempt
 /// is rolled back from outside after both reads. Returns, per attempt, the transaction's id and
 /// who held `a` and `b` when its closure started.
@@ -52,29 +89,12 @@ async fn retried_transfer(relock: bool) -> (TestEnv, Vec<(TxId, Vec<Option<Strin
             .lock()
             .await
             .push((tx.id().clone(), holders(env_ref, &["a", "b"]).await));
-        let mut v = Vec::new();
-        for k in ["b", "a"] {
-            let out = tx
-                .get_item()
-                .table_name(&table)
-                .key("Id", s(k))
-                .send()
-                .await?;
-            v.push(number(out.item()));
-        }
+        let v = read_values(tx, &table, ["b", "a"]).await?;
         if attempt == 1 {
             // A competitor rolls this attempt back after both reads.
             other.rollback_transaction(tx.id()).await.unwrap();
         }
-        for (k, val) in [("b", v[0] - 1), ("a", v[1] + 1)] {
-            tx.update_item()
-                .table_name(&table)
-                .key("Id", s(k))
-                .update_expression("SET v = :v")
-                .expression_attribute_values(":v", n(val))
-                .send()
-                .await?;
-        }
+        write_values(tx, &table, [("b", v[0] - 1), ("a", v[1] + 1)]).await?;
         Ok(())
     })
     .await
@@ -149,25 +169,8 @@ async fn opposite_read_orders_all_commit_with_relocked_retries() {
         tasks.push(async move {
             let (from, to) = if w % 2 == 0 { ("a", "b") } else { ("b", "a") };
             m.run(async |tx| {
-                let mut v = Vec::new();
-                for k in [from, to] {
-                    let out = tx
-                        .get_item()
-                        .table_name(&table)
-                        .key("Id", s(k))
-                        .send()
-                        .await?;
-                    v.push(number(out.item()));
-                }
-                for (k, val) in [(from, v[0] - 1), (to, v[1] + 1)] {
-                    tx.update_item()
-                        .table_name(&table)
-                        .key("Id", s(k))
-                        .update_expression("SET v = :v")
-                        .expression_attribute_values(":v", n(val))
-                        .send()
-                        .await?;
-                }
+                let v = read_values(tx, &table, [from, to]).await?;
+                write_values(tx, &table, [(from, v[0] - 1), (to, v[1] + 1)]).await?;
                 Ok(())
             })
             .await
@@ -420,16 +423,7 @@ async fn a_retry_rolled_back_while_it_relocks_runs_no_closure_on_that_attempt() 
     let (table, other) = (env.table.clone(), env.manager.clone());
     let unit = m.run(async |tx| {
         let attempt = attempts.fetch_add(1, Ordering::SeqCst) + 1;
-        let mut v = Vec::new();
-        for k in ["a", "b"] {
-            let out = tx
-                .get_item()
-                .table_name(&table)
-                .key("Id", s(k))
-                .send()
-                .await?;
-            v.push(number(out.item()));
-        }
+        let v = read_values(tx, &table, ["a", "b"]).await?;
         if attempt == 1 {
             // Rolled back by a competitor; a younger first attempt then takes `b`.
             *first_id.lock().unwrap() = Some(tx.id().clone());
@@ -438,15 +432,7 @@ async fn a_retry_rolled_back_while_it_relocks_runs_no_closure_on_that_attempt() 
             lock(&blocker, &table, "b").await.unwrap();
             *blocker_id.lock().unwrap() = Some(blocker.id().clone());
         }
-        for (k, val) in [("a", v[0] + 1), ("b", v[1] - 1)] {
-            tx.update_item()
-                .table_name(&table)
-                .key("Id", s(k))
-                .update_expression("SET v = :v")
-                .expression_attribute_values(":v", n(val))
-                .send()
-                .await?;
-        }
+        write_values(tx, &table, [("a", v[0] + 1), ("b", v[1] - 1)]).await?;
         Ok(())
     });
     let driver = async {
