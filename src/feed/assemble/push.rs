@@ -38,6 +38,14 @@ impl Assembler {
                 };
                 self.settle(item, tx, change, vec![rec.id], rec.time, now)
             }
+            // A write of the protocol's attributes alone (a waiter's mark or queue entry on an
+            // unlocked item): nothing a reader sees changed.
+            (None, None)
+                if rec.old.is_some()
+                    && rec.old.clone().map(strip) == rec.new.clone().map(strip) =>
+            {
+                vec![rec.id]
+            }
             // A write made outside the library.
             (None, None) => {
                 self.entries.push_back(Entry {

@@ -283,3 +283,41 @@ fn an_item_never_seen_locked_is_given_up_only_once_every_shard_is_read_past_the_
     let out = a.release(now);
     assert_eq!(out.len(), 1);
 }
+
+#[test]
+fn a_write_of_the_protocols_attributes_alone_on_an_unlocked_item_is_no_change() {
+    let mut a = Assembler::new();
+    let now = Instant::now();
+    let with = |v: &str, mark: &str| {
+        let mut i = plain("a", v);
+        i.insert(
+            "_TxH".into(),
+            AttributeValue::M(
+                [
+                    ("t".to_string(), AttributeValue::N(mark.into())),
+                    ("e".to_string(), AttributeValue::N("9".into())),
+                ]
+                .into(),
+            ),
+        );
+        i
+    };
+    // A waiter's mark, then its renewal: consumed at once, nothing to release.
+    let consumed = a.push(
+        rec(1, "a", Some(plain("a", "0")), Some(with("0", "7"))),
+        now,
+    );
+    assert_eq!(consumed.len(), 1, "{consumed:?}");
+    let consumed = a.push(rec(2, "a", Some(with("0", "7")), Some(with("0", "5"))), now);
+    assert_eq!(consumed.len(), 1, "{consumed:?}");
+    // An outside write that changes the item is still one.
+    a.push(rec(3, "a", Some(with("0", "5")), Some(with("1", "5"))), now);
+    let out = a.release(now);
+    assert_eq!(out.len(), 1, "{out:?}");
+    let Some(Change::Single(c)) = &out[0].0 else {
+        panic!("a single change: {out:?}")
+    };
+    assert_eq!(c.before, Some(plain("a", "0")));
+    assert_eq!(c.after, Some(plain("a", "1")));
+    assert_eq!(a.buffered(), 0);
+}
