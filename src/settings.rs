@@ -222,6 +222,28 @@ pub struct Settings {
     /// # }
     /// ```
     pub record_on_demand: bool,
+    /// A waiter writes its ticket on the item it waits for (the item's *mark*, `_TxH`, with an
+    /// expiry [`queue_ttl`](Self::queue_ttl) away, renewed while it waits) when no older live
+    /// mark is there, and a lock attempt of a younger or ticketless transaction is refused while
+    /// the mark lives: a freed item goes to the oldest waiter that marked it, not to whoever
+    /// looks first (the transaction that just released it, starting its next unit of work,
+    /// most often). One more write on the item per waiter that becomes the oldest; none on the
+    /// uncontended path, whose lock only adds the mark to its condition.
+    ///
+    /// Off by default: an experiment on hot items (docs/PROTOCOL.md "The oldest waiter's
+    /// mark"), not yet covered by the contention model. Only under
+    /// [`ContentionPolicy::Ordered`], and ignored with
+    /// [`wait_in_ticket_order`](Self::wait_in_ticket_order) (the item's queue orders the
+    /// waiters). Batched locks and the write-only fast path do not read the mark.
+    ///
+    /// ```no_run
+    /// # async fn f(client: aws_sdk_dynamodb::Client) {
+    /// let manager = dynamodb_transactions::TransactionManager::builder(client)
+    ///     .configure(|s| s.mark_oldest_waiter = true)
+    ///     .build();
+    /// # }
+    /// ```
+    pub mark_oldest_waiter: bool,
 }
 
 impl Settings {
@@ -233,6 +255,14 @@ impl Settings {
     /// ordered contention.
     pub(crate) fn queues(&self) -> bool {
         self.wait_in_ticket_order && matches!(self.contention, ContentionPolicy::Ordered { .. })
+    }
+
+    /// Whether waiters mark the items they wait for: [`Settings::mark_oldest_waiter`] under
+    /// ordered contention, without the items' queues.
+    pub(crate) fn head_marks(&self) -> bool {
+        self.mark_oldest_waiter
+            && !self.queues()
+            && matches!(self.contention, ContentionPolicy::Ordered { .. })
     }
 }
 
@@ -264,6 +294,7 @@ impl Default for Settings {
             wait_in_ticket_order: false,
             queue_ttl: Duration::from_secs(3),
             record_on_demand: false,
+            mark_oldest_waiter: false,
         }
     }
 }

@@ -267,6 +267,7 @@ pub async fn measure(
     let admin = target.client(vec![]).await;
     let fifo = args.wait_in_ticket_order;
     let on_demand = args.record_on_demand;
+    let mark = args.mark_oldest_waiter;
     let grace = args.wound_grace_ms.map(Duration::from_millis);
     let wait_for_running = args.wait_for_running_holders;
     let mgr = |c| {
@@ -276,6 +277,7 @@ pub async fn measure(
             .configure(|st| {
                 st.wait_in_ticket_order = fifo;
                 st.record_on_demand = on_demand;
+                st.mark_oldest_waiter = mark;
                 st.wait_for_running_holders = wait_for_running;
                 if let Some(g) = grace {
                     st.wound_grace = g;

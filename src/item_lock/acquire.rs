@@ -10,7 +10,32 @@ use crate::ddb::{Placeholders, Write, WriteKind, Written};
 use crate::error::{Error, Item, Result};
 use crate::keys::KeySchema;
 
+use super::head::{self, HeadMark};
 use super::{LOCK_DATE, LockInfo, OWNER, Observed, PAD, ROLL, TICKET, TRANSIENT, new_stamp, strip};
+
+/// What a lock attempt of an existing item respects besides the lock itself, with the attempt's
+/// ticket (`None`: it has none).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Guard {
+    /// Nothing more.
+    Free,
+    /// The item's queue (`Settings::wait_in_ticket_order`), with the attempt's recorded ticket:
+    /// see [`queue::lock_condition`](super::queue::lock_condition).
+    Queue(Option<u64>),
+    /// The oldest waiter's mark (`Settings::mark_oldest_waiter`): see [`head`]. A lock that
+    /// passes it removes it.
+    Head(Option<u64>),
+}
+
+impl Guard {
+    /// The queue's ticket, when the guard is the queue.
+    fn queue(self) -> Option<Option<u64>> {
+        match self {
+            Guard::Queue(t) => Some(t),
+            _ => None,
+        }
+    }
+}
 
 /// Outcome of a lock attempt.
 #[derive(Debug)]
@@ -19,17 +44,24 @@ pub(crate) enum LockOutcome {
     /// Another transaction holds it. `ahead`: with a queue guard and a ticket, the live entries
     /// older than the ticket the item carries (0 otherwise); `own_entry`: the expiry of the
     /// ticket's own entry among them, if the item carries one (which the holder's unlock keeps).
-    /// `unrecorded`: the lock was taken without a record (see [`Observed::ticket`]).
+    /// `unrecorded`: the lock was taken without a record (see [`Observed::ticket`]). `head`: the
+    /// oldest waiter's mark the item carries (`Settings::mark_oldest_waiter`).
     Held {
         owner: TxId,
         ahead: usize,
         own_entry: Option<u64>,
         unrecorded: Option<UnrecordedLock>,
+        head: Option<HeadMark>,
     },
     /// Unlocked, but its queue's oldest entry is older than the attempt's ticket (or the attempt
     /// had none): refused by the queue (`Settings::wait_in_ticket_order`), as the item carries it.
     Queued {
         queue: super::queue::ItemQueue,
+    },
+    /// Unlocked, but the oldest waiter's mark is live and older than the attempt's ticket (or
+    /// the attempt had none): refused by it (`Settings::mark_oldest_waiter`).
+    Marked {
+        head: HeadMark,
     },
 }
 
@@ -56,9 +88,7 @@ impl UnrecordedLock {
 /// transient placeholder with a second UpdateItem conditional on it still being absent (Java's
 /// library skipped that condition and could mark an existing item transient, then delete it).
 /// `first` says which to try first: `Absent` for a write that can only succeed on an absent item.
-/// `queue`: with `Settings::wait_in_ticket_order`, `Some` of the attempt's recorded ticket (if
-/// any): the lock of an existing item is then conditional on its queue (see
-/// [`queue::lock_condition`](super::queue::lock_condition)); `None` leaves the queue out.
+/// `guard`: what the lock of an existing item respects besides the lock (see [`Guard`]).
 /// `ticket`: a lock taken without a record carries its holder's ticket (`_TxK`, 0 for none).
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn lock(
@@ -68,12 +98,12 @@ pub(crate) async fn lock(
     schema: &KeySchema,
     me: &TxId,
     first: Existence,
-    queue: Option<Option<u64>>,
+    guard: Guard,
     ticket: Option<u64>,
 ) -> Result<LockOutcome> {
     let mut existence = first;
     for _ in 0..8 {
-        let attempt = lock_write(client, table, key, schema, me, existence, queue, ticket);
+        let attempt = lock_write(client, table, key, schema, me, existence, guard, ticket);
         if let Some(out) = attempt.await? {
             return Ok(out);
         }
@@ -85,6 +115,7 @@ pub(crate) async fn lock(
         ahead: 0,
         own_entry: None,
         unrecorded: None,
+        head: None,
     })
 }
 
@@ -121,7 +152,8 @@ impl Existence {
 /// with its stamp. `pad` bytes of padding (`_TxP`) make DynamoDB refuse the lock unless the item
 /// has that much more room (see [`crate::request::lock_pad`]). `roll`: the record index of the write
 /// the lock may roll forward (`_TxU`), only ever in a request conditional on the record being
-/// pending. `queue`: as for [`lock`].
+/// pending. `guard`: as for [`lock`] (the removal of a passed mark is the caller's: see
+/// [`lock`]'s own write).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn lock_item_write(
     table: &str,
@@ -131,7 +163,7 @@ pub(crate) fn lock_item_write(
     existence: Existence,
     pad: usize,
     roll: Option<usize>,
-    queue: Option<Option<u64>>,
+    guard: Guard,
 ) -> (Write, String) {
     let mut ph = Placeholders::default();
     let hk = ph.name_for_user(&schema.hash.0);
@@ -171,10 +203,20 @@ pub(crate) fn lock_item_write(
                 "attribute_exists({hk}) AND attribute_not_exists({})",
                 ph.name(OWNER)
             );
-            // An absent item carries no queue: only the lock of an existing one reads it.
-            if let Some(mine) = queue {
+            // An absent item carries no queue nor mark: only the lock of an existing one reads
+            // them.
+            let extra = match guard {
+                Guard::Free => None,
+                Guard::Queue(mine) => Some(super::queue::lock_condition(&mut ph, mine)),
+                Guard::Head(mine) => Some(head::lock_condition(
+                    &mut ph,
+                    mine,
+                    crate::ddb::now_millis(),
+                )),
+            };
+            if let Some(extra) = extra {
                 cond.push_str(" AND ");
-                cond.push_str(&super::queue::lock_condition(&mut ph, mine));
+                cond.push_str(&extra);
             }
             cond
         }
@@ -200,16 +242,23 @@ async fn lock_write(
     schema: &KeySchema,
     me: &TxId,
     existence: Existence,
-    queue: Option<Option<u64>>,
+    guard: Guard,
     ticket: Option<u64>,
 ) -> Result<Option<LockOutcome>> {
     let absent = existence == Existence::Absent;
-    let (mut w, stamp) = lock_item_write(table, key, schema, me, existence, 0, None, queue);
-    if let (Some(t), Write { kind, ph, .. }) = (ticket, &mut w)
+    let queue = guard.queue();
+    let (mut w, stamp) = lock_item_write(table, key, schema, me, existence, 0, None, guard);
+    if let Write { kind, ph, .. } = &mut w
         && let WriteKind::Update { update, .. } = kind
     {
-        let t = ph.value("Ticket", AttributeValue::N(t.to_string()));
-        update.push_str(&format!(", {} = {t}", ph.name(TICKET)));
+        if let Some(t) = ticket {
+            let t = ph.value("Ticket", AttributeValue::N(t.to_string()));
+            update.push_str(&format!(", {} = {t}", ph.name(TICKET)));
+        }
+        // The mark passed is taken off: its waiter has the item, or an older one does.
+        if matches!(guard, Guard::Head(_)) && !absent {
+            update.push_str(&format!(" REMOVE {}", ph.name(head::HEAD)));
+        }
     }
     match w.send(client, Some(ReturnValue::AllOld)).await {
         Ok(Written::Ok(old)) => {
@@ -256,6 +305,20 @@ async fn lock_write(
                         ahead,
                         own_entry,
                         unrecorded: UnrecordedLock::of(&obs),
+                        head: HeadMark::of(&found),
+                    }))
+                }
+                None if matches!(guard, Guard::Head(_)) && obs.exists => {
+                    Ok(Some(match HeadMark::of(&found) {
+                        Some(head) => LockOutcome::Marked { head },
+                        // Refused by a mark that expired or went since: try again.
+                        None => LockOutcome::Held {
+                            owner: TxId(String::new()),
+                            ahead: 0,
+                            own_entry: None,
+                            unrecorded: None,
+                            head: None,
+                        },
                     }))
                 }
                 None if queue.is_some() && obs.exists && !obs.queue.is_empty() => {
@@ -268,6 +331,7 @@ async fn lock_write(
                         ahead: 0,
                         own_entry: None,
                         unrecorded: None,
+                        head: None,
                     }))
                 }
                 None => Ok(Some(LockOutcome::Held {
@@ -275,6 +339,7 @@ async fn lock_write(
                     ahead: 0,
                     own_entry: None,
                     unrecorded: None,
+                    head: None,
                 })),
             }
         }

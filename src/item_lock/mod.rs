@@ -28,6 +28,8 @@
 //! - `_TxQ`, `_TxQF`, `_TxQV`: the queue of waiters the item carries (only with
 //!   `Settings::wait_in_ticket_order`; see [`queue`]). Not lock attributes: they stay after the
 //!   unlock.
+//! - `_TxH`: the oldest waiter's mark (only with `Settings::mark_oldest_waiter`; see [`head`]).
+//!   Not a lock attribute: a lock that passes it removes it, an unlock leaves it.
 //!
 //! This module reads a lock ([`Observed`], [`LockInfo`]); [`acquire`] takes it, [`apply`] applies
 //! the transaction's write under it, [`release`] settles the item and [`image`] keeps large
@@ -35,6 +37,7 @@
 
 mod acquire;
 mod apply;
+pub(crate) mod head;
 mod image;
 pub(crate) mod queue;
 mod release;
@@ -48,7 +51,7 @@ use crate::ddb::Placeholders;
 use crate::error::Item;
 use crate::keys::KeySchema;
 
-pub(crate) use acquire::{Existence, LockOutcome, UnrecordedLock, lock, lock_item_write};
+pub(crate) use acquire::{Existence, Guard, LockOutcome, UnrecordedLock, lock, lock_item_write};
 pub(crate) use apply::{ImagePlace, Stage, request_writes, roll_forward_write, unlocked_write};
 pub(crate) use image::{
     image_delete_write, image_id, load_table_image, save_table_image, unapplied_image_id,

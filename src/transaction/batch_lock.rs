@@ -237,7 +237,14 @@ impl Transaction {
                 lock_pad(st, k).unwrap_or(0)
             };
             let (mut w, stamp) = item_lock::lock_item_write(
-                &e.table, &e.key, &schema, &self.id, existence, pad, roll, None,
+                &e.table,
+                &e.key,
+                &schema,
+                &self.id,
+                existence,
+                pad,
+                roll,
+                item_lock::Guard::Free,
             );
             // Waiting in ticket order: a lock that reads nothing takes only items without a
             // queue (which it then knows is empty); the others are locked item by item.

@@ -227,7 +227,7 @@ impl Transaction {
                 &schema,
                 &self.id,
                 Existence::Present,
-                self.queue_guard(),
+                self.lock_guard(),
                 None
             )
         );

@@ -166,12 +166,14 @@ impl Transaction {
         // The last judgement of a holder, while it stands (met again, it is not read again).
         let mut standing: Option<Standing> = None;
         loop {
+            // The oldest waiter's mark the look found on the item.
+            let mut found_head = None;
             // Whether this look read our own record (with the holder's).
             let mut own_read = false;
             // This transaction asked for other locks: it may hold items others wait for.
             let holds_others = self.lock_requests.load(Ordering::SeqCst) > 1;
             self.wrote.store(true, Ordering::SeqCst);
-            let guard = self.queue_guard();
+            let guard = self.lock_guard();
             // A lock without record carries the ticket its unit of work has by now (0: none yet),
             // by which whoever meets it judges us until our record exists.
             let ticket = without_record.then(|| self.proposed_ticket().unwrap_or(0));
@@ -272,12 +274,29 @@ impl Transaction {
                         }
                     }
                 }
+                LockOutcome::Marked { head } => {
+                    // Refused by an older waiter's live mark (or we had no ticket: take one now).
+                    let mine = me.ticket(&self.inner).await?;
+                    if !head.refuses(Some(mine), crate::ddb::now_millis()) {
+                        continue;
+                    }
+                    ahead = 1;
+                    (
+                        None,
+                        Resolution::Wait {
+                            on: head.ticket,
+                            holder: false,
+                        },
+                    )
+                }
                 LockOutcome::Held {
                     owner,
                     ahead: a,
                     own_entry: o,
                     unrecorded,
+                    head,
                 } => {
+                    found_head = head;
                     debug!(tx = %self.id, other = %owner, table, "item locked by another transaction");
                     ahead = 1 + a;
                     own_entry = o;
@@ -303,8 +322,11 @@ impl Transaction {
                         };
                     if let Some(r) = by_lock {
                         // A look that reads no record pauses as long as its lock attempt took
-                        // instead: looks at a hot item come no faster than with the read.
-                        tokio::time::sleep(sent.elapsed().min(LOCK_JUDGEMENT_PAUSE)).await;
+                        // instead: looks at a hot item come no faster than with the read. The
+                        // oldest waiter, whose mark the item carries, looks at once.
+                        if !self.is_marked_head(found_head) {
+                            tokio::time::sleep(sent.elapsed().min(LOCK_JUDGEMENT_PAUSE)).await;
+                        }
                         (Some(owner), r)
                     } else if let Some(r) = standing.as_ref().and_then(|j| j.of(&owner)) {
                         // Met again while its last judgement stands: still so.
@@ -333,6 +355,16 @@ impl Transaction {
                     }
                 }
             };
+            // Waiting for a holder: mark the item, unless an older waiter has
+            // (`Settings::mark_oldest_waiter`). Marked, we are the item's oldest waiter.
+            let marked_head = owner.is_some()
+                && settings.head_marks()
+                && matches!(resolution, Resolution::Wait { .. } | Resolution::Grace)
+                && {
+                    let mine = me.ticket(&self.inner).await?;
+                    self.mark_as_waiter(table, key, &schema, found_head, mine)
+                        .await
+                };
             let resolved_before = owner.is_some() && last_resolved == owner;
             if resolution == Resolution::Retry {
                 last_resolved = owner.clone();
@@ -401,7 +433,9 @@ impl Transaction {
                     {
                         continue;
                     }
-                    crate::settings::backoff(settings, 0).await;
+                    if !marked_head {
+                        crate::settings::backoff(settings, 0).await;
+                    }
                 }
                 Resolution::Wait { on, .. } => {
                     if tokio::time::Instant::now() >= deadline {
@@ -474,6 +508,12 @@ impl Transaction {
                                 let d = d.mul_f64(rand::random_range(0.9..1.1));
                                 tokio::time::sleep(d.min(deadline.saturating_duration_since(now)))
                                     .await;
+                            }
+                            // The oldest waiter looks again at once: the item is its next.
+                            None if marked_head => {}
+                            // Behind an older waiter's mark: the item is not ours next.
+                            None if found_head.is_some() => {
+                                crate::settings::backoff(settings, 3).await
                             }
                             None => crate::settings::backoff(settings, waits.min(3)).await,
                         }

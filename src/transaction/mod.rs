@@ -22,6 +22,7 @@ mod commit;
 mod drop;
 mod finish;
 mod lock_phase;
+mod marks;
 mod one_request;
 mod phased;
 mod places;

@@ -68,12 +68,19 @@ impl Transaction {
         }
     }
 
-    /// The queue part of this handle's lock attempts: with `Settings::wait_in_ticket_order`, its
-    /// recorded ticket, if it has one yet (see [`item_lock::lock`]).
-    pub(super) fn queue_guard(&self) -> Option<Option<u64>> {
-        self.inner
-            .settings
-            .queues()
-            .then(|| self.ticket_recorded.get().copied())
+    /// What this handle's lock attempts respect besides the lock (see [`item_lock::Guard`]): with
+    /// `Settings::wait_in_ticket_order`, the item's queue, with its recorded ticket if it has one
+    /// yet; with `Settings::mark_oldest_waiter`, the oldest waiter's mark, with the ticket it
+    /// contends with (recorded, or the one its record will hold).
+    pub(super) fn lock_guard(&self) -> item_lock::Guard {
+        let s = &self.inner.settings;
+        let recorded = self.ticket_recorded.get().copied();
+        if s.queues() {
+            item_lock::Guard::Queue(recorded)
+        } else if s.head_marks() {
+            item_lock::Guard::Head(recorded.or_else(|| self.proposed_ticket()))
+        } else {
+            item_lock::Guard::Free
+        }
     }
 }

@@ -5,6 +5,7 @@ mod common;
 
 mod looks;
 mod marks;
+mod oldest_mark;
 mod policies;
 mod queue;
 mod retries;

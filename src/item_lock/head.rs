@@ -1,0 +1,160 @@
+//! The oldest waiter's mark on an item ([`Settings::mark_oldest_waiter`](crate::Settings::mark_oldest_waiter)):
+//! a waiter writes its ticket on the item it waits for, locked or not, when no older live mark is
+//! there, and every lock attempt of a younger (or ticketless) transaction is refused while the mark
+//! lives. The item then goes to the oldest waiter that marked it, not to whoever looks first after
+//! the release. See docs/PROTOCOL.md "The oldest waiter's mark".
+//!
+//! On an item, not a lock attribute (an unlock leaves it; only a lock and a mark write it):
+//! - `_TxH` (M): `{t: ticket, e: expiry}` (N, N; epoch ms).
+//!
+//! The mark decides nothing about who holds the item: a lock is still one conditional write, and
+//! whoever holds it is judged as before. It only refuses lock attempts, so it can make a
+//! transaction wait for an older one, never the other way round; a waiter that crashes or gives up
+//! stops renewing its mark, which stops counting at its expiry.
+
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::types::AttributeValue;
+
+use crate::ddb::{Placeholders, Write, WriteKind, Written};
+use crate::error::{Item, Result};
+use crate::keys::KeySchema;
+
+pub(crate) const HEAD: &str = "_TxH";
+
+/// A mark as an item carries it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct HeadMark {
+    /// The marking waiter's ticket.
+    pub ticket: u64,
+    /// When the mark stops counting (epoch ms, the marking waiter's clock).
+    pub expiry: u64,
+}
+
+impl HeadMark {
+    /// The mark `raw` carries, if any (and readable).
+    pub(crate) fn of(raw: &Item) -> Option<HeadMark> {
+        let m = raw.get(HEAD)?.as_m().ok()?;
+        let num = |k: &str| m.get(k)?.as_n().ok()?.parse().ok();
+        Some(HeadMark {
+            ticket: num("t")?,
+            expiry: num("e")?,
+        })
+    }
+
+    /// Whether the mark still counts at `now`.
+    pub(crate) fn live(&self, now: u64) -> bool {
+        self.expiry >= now
+    }
+
+    /// Whether it refuses a lock attempt with ticket `mine` (`None`: none) at `now`.
+    pub(crate) fn refuses(&self, mine: Option<u64>, now: u64) -> bool {
+        self.live(now) && mine.is_none_or(|t| self.ticket < t)
+    }
+
+    /// Whether a waiter with ticket `mine` should write its mark at `now`, over `found`: none
+    /// there, or expired, or younger than `mine`, or its own with less than two thirds of `ttl`
+    /// left (a renewal).
+    pub(crate) fn should_mark(found: Option<HeadMark>, mine: u64, now: u64, ttl: u64) -> bool {
+        match found {
+            None => true,
+            Some(h) if !h.live(now) || h.ticket > mine => true,
+            Some(h) => h.ticket == mine && h.expiry.saturating_sub(now) < ttl * 2 / 3,
+        }
+    }
+}
+
+/// The names of the mark's parts in an expression: the mark and its ticket and expiry.
+fn names(ph: &mut Placeholders) -> (String, String, String) {
+    let h = ph.name(HEAD);
+    ph.names.insert("#_TxHt".into(), "t".into());
+    ph.names.insert("#_TxHe".into(), "e".into());
+    (h.clone(), format!("{h}.#_TxHt"), format!("{h}.#_TxHe"))
+}
+
+/// What a lock attempt with ticket `mine` (`None`: none) adds to its condition at `now`: no live
+/// mark older than it.
+pub(crate) fn lock_condition(ph: &mut Placeholders, mine: Option<u64>, now: u64) -> String {
+    let (h, t, e) = names(ph);
+    let now = ph.value("HeadNow", AttributeValue::N(now.to_string()));
+    match mine {
+        Some(m) => {
+            let m = ph.value("HeadMine", AttributeValue::N(m.to_string()));
+            format!("(attribute_not_exists({h}) OR {t} >= {m} OR {e} < {now})")
+        }
+        None => format!("(attribute_not_exists({h}) OR {e} < {now})"),
+    }
+}
+
+/// Writes the mark of ticket `mine`, expiring at `expiry`, on `table`/`key`: conditional on the
+/// item existing and carrying no live mark older than `mine` at `now` (its own is renewed). True
+/// when it landed.
+pub(crate) async fn mark(
+    client: &Client,
+    table: &str,
+    key: &Item,
+    schema: &KeySchema,
+    mine: u64,
+    now: u64,
+    expiry: u64,
+) -> Result<bool> {
+    let mut ph = Placeholders::default();
+    let hk = ph.name_for_user(&schema.hash.0);
+    let cond = format!(
+        "attribute_exists({hk}) AND {}",
+        lock_condition(&mut ph, Some(mine), now)
+    );
+    let h = ph.name(HEAD);
+    let value = AttributeValue::M(
+        [
+            ("t".to_string(), AttributeValue::N(mine.to_string())),
+            ("e".to_string(), AttributeValue::N(expiry.to_string())),
+        ]
+        .into(),
+    );
+    let update = format!("SET {h} = {}", ph.value("Head", value));
+    let w = Write {
+        table: table.into(),
+        kind: WriteKind::Update {
+            key: key.clone(),
+            update,
+        },
+        condition: Some(cond),
+        ph,
+    };
+    Ok(matches!(w.send(client, None).await?, Written::Ok(_)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mark_of(ticket: u64, expiry: u64) -> Option<HeadMark> {
+        Some(HeadMark { ticket, expiry })
+    }
+
+    #[test]
+    fn a_live_mark_refuses_younger_and_ticketless_attempts_only() {
+        let h = HeadMark {
+            ticket: 5,
+            expiry: 100,
+        };
+        assert!(h.refuses(Some(6), 100));
+        assert!(h.refuses(None, 50));
+        assert!(!h.refuses(Some(5), 50), "its own waiter passes");
+        assert!(!h.refuses(Some(4), 50), "an older one passes");
+        assert!(!h.refuses(Some(6), 101), "expired");
+        assert!(!h.refuses(None, 101), "expired");
+    }
+
+    #[test]
+    fn a_waiter_marks_over_nothing_an_expired_or_younger_mark_and_renews_its_own() {
+        let ttl = 900;
+        assert!(HeadMark::should_mark(None, 7, 0, ttl));
+        assert!(HeadMark::should_mark(mark_of(9, 1_000), 7, 0, ttl));
+        assert!(HeadMark::should_mark(mark_of(3, 99), 7, 100, ttl));
+        assert!(!HeadMark::should_mark(mark_of(3, 1_000), 7, 100, ttl));
+        // Its own: renewed below two thirds of the ttl (600 ms) left.
+        assert!(!HeadMark::should_mark(mark_of(7, 1_000), 7, 300, ttl));
+        assert!(HeadMark::should_mark(mark_of(7, 1_000), 7, 500, ttl));
+    }
+}

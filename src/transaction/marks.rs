@@ -1,0 +1,56 @@
+//! The oldest waiter's mark (`Settings::mark_oldest_waiter`), a waiter's side: it marks the item
+//! it waits for when no older live mark is there, and looks at it often while it is the oldest.
+//! See [`item_lock::head`](crate::item_lock::head) and docs/PROTOCOL.md "The oldest waiter's
+//! mark".
+
+use tracing::debug;
+
+use crate::error::Item;
+use crate::item_lock::head::{self, HeadMark};
+use crate::keys::KeySchema;
+
+use super::Transaction;
+
+impl Transaction {
+    /// Whether the mark `found` is this transaction's (with the ticket it contends with).
+    pub(super) fn is_marked_head(&self, found: Option<HeadMark>) -> bool {
+        let mine = self
+            .ticket_recorded
+            .get()
+            .copied()
+            .or_else(|| self.proposed_ticket());
+        found.is_some_and(|h| Some(h.ticket) == mine)
+    }
+
+    /// Waiting at `table`/`key`, whose last look found the mark `found`: writes this
+    /// transaction's mark (its ticket `mine`) when no older live one is there, or renews its own. True when the item
+    /// carries this transaction's mark (as far as this waiter knows): it is the oldest waiter
+    /// that marked the item, and the next lock of the item is its own (or an older newcomer's).
+    /// Best effort: a mark that fails (an older one
+    /// landed first, the item went, a refused request) is left to the next look.
+    pub(super) async fn mark_as_waiter(
+        &self,
+        table: &str,
+        key: &Item,
+        schema: &KeySchema,
+        found: Option<HeadMark>,
+        mine: u64,
+    ) -> bool {
+        let now = crate::ddb::now_millis();
+        let ttl = self.inner.settings.queue_ttl.as_millis() as u64;
+        if !HeadMark::should_mark(found, mine, now, ttl) {
+            return found.is_some_and(|h| h.ticket == mine);
+        }
+        let c = &self.inner.client;
+        match head::mark(c, table, key, schema, mine, now, now + ttl).await {
+            Ok(landed) => {
+                debug!(tx = %self.id, table, mine, landed, "marked the item as its oldest waiter");
+                landed
+            }
+            Err(e) => {
+                debug!(tx = %self.id, table, error = %e, "marking the item failed");
+                false
+            }
+        }
+    }
+}

@@ -1,0 +1,233 @@
+//! The oldest waiter's mark (`Settings::mark_oldest_waiter`): a waiter writes its ticket on the
+//! item it waits for (`_TxH`) when no older live mark is there, and a younger or ticketless lock
+//! attempt is refused while the mark lives; a lock that passes the mark removes it.
+
+use std::time::Duration;
+
+use dynamodb_transactions::fault::RequestCounter;
+use dynamodb_transactions::{Item, TicketSource, Transaction, TransactionManager};
+
+use crate::common::*;
+use crate::{lock, ordered_on, ticket_of};
+
+/// A manager over the env's tables on `client` that marks (tickets at begin, from the counter).
+fn marking(env: &TestEnv, client: aws_sdk_dynamodb::Client) -> TransactionManager {
+    let m = &env.manager;
+    marking_over(m.transactions_table(), m.images_table(), client)
+}
+
+/// [`marking`] over the tables named.
+fn marking_over(txt: &str, imgt: &str, client: aws_sdk_dynamodb::Client) -> TransactionManager {
+    TransactionManager::builder(client)
+        .transactions_table(txt)
+        .images_table(imgt)
+        .configure(|s| {
+            s.rollback_on_drop = false;
+            s.contention = dynamodb_transactions::ContentionPolicy::Ordered {
+                dead_after: Duration::from_secs(30),
+                ticket_at_begin: true,
+            };
+            s.ticket_source = TicketSource::Counter;
+            s.mark_oldest_waiter = true;
+            s.lock_wait = Duration::from_secs(20);
+            s.wound_grace = Duration::from_secs(60);
+        })
+        .build()
+}
+
+/// The mark `k` carries: (ticket, expiry).
+async fn mark_on(env: &TestEnv, k: &str) -> Option<(u64, u64)> {
+    let raw = env.raw_get(&env.table, &key(k)).await?;
+    let m = raw.get("_TxH")?.as_m().ok()?;
+    let num = |f: &str| m[f].as_n().unwrap().parse().unwrap();
+    Some((num("t"), num("e")))
+}
+
+/// `k` with `v`, carrying the mark of `ticket` expiring `in_ms` from now (negative: expired).
+fn marked_item(k: &str, v: i64, ticket: u64, in_ms: i64) -> Item {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let mut i = item(&[("Id", s(k)), ("v", n(v))]);
+    i.insert(
+        "_TxH".into(),
+        aws_sdk_dynamodb::types::AttributeValue::M(
+            [
+                ("t".to_string(), n(ticket as i64)),
+                ("e".to_string(), n(now + in_ms)),
+            ]
+            .into(),
+        ),
+    );
+    i
+}
+
+async fn read_v(tx: &Transaction, table: &str, k: &str) -> i64 {
+    let out = tx
+        .get_item()
+        .table_name(table)
+        .key("Id", s(k))
+        .send()
+        .await
+        .unwrap();
+    out.item().unwrap()["v"].as_n().unwrap().parse().unwrap()
+}
+
+async fn set_v(tx: &Transaction, table: &str, k: &str, v: i64) {
+    tx.update_item()
+        .table_name(table)
+        .key("Id", s(k))
+        .update_expression("SET v = :v")
+        .expression_attribute_values(":v", n(v))
+        .send()
+        .await
+        .unwrap();
+}
+
+/// A waiter marks the item it waits for. Just before its look after the holder's commit, a
+/// younger newcomer (through another coordinator) tries the free item: refused by the live mark,
+/// it is still waiting half a second later, and the marked waiter then takes the item. (With the
+/// lock attempts ignoring the mark, the newcomer takes it.)
+#[tokio::test]
+async fn the_oldest_waiter_takes_the_freed_item_ahead_of_a_younger_newcomer() {
+    let env = TestEnv::new("ct-mark").await;
+    env.raw_put(&env.table, item(&[("Id", s("k")), ("v", n(1))]))
+        .await;
+    let m = marking(&env, client());
+    let holder = m.begin();
+    lock(&holder, &env.table, "k").await.unwrap();
+    let holder_id = holder.id().clone();
+
+    // Commits the holder, then lets a newcomer try the item for half a second: whether it got it.
+    let got: std::sync::Arc<std::sync::Mutex<Option<bool>>> = Default::default();
+    let (got2, table2) = (got.clone(), env.table.clone());
+    let (txt, imgt) = (
+        env.manager.transactions_table().to_string(),
+        env.manager.images_table().to_string(),
+    );
+    let hook = RunBefore::unarmed("UpdateItem", move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let m = marking_over(&txt, &imgt, client());
+            m.resume(&holder_id).await.unwrap().commit().await.unwrap();
+            let newcomer = m.begin();
+            let read = newcomer
+                .get_item()
+                .table_name(&table2)
+                .key("Id", s("k"))
+                .send();
+            let took = tokio::time::timeout(Duration::from_millis(500), read).await;
+            *got2.lock().unwrap() = Some(matches!(took, Ok(Ok(_))));
+            newcomer.rollback().await.unwrap();
+        });
+    });
+    let m2 = marking(&env, client_with(vec![shared(hook.clone())]));
+    let waiter = m2.begin();
+    let waiter_id = waiter.id().clone();
+    let table = env.table.clone();
+    let arm = async {
+        // Younger than the holder, the waiter waits, and marks the item with its ticket.
+        let mine = loop {
+            if let Some((t, _)) = mark_on(&env, "k").await {
+                break t;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        };
+        assert_eq!(mine, ticket_of(&env, &waiter_id).await);
+        // Its next look at `k`.
+        hook.arm(&[
+            waiter_id.as_str(),
+            &format!("\"TableName\":\"{}\"", env.table),
+            "{\"S\":\"k\"}",
+        ]);
+    };
+    let (read, ()) = tokio::join!(read_v(&waiter, &table, "k"), arm);
+    assert!(hook.ran(), "the hook never ran");
+    assert_eq!(
+        *got.lock().unwrap(),
+        Some(false),
+        "the newcomer took the item ahead of the marked waiter"
+    );
+    assert_eq!(read, 1);
+    set_v(&waiter, &table, "k", 20).await;
+    waiter.commit().await.unwrap();
+    assert_eq!(
+        env.raw_get(&env.table, &key("k")).await.unwrap(),
+        item(&[("Id", s("k")), ("v", n(20))])
+    );
+}
+
+/// An expired mark refuses nobody, and the lock that passes it removes it.
+#[tokio::test]
+async fn an_expired_mark_refuses_no_one_and_the_lock_removes_it() {
+    let env = TestEnv::new("ct-mark-exp").await;
+    env.raw_put(&env.table, marked_item("k", 1, 1, -1_000))
+        .await;
+    let m = marking(&env, client());
+    let tx = m.begin();
+    assert_eq!(read_v(&tx, &env.table, "k").await, 1);
+    let raw = env.raw_get(&env.table, &key("k")).await.unwrap();
+    assert_eq!(raw["_TxId"], s(tx.id().as_str()), "{raw:?}");
+    assert!(!raw.contains_key("_TxH"), "{raw:?}");
+    set_v(&tx, &env.table, "k", 2).await;
+    tx.commit().await.unwrap();
+    assert_eq!(
+        env.raw_get(&env.table, &key("k")).await.unwrap(),
+        item(&[("Id", s("k")), ("v", n(2))])
+    );
+}
+
+/// A transaction without a ticket meeting a live mark on a free item takes a ticket, waits for
+/// the mark (older than any first attempt's ticket) to expire, then takes the item and removes
+/// the mark.
+#[tokio::test]
+async fn a_ticketless_transaction_refused_by_a_live_mark_takes_a_ticket_and_waits_it_out() {
+    let env = TestEnv::new("ct-mark-live").await;
+    env.raw_put(&env.table, marked_item("k", 1, 1, 1_500)).await;
+    let m = ordered_on(&env, client(), |s| {
+        s.mark_oldest_waiter = true;
+        s.lock_wait = Duration::from_secs(20);
+        s.contention = dynamodb_transactions::ContentionPolicy::Ordered {
+            dead_after: Duration::from_secs(30),
+            ticket_at_begin: false,
+        };
+    });
+    let tx = m.begin();
+    assert_eq!(read_v(&tx, &env.table, "k").await, 1);
+    let raw = env.raw_get(&env.table, &key("k")).await.unwrap();
+    assert_eq!(raw["_TxId"], s(tx.id().as_str()), "{raw:?}");
+    assert!(!raw.contains_key("_TxH"), "{raw:?}");
+    assert!(ticket_of(&env, tx.id()).await > 1, "it took a ticket");
+    tx.commit().await.unwrap();
+}
+
+/// Uncontended, a transaction sends the same requests with the setting as without it: the mark
+/// is only part of the lock's condition.
+#[tokio::test]
+async fn marking_costs_no_request_without_contention() {
+    let env = TestEnv::new("ct-mark-cost").await;
+    let mut sent = Vec::new();
+    for on in [false, true] {
+        let k = if on { "on" } else { "off" };
+        env.raw_put(&env.table, item(&[("Id", s(k)), ("v", n(1))]))
+            .await;
+        let counter = RequestCounter::new();
+        let m = ordered_on(&env, client_with(vec![shared(counter.clone())]), |s| {
+            s.mark_oldest_waiter = on;
+        });
+        let tx = m.begin();
+        let v = read_v(&tx, &env.table, k).await;
+        set_v(&tx, &env.table, k, v + 1).await;
+        tx.commit().await.unwrap();
+        assert_eq!(
+            env.raw_get(&env.table, &key(k)).await.unwrap(),
+            item(&[("Id", s(k)), ("v", n(2))])
+        );
+        sent.push(counter.snapshot());
+    }
+    assert_eq!(sent[0], sent[1]);
+}
