@@ -92,6 +92,8 @@ mod deadlock;
 mod fifo;
 #[path = "model_contention/judge.rs"]
 mod judge;
+#[path = "model_contention/marked.rs"]
+mod marked;
 #[path = "model_contention/queued.rs"]
 mod queued;
 #[path = "model_contention/unrecorded.rs"]
