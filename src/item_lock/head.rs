@@ -124,6 +124,29 @@ pub(crate) async fn mark(
     Ok(matches!(w.send(client, None).await?, Written::Ok(_)))
 }
 
+/// Removes the mark of ticket `mine` from `table`/`key`, if the item carries it (conditional on
+/// that). True when it was there.
+pub(crate) async fn unmark(client: &Client, table: &str, key: &Item, mine: u64) -> Result<bool> {
+    let mut ph = Placeholders::default();
+    // Only the mark and its ticket: DynamoDB refuses a name the expressions do not use.
+    let h = ph.name(HEAD);
+    ph.names.insert("#_TxHt".into(), "t".into());
+    let cond = format!(
+        "{h}.#_TxHt = {}",
+        ph.value("HeadMine", AttributeValue::N(mine.to_string()))
+    );
+    let w = Write {
+        table: table.into(),
+        kind: WriteKind::Update {
+            key: key.clone(),
+            update: format!("REMOVE {h}"),
+        },
+        condition: Some(cond),
+        ph,
+    };
+    Ok(matches!(w.send(client, None).await?, Written::Ok(_)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

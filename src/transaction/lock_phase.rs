@@ -121,12 +121,35 @@ impl Transaction {
     /// `without_record`: this transaction has no record (`Settings::record_on_demand`) and holds
     /// nothing, so nobody can roll it back or wait for it: it contends with a ticket it does not
     /// record, and neither shows it waits nor reads its own record while it waits.
+    ///
+    /// A waiter that marked the item (`Settings::mark_oldest_waiter`) and stops waiting without
+    /// the lock (rolled back, out of time) takes its mark off, so that younger transactions do
+    /// not wait for it to expire.
     pub(super) async fn lock_one(
         &self,
         table: &str,
         key: &Item,
         first: Existence,
         without_record: bool,
+    ) -> Result<LockInfo> {
+        let mut marked = false;
+        let locked = self
+            .lock_waiting(table, key, first, without_record, &mut marked)
+            .await;
+        if locked.is_err() && marked {
+            self.unmark(table, key).await;
+        }
+        locked
+    }
+
+    /// [`Transaction::lock_one`]'s wait; `marked`: set once this waiter's mark is on the item.
+    async fn lock_waiting(
+        &self,
+        table: &str,
+        key: &Item,
+        first: Existence,
+        without_record: bool,
+        marked: &mut bool,
     ) -> Result<LockInfo> {
         use crate::contention::{Contender, Resolution};
         let schema = self.schema(table).await?;
@@ -365,6 +388,7 @@ impl Transaction {
                     self.mark_as_waiter(table, key, &schema, found_head, mine)
                         .await
                 };
+            *marked |= marked_head;
             let resolved_before = owner.is_some() && last_resolved == owner;
             if resolution == Resolution::Retry {
                 last_resolved = owner.clone();

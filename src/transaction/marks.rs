@@ -53,4 +53,19 @@ impl Transaction {
             }
         }
     }
+
+    /// Takes this transaction's mark off `table`/`key`, if the item still carries it: a waiter
+    /// that stops waiting without the lock. Best effort: a mark left behind expires.
+    pub(super) async fn unmark(&self, table: &str, key: &Item) {
+        let Some(mine) = self
+            .ticket_recorded
+            .get()
+            .copied()
+            .or_else(|| self.proposed_ticket())
+        else {
+            return;
+        };
+        let taken = head::unmark(&self.inner.client, table, key, mine).await;
+        debug!(tx = %self.id, table, ?taken, "took its mark off the item");
+    }
 }

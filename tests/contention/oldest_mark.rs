@@ -231,3 +231,45 @@ async fn marking_costs_no_request_without_contention() {
     }
     assert_eq!(sent[0], sent[1]);
 }
+
+/// A waiter that marked the item and gives up (its lock wait over) takes its mark off: younger
+/// transactions do not wait for it to expire.
+#[tokio::test]
+async fn a_waiter_that_gives_up_takes_its_mark_off() {
+    let env = TestEnv::new("ct-mark-off").await;
+    env.raw_put(&env.table, item(&[("Id", s("k")), ("v", n(1))]))
+        .await;
+    let m = marking(&env, client());
+    let holder = m.begin();
+    lock(&holder, &env.table, "k").await.unwrap();
+    let impatient = ordered_on(&env, client(), |s| {
+        s.ticket_source = TicketSource::Counter;
+        s.mark_oldest_waiter = true;
+        s.lock_wait = Duration::from_millis(600);
+        s.wound_grace = Duration::from_secs(60);
+    });
+    let waiter = impatient.begin();
+    let table = env.table.clone();
+    let waiting = waiter
+        .get_item()
+        .table_name(&table)
+        .key("Id", s("k"))
+        .send();
+    let seen = async {
+        loop {
+            if let Some(mark) = mark_on(&env, "k").await {
+                break mark;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    let (read, (mine, _)) = tokio::join!(waiting, seen);
+    assert!(
+        matches!(read, Err(dynamodb_transactions::Error::ItemLocked { .. })),
+        "{read:?}"
+    );
+    assert_eq!(mine, ticket_of(&env, waiter.id()).await, "it had marked");
+    assert_eq!(mark_on(&env, "k").await, None, "its mark stayed");
+    waiter.rollback().await.unwrap();
+    holder.commit().await.unwrap();
+}
