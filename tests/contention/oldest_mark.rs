@@ -4,8 +4,9 @@
 
 use std::time::Duration;
 
-use dynamodb_transactions::fault::RequestCounter;
-use dynamodb_transactions::{Item, TicketSource, Transaction, TransactionManager};
+use dynamodb_transactions::fault::{FaultInjector, FaultMode, RequestCounter};
+use dynamodb_transactions::sweeper::SweepOptions;
+use dynamodb_transactions::{Item, TicketSource, Transaction, TransactionManager, TxState};
 
 use crate::common::*;
 use crate::{lock, ordered_on, ticket_of};
@@ -18,6 +19,16 @@ fn marking(env: &TestEnv, client: aws_sdk_dynamodb::Client) -> TransactionManage
 
 /// [`marking`] over the tables named.
 fn marking_over(txt: &str, imgt: &str, client: aws_sdk_dynamodb::Client) -> TransactionManager {
+    marking_tuned(txt, imgt, client, |_| {})
+}
+
+/// [`marking_over`], then `more`.
+fn marking_tuned(
+    txt: &str,
+    imgt: &str,
+    client: aws_sdk_dynamodb::Client,
+    more: impl FnOnce(&mut dynamodb_transactions::Settings),
+) -> TransactionManager {
     TransactionManager::builder(client)
         .transactions_table(txt)
         .images_table(imgt)
@@ -31,6 +42,7 @@ fn marking_over(txt: &str, imgt: &str, client: aws_sdk_dynamodb::Client) -> Tran
             s.mark_oldest_waiter = true;
             s.lock_wait = Duration::from_secs(20);
             s.wound_grace = Duration::from_secs(60);
+            more(s);
         })
         .build()
 }
@@ -272,4 +284,114 @@ async fn a_waiter_that_gives_up_takes_its_mark_off() {
     assert_eq!(mark_on(&env, "k").await, None, "its mark stayed");
     waiter.rollback().await.unwrap();
     holder.commit().await.unwrap();
+}
+
+/// Requests of the waiter at which it dies, one run each.
+const CRASH_POINTS: u64 = 10;
+
+/// A marked waiter dies at each of its first requests (its ticket, its record's creation with its
+/// lock attempt, the holder's record read, its mark, its looks), before the request or after it
+/// landed with its answer lost: the holder commits, a younger newcomer takes the item once the
+/// dead waiter's mark (if it landed) has expired, the item ends with both increments and neither
+/// lock nor mark, and a sweep settles the waiter's record.
+async fn a_marked_waiter_dying_at_every_request(mode: FaultMode, prefix: &str) {
+    let env = TestEnv::new(prefix).await;
+    let table = env.table.clone();
+    let (txt, imgt) = (
+        env.manager.transactions_table().to_string(),
+        env.manager.images_table().to_string(),
+    );
+    let short = |s: &mut dynamodb_transactions::Settings| {
+        s.queue_ttl = Duration::from_millis(800);
+    };
+    let holders = marking_tuned(&txt, &imgt, client(), short);
+    let faults = FaultInjector::new();
+    let waiters = marking_tuned(
+        &txt,
+        &imgt,
+        client_with(vec![shared(faults.clone())]),
+        short,
+    );
+    // Judges a dead transaction whose lock it meets within a second.
+    let newcomers = marking_tuned(&txt, &imgt, client(), |s| {
+        short(s);
+        s.contention = dynamodb_transactions::ContentionPolicy::Ordered {
+            dead_after: Duration::from_secs(1),
+            ticket_at_begin: true,
+        };
+    });
+    let mut marked = 0;
+    for k in 1..=CRASH_POINTS {
+        let label = format!("{mode:?} at request {k}");
+        env.raw_put(&table, item(&[("Id", s("k")), ("v", n(1))]))
+            .await;
+        let h = holders.begin();
+        let v = read_v(&h, &table, "k").await;
+        set_v(&h, &table, "k", v + 1).await;
+
+        faults.crash_at(k, mode);
+        let w = waiters.begin();
+        let wid = w.id().clone();
+        let t2 = table.clone();
+        let waiter = tokio::spawn(async move {
+            let r = w.get_item().table_name(&t2).key("Id", s("k")).send().await;
+            w.abandon();
+            r
+        });
+        let started = std::time::Instant::now();
+        while !faults.struck() {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "{label}: the fault never struck the waiter"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        h.commit()
+            .await
+            .unwrap_or_else(|e| panic!("{label}: holder: {e}"));
+        let r = tokio::time::timeout(Duration::from_secs(20), waiter)
+            .await
+            .unwrap_or_else(|_| panic!("{label}: the dead waiter's call never returned"))
+            .unwrap();
+        assert!(r.is_err(), "{label}: a dead waiter read: {r:?}");
+        faults.disarm();
+        if mark_on(&env, "k").await.is_some() {
+            marked += 1;
+        }
+
+        let newcomer = newcomers.begin();
+        let v = read_v(&newcomer, &table, "k").await;
+        set_v(&newcomer, &table, "k", v + 1).await;
+        newcomer
+            .commit()
+            .await
+            .unwrap_or_else(|e| panic!("{label}: newcomer's commit: {e}"));
+        assert_eq!(
+            env.raw_get(&table, &key("k")).await.unwrap(),
+            item(&[("Id", s("k")), ("v", n(3))]),
+            "{label}: the holder's and the newcomer's increments, no lock, no mark"
+        );
+        let report = env
+            .manager
+            .sweep(&SweepOptions::finish_everything_now())
+            .await
+            .unwrap();
+        assert!(report.errors.is_empty(), "{label}: {report:?}");
+        match env.tx_state(&wid).await {
+            None | Some((TxState::RolledBack, true)) => {}
+            other => panic!("{label}: the waiter's record after the sweep: {other:?}"),
+        }
+    }
+    println!("{mode:?}: {marked} runs of {CRASH_POINTS} left the mark");
+    assert!(marked > 0, "{mode:?}: no run left the dead waiter's mark");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_marked_waiter_dying_before_any_of_its_requests_leaves_nothing_in_the_way() {
+    a_marked_waiter_dying_at_every_request(FaultMode::BeforeSend, "ct-mark-dead-before").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_marked_waiter_dying_after_any_of_its_requests_landed_leaves_nothing_in_the_way() {
+    a_marked_waiter_dying_at_every_request(FaultMode::AfterSend, "ct-mark-dead-after").await;
 }
