@@ -231,7 +231,7 @@ pub struct Settings {
     /// uncontended path, whose lock only adds the mark to its condition.
     ///
     /// Off by default: an experiment on hot items (docs/PROTOCOL.md "The oldest waiter's
-    /// mark"), model-checked at one item but not yet across items inside wound-wait. Only under
+    /// mark"; model-checked at one item and across items inside wound-wait). Only under
     /// [`ContentionPolicy::Ordered`], and ignored with
     /// [`wait_in_ticket_order`](Self::wait_in_ticket_order) (the item's queue orders the
     /// waiters). Batched locks and the write-only fast path do not read the mark.

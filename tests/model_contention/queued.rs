@@ -165,6 +165,8 @@ pub enum QueueBug {
     /// A contender rolls back a holder that waits in an item's queue whatever its ticket (as if
     /// a waiter in a queue had nothing to lose).
     WoundsQueuedWaiter,
+    /// With marks: a mark replaces whatever the slot holds, an older waiter's live mark included.
+    MarkReplacesOlder,
 }
 
 #[derive(Clone, Debug)]
@@ -184,6 +186,10 @@ pub struct QueuedConfig {
     pub lapses: bool,
     /// No newcomer ahead of an older registered waiter even when the waiter's entry lapsed.
     pub strict_fifo: bool,
+    /// The oldest waiter's mark (`Settings::mark_oldest_waiter`) instead of the queue: `queue`
+    /// is the item's one slot, written by waiters whether the item is locked or not, left by
+    /// unlocks and removed by the lock that passes it (see `queued_marks.rs`).
+    pub marks: bool,
     pub bug: Option<QueueBug>,
 }
 
@@ -279,6 +285,9 @@ impl QueuedModel {
         if self.bug(QueueBug::LockIgnoresQueue) {
             return Attempt::Locks;
         }
+        if self.cfg.marks {
+            return self.attempt_marked(s, t, it);
+        }
         // `attribute_not_exists(_TxQF) OR _TxQF.t >= :mine`, the first half only without a ticket.
         if !Self::ticketed(s, t) {
             return if it.queue == 0 {
@@ -314,6 +323,11 @@ impl QueuedModel {
         s.status[t as usize] = to;
         let forget = self.bug(QueueBug::ReleaseForgetsRegistrations);
         for it in s.items.iter_mut().filter(|it| it.holder == Some(t)) {
+            if self.cfg.marks {
+                // The unlock leaves the mark.
+                it.holder = None;
+                continue;
+            }
             let regs = if forget { 0 } else { it.regs };
             *it = ItemState {
                 holder: None,
@@ -360,6 +374,16 @@ impl QueuedModel {
         let Phase::Waiting { on, .. } = s.coords[t as usize].phase else {
             unreachable!("only a waiter registers")
         };
+        if self.cfg.marks {
+            // A mark instead, on the item (whatever the holder's record says), landed or not.
+            self.mark_item(s, t, item);
+            s.coords[t as usize].phase = Phase::Waiting {
+                on,
+                holder: Some(o),
+                registered: true,
+            };
+            return;
+        }
         let landed = Self::pending(s, o);
         let c = &mut s.coords[t as usize];
         if landed || self.bug(QueueBug::RegisterOnDecided) {
@@ -430,12 +454,17 @@ impl QueuedModel {
                     // The item carries its live entry: the holder's release keeps it, so the
                     // waiter registers nothing (`needs_renewal`: it is renewed only when low).
                     let carried = it.queue & !it.expired & bit(t) != 0;
-                    if carried {
+                    if carried && !self.cfg.marks {
                         s.registered |= bit(t);
                     }
-                    let registered = carried
-                        || matches!(c.phase,
-                        Phase::Waiting { holder: Some(h), registered: true, .. } if h == o);
+                    // With marks: its own live mark, or an older one, is on the item already.
+                    let registered = if self.cfg.marks {
+                        it.queue & !it.expired & (bit(t) | older_than(t)) != 0
+                    } else {
+                        carried
+                            || matches!(c.phase,
+                        Phase::Waiting { holder: Some(h), registered: true, .. } if h == o)
+                    };
                     c.phase = Phase::Waiting {
                         on,
                         holder: Some(o),
@@ -462,6 +491,9 @@ impl QueuedModel {
                         && (self.cfg.strict_fifo || s.lapsed & bit(w) == 0)
                 });
                 s.barged |= behind;
+                if self.cfg.marks {
+                    self.pass_mark(s, item);
+                }
                 // The queue stays (the taker's unlock drops its own entry); `_TxW` is cleared.
                 s.items[item as usize].holder = Some(t);
                 s.waiting_on[t as usize] = None;
@@ -554,7 +586,7 @@ impl Model for QueuedModel {
                 && Self::pending(s, victim)
                 && let Some(item) = self.item_of(s, t)
                 && s.items[item as usize].holder == Some(victim)
-                && s.items[item as usize].regs & bit(t) == 0
+                && !self.placed(&s.items[item as usize], t)
             {
                 out.push(QAction::GraceRegister(t));
             }
@@ -585,6 +617,10 @@ impl Model for QueuedModel {
                     victim,
                     rule: Rule::Dead,
                 };
+            }
+            QAction::GraceRegister(t) if self.cfg.marks => {
+                let item = self.item_of(&s, t)?;
+                self.mark_item(&mut s, t, item);
             }
             QAction::GraceRegister(t) => {
                 let item = self.item_of(&s, t)?;
@@ -649,16 +685,18 @@ impl Model for QueuedModel {
                     .iter()
                     .any(|c| M::active(c) && matches!(c.phase, Phase::Waiting { holder: None, .. }))
             }),
-            Property::sometimes("a waiter registers", |_: &M, s: &QState| {
-                s.items.iter().any(|it| it.regs != 0)
+            Property::sometimes("a waiter registers", |m: &M, s: &QState| {
+                s.items
+                    .iter()
+                    .any(|it| it.regs != 0 || (m.cfg.marks && it.queue != 0))
             }),
             Property::sometimes(
                 "a waiter registers with the younger holder it is about to wound",
-                |_: &M, s: &QState| {
+                |m: &M, s: &QState| {
                     s.coords.iter().enumerate().any(|(t, c)| {
                         matches!(c.phase, Phase::Wounding { victim, rule: Rule::Ticket }
                             if s.items.iter().any(|it| it.holder == Some(victim)
-                                && it.regs & bit(t as Tx) != 0))
+                                && m.placed(it, t as Tx)))
                     })
                 },
             ),
@@ -694,3 +732,5 @@ impl Model for QueuedModel {
 
 #[path = "queued_checks.rs"]
 mod checks;
+#[path = "queued_marks.rs"]
+mod marks;

@@ -103,7 +103,12 @@ impl QueuedModel {
     }
 }
 
-fn config(name: &'static str, items: usize, plans: Vec<Vec<u8>>, departures: u8) -> QueuedConfig {
+pub(super) fn config(
+    name: &'static str,
+    items: usize,
+    plans: Vec<Vec<u8>>,
+    departures: u8,
+) -> QueuedConfig {
     QueuedConfig {
         name,
         items,
@@ -112,6 +117,7 @@ fn config(name: &'static str, items: usize, plans: Vec<Vec<u8>>, departures: u8)
         departures,
         lapses: false,
         strict_fifo: true,
+        marks: false,
         bug: None,
     }
 }
@@ -119,7 +125,7 @@ fn config(name: &'static str, items: usize, plans: Vec<Vec<u8>>, departures: u8)
 /// Three transactions over two items, two in one order and the youngest in the other: the
 /// oldest releases an item the second waits for (a queue with an entry) while the youngest,
 /// holding the other item, arrives and waits in that queue, and is wounded by the second.
-fn three_by_two() -> QueuedConfig {
+pub(super) fn three_by_two() -> QueuedConfig {
     config(
         "queued: 3 tx x 2 items, one crossing, 2 departures",
         2,
@@ -129,7 +135,7 @@ fn three_by_two() -> QueuedConfig {
 }
 
 /// Four transactions over two items: the outer two lock one item, the inner two both, crossing.
-fn four_by_two() -> QueuedConfig {
+pub(super) fn four_by_two() -> QueuedConfig {
     config(
         "queued: 4 tx x 2 items, 1 departure",
         2,
@@ -139,7 +145,7 @@ fn four_by_two() -> QueuedConfig {
 }
 
 /// Four transactions locking two items each, in alternating orders.
-fn four_crossing() -> QueuedConfig {
+pub(super) fn four_crossing() -> QueuedConfig {
     config(
         "queued: 4 tx x 2 items, all crossing, 2 departures",
         2,
@@ -149,7 +155,7 @@ fn four_crossing() -> QueuedConfig {
 }
 
 /// Four transactions over three items.
-fn four_by_three() -> QueuedConfig {
+pub(super) fn four_by_three() -> QueuedConfig {
     config(
         "queued: 4 tx x 3 items, 1 departure",
         3,
@@ -159,7 +165,7 @@ fn four_by_three() -> QueuedConfig {
 }
 
 /// Four transactions at one item: the shortest run to the lapse of a live waiter's entry.
-fn four_at_one(lapses: bool) -> QueuedConfig {
+pub(super) fn four_at_one(lapses: bool) -> QueuedConfig {
     QueuedConfig {
         lapses,
         strict_fifo: true,
@@ -172,7 +178,7 @@ fn four_at_one(lapses: bool) -> QueuedConfig {
     }
 }
 
-fn assert_queued_holds(cfg: QueuedConfig) {
+pub(super) fn assert_queued_holds(cfg: QueuedConfig) {
     let (name, bug) = (cfg.name, cfg.bug.is_some());
     crate::model_support::assert_model_holds(name, QueuedModel { cfg }, bug);
 }
