@@ -2,7 +2,7 @@
 //! it is checked in, and the broken variants it must catch.
 
 use super::*;
-use stateright::{Checker, Expectation};
+use stateright::{Checker, Expectation, Property};
 
 impl QueuedModel {
     /// `t` waits for ticket `on`: recorded in its `_TxW` if it holds another lock (only whoever
@@ -90,6 +90,85 @@ impl QueuedModel {
             }
             members = keep;
         }
+    }
+
+    /// The properties `queued` checks.
+    pub(super) fn property_list(&self) -> Vec<Property<Self>> {
+        type M = QueuedModel;
+        let mut properties = vec![
+            Property::always("waits point at older transactions", |_: &M, s: &QState| {
+                s.coords.iter().enumerate().all(|(t, c)| match c.phase {
+                    Phase::Waiting { on, .. } if M::active(c) && M::pending(s, t as Tx) => {
+                        M::ticketed(s, t as Tx) && on < t as Tx
+                    }
+                    _ => true,
+                })
+            }),
+            Property::always("no deadlock", |m: &M, s: &QState| m.deadlocked(s) == 0),
+            Property::always(
+                "no starvation: a run that stops has every live transaction decided",
+                |m: &M, s: &QState| {
+                    (0..m.n()).all(|t| !M::has_live(s, t) || !M::pending(s, t)) || !m.stopped(s)
+                },
+            ),
+            Property::always(
+                "no newcomer ahead of a live registered waiter with an older ticket",
+                |_: &M, s: &QState| !s.barged,
+            ),
+            Property::always(
+                "the oldest pending transaction is never wounded",
+                |_: &M, s: &QState| !s.oldest_wounded,
+            ),
+            Property::always("wounds land only as judged", |_: &M, s: &QState| {
+                !s.misjudged_wound
+            }),
+            Property::sometimes("a transaction waits in a queue", |_: &M, s: &QState| {
+                s.coords
+                    .iter()
+                    .any(|c| M::active(c) && matches!(c.phase, Phase::Waiting { holder: None, .. }))
+            }),
+            Property::sometimes("a waiter registers", |m: &M, s: &QState| {
+                s.items
+                    .iter()
+                    .any(|it| it.regs != 0 || (m.cfg.marks && it.queue != 0))
+            }),
+            Property::sometimes(
+                "a waiter registers with the younger holder it is about to wound",
+                |m: &M, s: &QState| {
+                    s.coords.iter().enumerate().any(|(t, c)| {
+                        matches!(c.phase, Phase::Wounding { victim, rule: Rule::Ticket }
+                            if s.items.iter().any(|it| it.holder == Some(victim)
+                                && m.placed(it, t as Tx)))
+                    })
+                },
+            ),
+            Property::sometimes("a transaction is wounded", |_: &M, s: &QState| {
+                s.status.contains(&Status::Wounded)
+            }),
+            Property::sometimes("an entry expires", |_: &M, s: &QState| {
+                s.items.iter().any(|it| it.expired != 0)
+            }),
+            Property::sometimes("a dead holder is taken over", |_: &M, s: &QState| {
+                s.status.contains(&Status::TakenOver)
+            }),
+            Property::sometimes("every transaction commits", |_: &M, s: &QState| {
+                s.status.iter().all(|st| *st == Status::Committed)
+            }),
+        ];
+        if self.cfg.plans.iter().any(|p| p.len() > 1) {
+            properties.push(Property::sometimes(
+                "a holder waiting in another item's queue is wounded",
+                |_: &M, s: &QState| {
+                    s.coords.iter().zip(&s.status).any(|(c, st)| {
+                        *st == Status::Wounded
+                            && c.live
+                            && c.pc > 0
+                            && matches!(c.phase, Phase::Waiting { holder: None, .. })
+                    })
+                },
+            ));
+        }
+        properties
     }
 
     /// Whether no coordinator can change anything any more (departures aside).
