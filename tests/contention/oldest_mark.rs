@@ -9,7 +9,8 @@ use dynamodb_transactions::sweeper::SweepOptions;
 use dynamodb_transactions::{Item, TicketSource, Transaction, TransactionManager, TxState};
 
 use crate::common::*;
-use crate::{lock, ordered_on, ticket_of};
+use crate::queue::crashed_waiter::start_dying_waiter;
+use crate::{lock, ordered_on, set_v, ticket_of};
 
 /// A manager over the env's tables on `client` that marks (tickets at begin, from the counter).
 fn marking(env: &TestEnv, client: aws_sdk_dynamodb::Client) -> TransactionManager {
@@ -86,15 +87,9 @@ async fn read_v(tx: &Transaction, table: &str, k: &str) -> i64 {
     out.item().unwrap()["v"].as_n().unwrap().parse().unwrap()
 }
 
-async fn set_v(tx: &Transaction, table: &str, k: &str, v: i64) {
-    tx.update_item()
-        .table_name(table)
-        .key("Id", s(k))
-        .update_expression("SET v = :v")
-        .expression_attribute_values(":v", n(v))
-        .send()
-        .await
-        .unwrap();
+/// Sets `v` of `k` in `tx` (buffered).
+async fn set_i(tx: &Transaction, table: &str, k: &str, v: i64) {
+    set_v(tx, table, k, v as u64).await.unwrap();
 }
 
 /// A waiter marks the item it waits for. Just before its look after the holder's commit, a
@@ -165,7 +160,7 @@ async fn the_oldest_waiter_takes_the_freed_item_ahead_of_a_younger_newcomer() {
         "the newcomer took the item ahead of the marked waiter"
     );
     assert_eq!(read, 1);
-    set_v(&waiter, &table, "k", 20).await;
+    set_i(&waiter, &table, "k", 20).await;
     waiter.commit().await.unwrap();
     assert_eq!(
         env.raw_get(&env.table, &key("k")).await.unwrap(),
@@ -185,7 +180,7 @@ async fn an_expired_mark_refuses_no_one_and_the_lock_removes_it() {
     let raw = env.raw_get(&env.table, &key("k")).await.unwrap();
     assert_eq!(raw["_TxId"], s(tx.id().as_str()), "{raw:?}");
     assert!(!raw.contains_key("_TxH"), "{raw:?}");
-    set_v(&tx, &env.table, "k", 2).await;
+    set_i(&tx, &env.table, "k", 2).await;
     tx.commit().await.unwrap();
     assert_eq!(
         env.raw_get(&env.table, &key("k")).await.unwrap(),
@@ -233,7 +228,7 @@ async fn marking_costs_no_request_without_contention() {
         });
         let tx = m.begin();
         let v = read_v(&tx, &env.table, k).await;
-        set_v(&tx, &env.table, k, v + 1).await;
+        set_i(&tx, &env.table, k, v + 1).await;
         tx.commit().await.unwrap();
         assert_eq!(
             env.raw_get(&env.table, &key(k)).await.unwrap(),
@@ -327,25 +322,10 @@ async fn a_marked_waiter_dying_at_every_request(mode: FaultMode, prefix: &str) {
             .await;
         let h = holders.begin();
         let v = read_v(&h, &table, "k").await;
-        set_v(&h, &table, "k", v + 1).await;
+        set_i(&h, &table, "k", v + 1).await;
 
         faults.crash_at(k, mode);
-        let w = waiters.begin();
-        let wid = w.id().clone();
-        let t2 = table.clone();
-        let waiter = tokio::spawn(async move {
-            let r = w.get_item().table_name(&t2).key("Id", s("k")).send().await;
-            w.abandon();
-            r
-        });
-        let started = std::time::Instant::now();
-        while !faults.struck() {
-            assert!(
-                started.elapsed() < Duration::from_secs(10),
-                "{label}: the fault never struck the waiter"
-            );
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        let (wid, waiter) = start_dying_waiter(&waiters, &table, &faults, &label).await;
         h.commit()
             .await
             .unwrap_or_else(|e| panic!("{label}: holder: {e}"));
@@ -361,7 +341,7 @@ async fn a_marked_waiter_dying_at_every_request(mode: FaultMode, prefix: &str) {
 
         let newcomer = newcomers.begin();
         let v = read_v(&newcomer, &table, "k").await;
-        set_v(&newcomer, &table, "k", v + 1).await;
+        set_i(&newcomer, &table, "k", v + 1).await;
         newcomer
             .commit()
             .await

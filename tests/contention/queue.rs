@@ -16,7 +16,7 @@ use crate::{lock, set_v, ticket_of};
 
 mod carried;
 mod commit_paths;
-mod crashed_waiter;
+pub(crate) mod crashed_waiter;
 mod joined;
 mod left;
 

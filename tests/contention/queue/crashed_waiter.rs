@@ -48,7 +48,7 @@ fn judges_dead_soon(s: &mut dynamodb_transactions::Settings) {
 
 /// Starts a waiter's read-modify-write of `k` through `waiters`, and returns once `faults` (armed
 /// by the caller) struck it: its id and its call, which ends with an error.
-async fn start_dying_waiter(
+pub(crate) async fn start_dying_waiter(
     waiters: &dynamodb_transactions::TransactionManager,
     table: &str,
     faults: &FaultInjector,
