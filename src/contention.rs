@@ -80,7 +80,9 @@ impl Standing {
     ) -> Option<Standing> {
         let now = Instant::now();
         let until = match resolution {
-            Resolution::Wait { holder: true, .. } if settings.queues() => now + HOLDER_RECHECK,
+            Resolution::Wait { holder: true, .. } if settings.queues() || settings.head_marks() => {
+                now + HOLDER_RECHECK
+            }
             Resolution::Grace if !look.holds_others && !settings.wait_for_running_holders => {
                 (met_at + settings.wound_grace).min(now + RUNNING_RECHECK)
             }

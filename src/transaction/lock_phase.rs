@@ -177,6 +177,9 @@ impl Transaction {
         let mut last_resolved: Option<TxId> = None;
         // Waiting in ticket order: the holder this waiter last registered with, and when.
         let fifo = settings.queues();
+        // Waiters whose place the item keeps (a queue, or the oldest waiter's mark) stand by an
+        // older holder's judgement for a while and read their own record on a schedule.
+        let ordered_looks = fifo || settings.head_marks();
         let mut registered: Option<(TxId, tokio::time::Instant)> = None;
         let mut queue_retries = 0u32;
         let mut pace = item_lock::queue::Pace::default();
@@ -524,8 +527,9 @@ impl Transaction {
                     } else {
                         HOLDER_RECHECK
                     };
-                    let check =
-                        !without_record && !own_read && (!fifo || last_check.elapsed() >= every);
+                    let check = !without_record
+                        && !own_read
+                        && (!ordered_looks || last_check.elapsed() >= every);
                     let sleep = async {
                         match paced {
                             Some(d) => {
