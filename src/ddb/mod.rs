@@ -168,6 +168,23 @@ pub(crate) enum Transacted {
 }
 
 impl Write {
+    /// An `UpdateItem` of `key` in `table` (`update`, an update expression), conditional on
+    /// `condition`, with the placeholders both use.
+    pub fn update(
+        table: &str,
+        key: Item,
+        update: String,
+        condition: String,
+        ph: Placeholders,
+    ) -> Write {
+        Write {
+            table: table.into(),
+            kind: WriteKind::Update { key, update },
+            condition: Some(condition),
+            ph,
+        }
+    }
+
     /// Adds `cond` to the write's condition (`(<condition>) AND <cond>`).
     pub fn and_condition(&mut self, cond: String) {
         self.condition = Some(match self.condition.take() {

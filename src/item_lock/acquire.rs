@@ -221,15 +221,7 @@ pub(crate) fn lock_item_write(
             cond
         }
     };
-    let w = Write {
-        table: table.into(),
-        kind: WriteKind::Update {
-            key: key.clone(),
-            update,
-        },
-        condition: Some(cond),
-        ph,
-    };
+    let w = Write::update(table, key.clone(), update, cond, ph);
     (w, stamp)
 }
 

@@ -15,7 +15,7 @@
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::AttributeValue;
 
-use crate::ddb::{Placeholders, Write, WriteKind, Written};
+use crate::ddb::{Placeholders, Write, Written};
 use crate::error::{Item, Result};
 use crate::keys::KeySchema;
 
@@ -112,15 +112,7 @@ pub(crate) async fn mark(
         .into(),
     );
     let update = format!("SET {h} = {}", ph.value("Head", value));
-    let w = Write {
-        table: table.into(),
-        kind: WriteKind::Update {
-            key: key.clone(),
-            update,
-        },
-        condition: Some(cond),
-        ph,
-    };
+    let w = Write::update(table, key.clone(), update, cond, ph);
     Ok(matches!(w.send(client, None).await?, Written::Ok(_)))
 }
 
@@ -135,15 +127,7 @@ pub(crate) async fn unmark(client: &Client, table: &str, key: &Item, mine: u64) 
         "{h}.#_TxHt = {}",
         ph.value("HeadMine", AttributeValue::N(mine.to_string()))
     );
-    let w = Write {
-        table: table.into(),
-        kind: WriteKind::Update {
-            key: key.clone(),
-            update: format!("REMOVE {h}"),
-        },
-        condition: Some(cond),
-        ph,
-    };
+    let w = Write::update(table, key.clone(), format!("REMOVE {h}"), cond, ph);
     Ok(matches!(w.send(client, None).await?, Written::Ok(_)))
 }
 

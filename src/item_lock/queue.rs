@@ -451,15 +451,7 @@ async fn rewrite_to(
     );
     let mut u = UpdateExpr::default();
     update_queue(&mut u, &mut ph, next);
-    let w = Write {
-        table: table.into(),
-        kind: WriteKind::Update {
-            key: key.clone(),
-            update: u.render(),
-        },
-        condition: Some(cond),
-        ph,
-    };
+    let w = Write::update(table, key.clone(), u.render(), cond, ph);
     Ok(matches!(w.send(client, None).await?, Written::Ok(_)))
 }
 

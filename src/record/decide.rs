@@ -32,15 +32,7 @@ pub(super) fn header_update(
     cond: String,
     ph: Placeholders,
 ) -> Write {
-    Write {
-        table: table.into(),
-        kind: WriteKind::Update {
-            key: header_key(id),
-            update,
-        },
-        condition: Some(cond),
-        ph,
-    }
+    Write::update(table, header_key(id), update, cond, ph)
 }
 
 /// The condition that the record is pending.
