@@ -14,12 +14,7 @@ use super::Transaction;
 impl Transaction {
     /// Whether the mark `found` is this transaction's (with the ticket it contends with).
     pub(super) fn is_marked_head(&self, found: Option<HeadMark>) -> bool {
-        let mine = self
-            .ticket_recorded
-            .get()
-            .copied()
-            .or_else(|| self.proposed_ticket());
-        found.is_some_and(|h| Some(h.ticket) == mine)
+        found.is_some_and(|h| Some(h.ticket) == self.known_ticket())
     }
 
     /// Waiting at `table`/`key`, whose last look found the mark `found`: writes this
@@ -57,12 +52,7 @@ impl Transaction {
     /// Takes this transaction's mark off `table`/`key`, if the item still carries it: a waiter
     /// that stops waiting without the lock. Best effort: a mark left behind expires.
     pub(super) async fn unmark(&self, table: &str, key: &Item) {
-        let Some(mine) = self
-            .ticket_recorded
-            .get()
-            .copied()
-            .or_else(|| self.proposed_ticket())
-        else {
+        let Some(mine) = self.known_ticket() else {
             return;
         };
         let taken = head::unmark(&self.inner.client, table, key, mine).await;

@@ -423,6 +423,15 @@ impl Transaction {
         Some(crate::ticket::for_attempt(t, self.retry))
     }
 
+    /// The ticket this handle contends with as far as it knows now: its record's, or else the one
+    /// its record will hold.
+    fn known_ticket(&self) -> Option<u64> {
+        self.ticket_recorded
+            .get()
+            .copied()
+            .or_else(|| self.proposed_ticket())
+    }
+
     fn check_open(&self, st: &State) -> Result<()> {
         if self.finished.load(Ordering::SeqCst) {
             return Err(Error::TransactionFinished {

@@ -74,11 +74,10 @@ impl Transaction {
     /// contends with (recorded, or the one its record will hold).
     pub(super) fn lock_guard(&self) -> item_lock::Guard {
         let s = &self.inner.settings;
-        let recorded = self.ticket_recorded.get().copied();
         if s.queues() {
-            item_lock::Guard::Queue(recorded)
+            item_lock::Guard::Queue(self.ticket_recorded.get().copied())
         } else if s.head_marks() {
-            item_lock::Guard::Head(recorded.or_else(|| self.proposed_ticket()))
+            item_lock::Guard::Head(self.known_ticket())
         } else {
             item_lock::Guard::Free
         }
