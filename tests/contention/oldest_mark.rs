@@ -5,11 +5,10 @@
 use std::time::Duration;
 
 use dynamodb_transactions::fault::{FaultInjector, FaultMode, RequestCounter};
-use dynamodb_transactions::sweeper::SweepOptions;
-use dynamodb_transactions::{Item, TicketSource, Transaction, TransactionManager, TxState};
+use dynamodb_transactions::{Item, TicketSource, Transaction, TransactionManager};
 
 use crate::common::*;
-use crate::queue::crashed_waiter::start_dying_waiter;
+use crate::queue::crashed_waiter::{dead_waiter_returned, start_dying_waiter, sweep_settles};
 use crate::{lock, ordered_on, set_v, ticket_of};
 
 /// A manager over the env's tables on `client` that marks (tickets at begin, from the counter).
@@ -329,11 +328,7 @@ async fn a_marked_waiter_dying_at_every_request(mode: FaultMode, prefix: &str) {
         h.commit()
             .await
             .unwrap_or_else(|e| panic!("{label}: holder: {e}"));
-        let r = tokio::time::timeout(Duration::from_secs(20), waiter)
-            .await
-            .unwrap_or_else(|_| panic!("{label}: the dead waiter's call never returned"))
-            .unwrap();
-        assert!(r.is_err(), "{label}: a dead waiter read: {r:?}");
+        dead_waiter_returned(waiter, &label).await;
         faults.disarm();
         if mark_on(&env, "k").await.is_some() {
             marked += 1;
@@ -351,16 +346,7 @@ async fn a_marked_waiter_dying_at_every_request(mode: FaultMode, prefix: &str) {
             item(&[("Id", s("k")), ("v", n(3))]),
             "{label}: the holder's and the newcomer's increments, no lock, no mark"
         );
-        let report = env
-            .manager
-            .sweep(&SweepOptions::finish_everything_now())
-            .await
-            .unwrap();
-        assert!(report.errors.is_empty(), "{label}: {report:?}");
-        match env.tx_state(&wid).await {
-            None | Some((TxState::RolledBack, true)) => {}
-            other => panic!("{label}: the waiter's record after the sweep: {other:?}"),
-        }
+        sweep_settles(&env, &wid, &label).await;
     }
     println!("{mode:?}: {marked} runs of {CRASH_POINTS} left the mark");
     assert!(marked > 0, "{mode:?}: no run left the dead waiter's mark");

@@ -73,6 +73,34 @@ pub(crate) async fn start_dying_waiter(
     (wid, waiter)
 }
 
+/// Awaits the call of a waiter started by [`start_dying_waiter`]: dead, every request fails from
+/// the crash on, so its call ends with an error.
+pub(crate) async fn dead_waiter_returned(
+    waiter: tokio::task::JoinHandle<Result<(), Error>>,
+    label: &str,
+) {
+    let r = tokio::time::timeout(Duration::from_secs(20), waiter)
+        .await
+        .unwrap_or_else(|_| panic!("{label}: the dead waiter's call never returned"))
+        .unwrap();
+    assert!(r.is_err(), "{label}: a dead waiter wrote: {r:?}");
+}
+
+/// A sweep settles the dead waiter `wid`'s record, if it landed (pending until then: nobody met
+/// it since).
+pub(crate) async fn sweep_settles(env: &TestEnv, wid: &TxId, label: &str) {
+    let report = env
+        .manager
+        .sweep(&SweepOptions::finish_everything_now())
+        .await
+        .unwrap();
+    assert!(report.errors.is_empty(), "{label}: {report:?}");
+    match env.tx_state(wid).await {
+        None | Some((TxState::RolledBack, true)) => {}
+        other => panic!("{label}: the waiter's record after the sweep: {other:?}"),
+    }
+}
+
 /// What the waiter meets at the item.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Meets {
@@ -128,12 +156,7 @@ async fn a_waiter_dying_at_every_request(mode: FaultMode, meets: Meets, prefix: 
                 .await
                 .unwrap_or_else(|e| panic!("{label}: holder: {e}"));
         }
-        // Dead: every request fails from the crash on, so its call ends with an error.
-        let r = tokio::time::timeout(Duration::from_secs(20), waiter)
-            .await
-            .unwrap_or_else(|_| panic!("{label}: the dead waiter's call never returned"))
-            .unwrap();
-        assert!(r.is_err(), "{label}: a dead waiter wrote: {r:?}");
+        dead_waiter_returned(waiter, &label).await;
         faults.disarm();
         // A registration that landed is carried into the item's queue by the holder's unlock; a
         // join that landed is on the item beside the older entry.
@@ -173,16 +196,7 @@ async fn a_waiter_dying_at_every_request(mode: FaultMode, meets: Meets, prefix: 
         assert!(!raw.contains_key("_TxId"), "{label}: {raw:?}");
 
         // The waiter's record, if it landed, is pending (nobody met it since) until a sweep.
-        let report = env
-            .manager
-            .sweep(&SweepOptions::finish_everything_now())
-            .await
-            .unwrap();
-        assert!(report.errors.is_empty(), "{label}: {report:?}");
-        match env.tx_state(&wid).await {
-            None | Some((TxState::RolledBack, true)) => {}
-            other => panic!("{label}: the waiter's record after the sweep: {other:?}"),
-        }
+        sweep_settles(&env, &wid, &label).await;
     }
     // The waiter registered (its seventh request) or joined (its fifth) before it died in some
     // runs: the newcomer then waited for the dead waiter's entry to expire.
