@@ -20,6 +20,7 @@ mod buffer;
 mod builders;
 mod commit;
 mod drop;
+mod early_apply;
 mod finish;
 mod lock_phase;
 mod marks;
