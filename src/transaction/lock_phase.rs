@@ -339,13 +339,31 @@ impl Transaction {
                         holds_others,
                         unrecorded,
                     };
-                    let by_lock =
-                        if crate::contention::lock_judgement_stands(settings, met_at, &look) {
-                            crate::contention::judge_by_lock(&self.inner, &me, &look).await?
-                        } else {
-                            None
-                        };
-                    if let Some(r) = by_lock {
+                    // Behind an older waiter's live mark, the item goes to that waiter first: one
+                    // that holds no other lock (so no cycle of waits can pass through it) waits
+                    // for the mark's ticket without judging the holder (the marked waiter, older,
+                    // judges it; gone, its mark goes or expires). One holding others judges the
+                    // holder, which may be waiting for it: that cycle is broken at once.
+                    let behind = match found_head.filter(|_| settings.head_marks() && !holds_others)
+                    {
+                        Some(h) if h.refuses(self.known_ticket(), crate::ddb::now_millis()) => {
+                            let mine = me.ticket(&self.inner).await?;
+                            h.refuses(Some(mine), crate::ddb::now_millis())
+                                .then_some(h.ticket)
+                        }
+                        _ => None,
+                    };
+                    let by_lock = if behind.is_none()
+                        && crate::contention::lock_judgement_stands(settings, met_at, &look)
+                    {
+                        crate::contention::judge_by_lock(&self.inner, &me, &look).await?
+                    } else {
+                        None
+                    };
+                    if let Some(on) = behind {
+                        debug!(tx = %self.id, table, on, "behind an older waiter's mark");
+                        (Some(owner), Resolution::Wait { on, holder: false })
+                    } else if let Some(r) = by_lock {
                         // A look that reads no record pauses as long as its lock attempt took
                         // instead: looks at a hot item come no faster than with the read. The
                         // oldest waiter, whose mark the item carries, looks at once.

@@ -361,3 +361,71 @@ async fn a_marked_waiter_dying_before_any_of_its_requests_leaves_nothing_in_the_
 async fn a_marked_waiter_dying_after_any_of_its_requests_landed_leaves_nothing_in_the_way() {
     a_marked_waiter_dying_at_every_request(FaultMode::AfterSend, "ct-mark-dead-after").await;
 }
+
+/// A waiter meeting a holder while an older waiter's live mark is on the item waits for that
+/// mark without judging the holder: it reads no record (the marked waiter, older, judges the
+/// holder), writes no mark, and gives up when its lock wait is over. (Judging the holder, it
+/// read the holder's record.)
+#[tokio::test]
+async fn a_waiter_behind_an_older_mark_reads_no_record_of_the_holder() {
+    let env = TestEnv::new("ct-mark-behind").await;
+    let table = env.table.clone();
+    env.raw_put(&table, item(&[("Id", s("k")), ("v", n(1))]))
+        .await;
+    let m = marking(&env, client());
+    let holder = m.begin();
+    lock(&holder, &table, "k").await.unwrap();
+    // An older waiter's mark (ticket 0: older than every counter ticket), live for 10 s.
+    let expiry = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+        + 10_000;
+    client()
+        .update_item()
+        .table_name(&table)
+        .set_key(Some(key("k")))
+        .update_expression("SET #h = :h")
+        .expression_attribute_names("#h", "_TxH")
+        .expression_attribute_values(
+            ":h",
+            aws_sdk_dynamodb::types::AttributeValue::M(
+                [("t".to_string(), n(0)), ("e".to_string(), n(expiry))].into(),
+            ),
+        )
+        .send()
+        .await
+        .unwrap();
+
+    let counter = RequestCounter::new();
+    let (txt, imgt) = (m.transactions_table(), m.images_table());
+    let w = marking_tuned(txt, imgt, client_with(vec![shared(counter.clone())]), |s| {
+        s.lock_wait = Duration::from_millis(500);
+    });
+    let waiter = w.begin();
+    let read = waiter
+        .get_item()
+        .table_name(&table)
+        .key("Id", s("k"))
+        .send()
+        .await;
+    assert!(
+        matches!(read, Err(dynamodb_transactions::Error::ItemLocked { .. })),
+        "{read:?}"
+    );
+    let sent = counter.snapshot();
+    let reads = counter.get("GetItem") + counter.get("BatchGetItem");
+    assert_eq!(reads, 0, "it judged the holder: {sent:?}");
+    assert!(counter.get("UpdateItem") >= 2, "it looked again: {sent:?}");
+    assert_eq!(
+        mark_on(&env, "k").await,
+        Some((0, expiry as u64)),
+        "its mark"
+    );
+    waiter.rollback().await.unwrap();
+    set_i(&holder, &table, "k", 2).await;
+    holder.commit().await.unwrap();
+    let raw = env.raw_get(&table, &key("k")).await.unwrap();
+    assert_eq!(raw["v"], n(2), "{raw:?}");
+    assert!(!raw.contains_key("_TxId"), "{raw:?}");
+}

@@ -167,6 +167,9 @@ pub enum QueueBug {
     WoundsQueuedWaiter,
     /// With marks: a mark replaces whatever the slot holds, an older waiter's live mark included.
     MarkReplacesOlder,
+    /// With marks: a waiter at a held item waits for any live mark but its own, younger ones
+    /// included, without judging the holder.
+    WaitsBehindAnyMark,
 }
 
 #[derive(Clone, Debug)]
@@ -437,6 +440,19 @@ impl QueuedModel {
             if !Self::ticketed(s, t) {
                 // `Contender::ticket`: recorded at the first contention.
                 s.ticketed |= bit(t);
+                return;
+            }
+            // With marks: behind an older live mark, a waiter holding nothing waits for the
+            // mark's ticket without judging the holder (the marked waiter, older, judges it).
+            if self.cfg.marks
+                && let Some(m) = self.mark_ahead(s, &it, t)
+            {
+                s.coords[t as usize].phase = Phase::Waiting {
+                    on: m,
+                    holder: Some(o),
+                    registered: true,
+                };
+                Self::record_wait(s, t, m);
                 return;
             }
             if self.queued_victim(s, o) {

@@ -28,6 +28,11 @@ impl QueuedModel {
         let it = &s.items[self.item_of(s, t)? as usize];
         match it.holder {
             Some(o) => {
+                if self.cfg.marks
+                    && let Some(m) = self.mark_ahead(s, it, t)
+                {
+                    return Some((m, m));
+                }
                 if !Self::has_live(s, o) || self.queued_victim(s, o) {
                     return None;
                 }

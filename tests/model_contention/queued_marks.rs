@@ -6,7 +6,8 @@
 //! mark, or one no older than its ticket, and removes it; a refused attempt (or one without a
 //! ticket, which takes one) waits for the mark's ticket; unlocks leave the mark; a mark whose
 //! writer no longer waits at the item expires at any moment (a live waiter renews its own). The
-//! FIFO property is the single slot's: no taker younger than a live waiter whose mark landed and
+//! A waiter holding no item that meets a holder behind an older live mark waits for the mark's
+//! ticket without judging the holder. The FIFO property is the single slot's: no taker younger than a live waiter whose mark landed and
 //! was neither replaced nor passed since (`registered`), and a waiter whose mark was replaced marks
 //! again at its next look that finds the slot empty, expired or younger.
 
@@ -26,6 +27,20 @@ impl QueuedModel {
             Some(m) if m < t => Attempt::Waits(m),
             _ => Attempt::Locks,
         }
+    }
+
+    /// The live mark `t`, meeting a holder of `it`, waits for instead of judging the holder: one
+    /// older than its ticket, when `t` holds no item (one that holds some judges the holder,
+    /// which may be waiting for it).
+    pub(super) fn mark_ahead(&self, s: &QState, it: &ItemState, t: Tx) -> Option<Tx> {
+        if s.items.iter().any(|i| i.holder == Some(t)) {
+            return None;
+        }
+        let live = it.queue & !it.expired & !bit(t);
+        if self.bug(QueueBug::WaitsBehindAnyMark) {
+            return oldest(live);
+        }
+        oldest(live & older_than(t))
     }
 
     /// `t` writes its mark on `item`: it lands over no mark, an expired one or a younger one.
@@ -119,6 +134,7 @@ fn broken_marks_across_items_are_caught() {
         (QueueBug::LockIgnoresQueue, three_by_two()),
         (QueueBug::MarkReplacesOlder, four_at_one(false)),
         (QueueBug::WoundsQueuedWaiter, four_by_two()),
+        (QueueBug::WaitsBehindAnyMark, four_by_two()),
     ];
     for (bug, cfg) in cases {
         let mut cfg = marked(cfg, "marked, broken");
