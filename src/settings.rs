@@ -230,16 +230,27 @@ pub struct Settings {
     /// most often). One more write on the item per waiter that becomes the oldest; none on the
     /// uncontended path, whose lock only adds the mark to its condition.
     ///
-    /// Off by default: an experiment on hot items (docs/PROTOCOL.md "The oldest waiter's
-    /// mark"; model-checked at one item and across items inside wound-wait). Only under
-    /// [`ContentionPolicy::Ordered`], and ignored with
+    /// A waiter that holds no other lock and meets a holder behind an older live mark waits
+    /// for that mark without judging the holder: it reads no record.
+    ///
+    /// On by default (docs/PROTOCOL.md "The oldest waiter's mark"; model-checked at one item
+    /// and across items inside wound-wait). Through the DynamoDB profile it cuts hot items'
+    /// tails 3–4× (p99 / p50 about 4 on contended transfers, 2 on a hot counter) and halves
+    /// the waiters' reads, for 3–9% of their goodput. Turn it off where a hot item's goodput
+    /// matters more than the order its waiters get it in: with
+    /// [`record_on_demand`](Self::record_on_demand), a hot counter moves about 1.4× the
+    /// increments without marks, since a freed item then goes to whichever waiter looks first
+    /// instead of waiting for the marked waiter's next look. A waiter that crashes while marked
+    /// keeps younger transactions off the free item until its mark expires (`queue_ttl`).
+    ///
+    /// Only under [`ContentionPolicy::Ordered`], and ignored with
     /// [`wait_in_ticket_order`](Self::wait_in_ticket_order) (the item's queue orders the
     /// waiters). Batched locks and the write-only fast path do not read the mark.
     ///
     /// ```no_run
     /// # async fn f(client: aws_sdk_dynamodb::Client) {
     /// let manager = dynamodb_transactions::TransactionManager::builder(client)
-    ///     .configure(|s| s.mark_oldest_waiter = true)
+    ///     .configure(|s| s.mark_oldest_waiter = false)
     ///     .build();
     /// # }
     /// ```
@@ -294,7 +305,7 @@ impl Default for Settings {
             wait_in_ticket_order: false,
             queue_ttl: Duration::from_secs(3),
             record_on_demand: false,
-            mark_oldest_waiter: false,
+            mark_oldest_waiter: true,
         }
     }
 }

@@ -267,7 +267,7 @@ pub async fn measure(
     let admin = target.client(vec![]).await;
     let fifo = args.wait_in_ticket_order;
     let on_demand = args.record_on_demand;
-    let mark = args.mark_oldest_waiter;
+    let mark = !args.no_mark_oldest_waiter;
     let grace = args.wound_grace_ms.map(Duration::from_millis);
     let wait_for_running = args.wait_for_running_holders;
     let mgr = |c| {

@@ -108,10 +108,11 @@ pub struct Args {
     /// (`Settings::record_on_demand`).
     #[arg(long)]
     record_on_demand: bool,
-    /// Contention: every library run marks the items its waiters wait for, the oldest waiter's
-    /// mark refusing younger lock attempts (`Settings::mark_oldest_waiter`).
+    /// Contention: no library run marks the items its waiters wait for
+    /// (`Settings::mark_oldest_waiter` off; on by default): a freed item goes to whoever looks
+    /// first.
     #[arg(long)]
-    mark_oldest_waiter: bool,
+    no_mark_oldest_waiter: bool,
     /// Contention: every library run gives a younger running holder this long before rolling it
     /// back (`Settings::wound_grace`; the library's default when absent).
     #[arg(long)]
