@@ -25,9 +25,18 @@ pub(crate) enum Guard {
     /// The oldest waiter's mark (`Settings::mark_oldest_waiter`): see [`head`]. A lock that
     /// passes it removes it.
     Head(Option<u64>),
+    /// The marked waiter's own mark, exactly as it wrote it: see [`head::own_mark_condition`].
+    /// The lock that passes it removes it. Only the lock of an existing item: an absent one
+    /// carries no mark, and the attempt fails instead of inserting a placeholder.
+    OwnMark(HeadMark),
 }
 
 impl Guard {
+    /// Whether the guard reads the oldest waiter's mark (and a lock passing it removes it).
+    fn marks(self) -> bool {
+        matches!(self, Guard::Head(_) | Guard::OwnMark(_))
+    }
+
     /// The queue's ticket, when the guard is the queue.
     fn queue(self) -> Option<Option<u64>> {
         match self {
@@ -108,6 +117,10 @@ pub(crate) async fn lock(
             return Ok(out);
         }
         // The item is not what the write assumed (created or deleted in between): the other form.
+        // A look that needs its own mark does not insert a placeholder: the mark went with the item.
+        if matches!(guard, Guard::OwnMark(_)) {
+            break;
+        }
         existence = existence.other();
     }
     Ok(LockOutcome::Held {
@@ -213,6 +226,7 @@ pub(crate) fn lock_item_write(
                     mine,
                     crate::ddb::now_millis(),
                 )),
+                Guard::OwnMark(own) => Some(head::own_mark_condition(&mut ph, own)),
             };
             if let Some(extra) = extra {
                 cond.push_str(" AND ");
@@ -248,7 +262,7 @@ async fn lock_write(
             update.push_str(&format!(", {} = {t}", ph.name(TICKET)));
         }
         // The mark passed is taken off: its waiter has the item, or an older one does.
-        if matches!(guard, Guard::Head(_)) && !absent {
+        if guard.marks() && !absent {
             update.push_str(&format!(" REMOVE {}", ph.name(head::HEAD)));
         }
     }
@@ -300,7 +314,7 @@ async fn lock_write(
                         head: HeadMark::of(&found),
                     }))
                 }
-                None if matches!(guard, Guard::Head(_)) && obs.exists => {
+                None if guard.marks() && obs.exists => {
                     Ok(Some(match HeadMark::of(&found) {
                         Some(head) => LockOutcome::Marked { head },
                         // Refused by a mark that expired or went since: try again.

@@ -85,22 +85,39 @@ pub(crate) fn lock_condition(ph: &mut Placeholders, mine: Option<u64>, now: u64)
     }
 }
 
-/// Writes the mark of ticket `mine`, expiring at `expiry`, on `table`/`key`: conditional on the
-/// item existing and carrying no live mark older than `mine` at `now` (its own is renewed). True
-/// when it landed.
+/// What a look of the marked waiter adds to its lock's condition: the item still carries `own`,
+/// the very mark this waiter wrote (its ticket and expiry). A lock that passes it removes it, so
+/// of the looks one mark allows, at most one takes the item: a look that lands late (one that
+/// failed for the waiter, ambiguously, and reached DynamoDB after the waiter's next look took the
+/// item, or after it stopped waiting) finds the mark gone and takes nothing.
+pub(crate) fn own_mark_condition(ph: &mut Placeholders, own: HeadMark) -> String {
+    let (_, t, e) = names(ph);
+    let ticket = ph.value("HeadMine", AttributeValue::N(own.ticket.to_string()));
+    let expiry = ph.value("HeadExpiry", AttributeValue::N(own.expiry.to_string()));
+    format!("({t} = {ticket} AND {e} = {expiry})")
+}
+
+/// Writes the mark of ticket `mine` for the waiter `me`, expiring at `expiry`, on `table`/`key`:
+/// conditional on the item existing, on no live mark older than `mine` at `now` (its own is
+/// renewed), and on `me` not holding it (a mark landing after its waiter took the item, say a
+/// resend, would outlive the waiter's hold). True when it landed.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn mark(
     client: &Client,
     table: &str,
     key: &Item,
     schema: &KeySchema,
+    me: &crate::TxId,
     mine: u64,
     now: u64,
     expiry: u64,
 ) -> Result<bool> {
     let mut ph = Placeholders::default();
     let hk = ph.name_for_user(&schema.hash.0);
+    let owner = ph.name(super::OWNER);
+    let me = ph.value("Me", AttributeValue::S(me.0.clone()));
     let cond = format!(
-        "attribute_exists({hk}) AND {}",
+        "attribute_exists({hk}) AND (attribute_not_exists({owner}) OR {owner} <> {me}) AND {}",
         lock_condition(&mut ph, Some(mine), now)
     );
     let h = ph.name(HEAD);

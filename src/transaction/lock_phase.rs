@@ -190,6 +190,9 @@ impl Transaction {
         let mut own_entry: Option<u64> = None;
         // The last judgement of a holder, while it stands (met again, it is not read again).
         let mut standing: Option<Standing> = None;
+        // This waiter's mark on the item, as it wrote or last found it, while it is the marked
+        // waiter: its next look is conditional on it.
+        let mut own_mark: Option<item_lock::head::HeadMark> = None;
         loop {
             // The oldest waiter's mark the look found on the item.
             let mut found_head = None;
@@ -198,11 +201,17 @@ impl Transaction {
             // This transaction asked for other locks: it may hold items others wait for.
             let holds_others = self.lock_requests.load(Ordering::SeqCst) > 1;
             self.wrote.store(true, Ordering::SeqCst);
-            let guard = self.lock_guard();
+            // The marked waiter's look is conditional on its very mark: one that lands late (after
+            // an ambiguous failure), when the waiter has taken the item since, takes nothing.
+            let own_look = own_mark.take();
+            let (guard, at) = match own_look {
+                Some(own) => (item_lock::Guard::OwnMark(own), Existence::Present),
+                None => (self.lock_guard(), first),
+            };
             // A lock without record carries the ticket its unit of work has by now (0: none yet),
             // by which whoever meets it judges us until our record exists.
             let ticket = without_record.then(|| self.proposed_ticket().unwrap_or(0));
-            let attempt = item_lock::lock(c, table, key, &schema, &self.id, first, guard, ticket);
+            let attempt = item_lock::lock(c, table, key, &schema, &self.id, at, guard, ticket);
             let sent = tokio::time::Instant::now();
             let out = match attempt.await {
                 Ok(o) => o,
@@ -243,6 +252,10 @@ impl Transaction {
                         return Err(self.rolled_back());
                     }
                     return Ok(l);
+                }
+                // The mark the look needed went (a put, an expiry): look again as any waiter.
+                LockOutcome::Held { owner, .. } if owner.0.is_empty() && own_look.is_some() => {
+                    continue;
                 }
                 LockOutcome::Held { owner, .. } if owner.0.is_empty() => {
                     tries += 1;
@@ -400,14 +413,17 @@ impl Transaction {
             };
             // Waiting for a holder: mark the item, unless an older waiter has
             // (`Settings::mark_oldest_waiter`). Marked, we are the item's oldest waiter.
-            let marked_head = owner.is_some()
+            own_mark = if owner.is_some()
                 && settings.head_marks()
                 && matches!(resolution, Resolution::Wait { .. } | Resolution::Grace)
-                && {
-                    let mine = me.ticket(&self.inner).await?;
-                    self.mark_as_waiter(table, key, &schema, found_head, mine)
-                        .await
-                };
+            {
+                let mine = me.ticket(&self.inner).await?;
+                self.mark_as_waiter(table, key, &schema, found_head, mine)
+                    .await
+            } else {
+                None
+            };
+            let marked_head = own_mark.is_some();
             *marked |= marked_head;
             let resolved_before = owner.is_some() && last_resolved == owner;
             if resolution == Resolution::Retry {

@@ -18,11 +18,12 @@ impl Transaction {
     }
 
     /// Waiting at `table`/`key`, whose last look found the mark `found`: writes this
-    /// transaction's mark (its ticket `mine`) when no older live one is there, or renews its own. True when the item
-    /// carries this transaction's mark (as far as this waiter knows): it is the oldest waiter
-    /// that marked the item, and the next lock of the item is its own (or an older newcomer's).
-    /// Best effort: a mark that fails (an older one
-    /// landed first, the item went, a refused request) is left to the next look.
+    /// transaction's mark (its ticket `mine`) when no older live one is there, or renews its own.
+    /// The mark the item carries for this transaction, as far as this waiter knows, if any: it
+    /// is the oldest waiter that marked the item, and the next lock of the item is its own (or an
+    /// older newcomer's); its next look is conditional on that very mark. Best effort: a mark that
+    /// fails (an older one landed first, the item went, a refused request) is left to the next
+    /// look.
     pub(super) async fn mark_as_waiter(
         &self,
         table: &str,
@@ -30,21 +31,25 @@ impl Transaction {
         schema: &KeySchema,
         found: Option<HeadMark>,
         mine: u64,
-    ) -> bool {
+    ) -> Option<HeadMark> {
         let now = crate::ddb::now_millis();
         let ttl = self.inner.settings.queue_ttl.as_millis() as u64;
         if !HeadMark::should_mark(found, mine, now, ttl) {
-            return found.is_some_and(|h| h.ticket == mine);
+            return found.filter(|h| h.ticket == mine);
         }
         let c = &self.inner.client;
-        match head::mark(c, table, key, schema, mine, now, now + ttl).await {
+        let written = HeadMark {
+            ticket: mine,
+            expiry: now + ttl,
+        };
+        match head::mark(c, table, key, schema, &self.id, mine, now, written.expiry).await {
             Ok(landed) => {
                 debug!(tx = %self.id, table, mine, landed, "marked the item as its oldest waiter");
-                landed
+                landed.then_some(written)
             }
             Err(e) => {
                 debug!(tx = %self.id, table, error = %e, "marking the item failed");
-                false
+                None
             }
         }
     }

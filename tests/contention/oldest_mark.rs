@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use dynamodb_transactions::fault::{FaultInjector, FaultMode, RequestCounter};
+use dynamodb_transactions::fault::{FaultInjector, FaultMode, LateDelivery, RequestCounter};
 use dynamodb_transactions::{Item, TicketSource, Transaction, TransactionManager};
 
 use crate::common::*;
@@ -428,4 +428,63 @@ async fn a_waiter_behind_an_older_mark_reads_no_record_of_the_holder() {
     let raw = env.raw_get(&table, &key("k")).await.unwrap();
     assert_eq!(raw["v"], n(2), "{raw:?}");
     assert!(!raw.contains_key("_TxId"), "{raw:?}");
+}
+
+/// The marked waiter's looks are conditional on its own mark, exactly as it wrote it. One of
+/// them fails at once for the waiter but is held back in the network and lands only after the
+/// waiter took the item with its next look, committed and released it: it takes nothing, since
+/// the lock that took the item removed the mark it needs. (A look conditional only on no older
+/// mark, as before, locked the released item for the finished transaction: a lock nobody holds,
+/// which the next contender had to judge and release.)
+#[tokio::test]
+async fn a_marked_waiters_look_landing_after_its_commit_takes_nothing() {
+    let env = TestEnv::new("ct-mark-late-look").await;
+    let table = env.table.clone();
+    env.raw_put(&table, item(&[("Id", s("k")), ("v", n(1))]))
+        .await;
+    let m = marking(&env, client());
+    let holder = m.begin();
+    lock(&holder, &table, "k").await.unwrap();
+    set_i(&holder, &table, "k", 2).await;
+
+    let late = LateDelivery::new();
+    let late_client = client_with_late(vec![], &late);
+    let w = marking(&env, late_client.clone());
+    let waiter = w.begin();
+    let waiter_id = waiter.id().clone();
+    let run = async {
+        let v = read_v(&waiter, &table, "k").await;
+        set_i(&waiter, &table, "k", v + 10).await;
+        waiter.commit().await
+    };
+    let hold_a_look = async {
+        // Marked, the waiter looks at the item over and over: hold one look back (the waiter
+        // sees it fail and looks again), then free the item.
+        let mine = loop {
+            if let Some((t, _)) = mark_on(&env, "k").await {
+                break t;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        };
+        assert_eq!(mine, ticket_of(&env, &waiter_id).await);
+        late.hold("UpdateItem", 1, 1, "DescribeTable");
+        while late.struck() == 0 {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        holder.commit().await.unwrap();
+    };
+    let (committed, ()) = tokio::join!(run, hold_a_look);
+    committed.unwrap();
+    // The held look is delivered right after this request's answer.
+    late_client
+        .describe_table()
+        .table_name(&table)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        env.raw_get(&table, &key("k")).await.unwrap(),
+        item(&[("Id", s("k")), ("v", n(12))]),
+        "the late look left a lock or a mark"
+    );
 }
