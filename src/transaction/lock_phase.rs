@@ -132,9 +132,11 @@ impl Transaction {
         without_record: bool,
     ) -> Result<LockInfo> {
         let mut marked = false;
-        let locked = self
-            .lock_waiting(table, key, first, without_record, &mut marked)
-            .await;
+        // Boxed: the wait's future is large, and callers nest lock waits deep (a wound completes
+        // another transaction from inside a wait); on a debug build's test thread the stack
+        // overflowed.
+        let locked =
+            Box::pin(self.lock_waiting(table, key, first, without_record, &mut marked)).await;
         if locked.is_err() && marked {
             self.unmark(table, key).await;
         }
