@@ -9,7 +9,7 @@ use dynamodb_transactions::{Item, TicketSource, Transaction, TransactionManager}
 
 use crate::common::*;
 use crate::queue::crashed_waiter::{dead_waiter_returned, start_dying_waiter, sweep_settles};
-use crate::{lock, ordered_on, set_v, ticket_of};
+use crate::{held_by, lock, ordered_on, set_v, ticket_of};
 
 /// A manager over the env's tables on `client` that marks (tickets at begin, from the counter).
 fn marking(env: &TestEnv, client: aws_sdk_dynamodb::Client) -> TransactionManager {
@@ -53,6 +53,17 @@ async fn mark_on(env: &TestEnv, k: &str) -> Option<(u64, u64)> {
     let m = raw.get("_TxH")?.as_m().ok()?;
     let num = |f: &str| m[f].as_n().unwrap().parse().unwrap();
     Some((num("t"), num("e")))
+}
+
+/// Waits until `k` carries a mark, and checks that it is `waiter`'s.
+async fn marked_by(env: &TestEnv, k: &str, waiter: &dynamodb_transactions::TxId) {
+    let mine = loop {
+        if let Some((t, _)) = mark_on(env, k).await {
+            break t;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    assert_eq!(mine, ticket_of(env, waiter).await, "the waiter's mark");
 }
 
 /// `k` with `v`, carrying the mark of `ticket` expiring `in_ms` from now (negative: expired).
@@ -137,13 +148,7 @@ async fn the_oldest_waiter_takes_the_freed_item_ahead_of_a_younger_newcomer() {
     let table = env.table.clone();
     let arm = async {
         // Younger than the holder, the waiter waits, and marks the item with its ticket.
-        let mine = loop {
-            if let Some((t, _)) = mark_on(&env, "k").await {
-                break t;
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        };
-        assert_eq!(mine, ticket_of(&env, &waiter_id).await);
+        marked_by(&env, "k", &waiter_id).await;
         // Its next look at `k`.
         hook.arm(&[
             waiter_id.as_str(),
@@ -370,11 +375,8 @@ async fn a_marked_waiter_dying_after_any_of_its_requests_landed_leaves_nothing_i
 async fn a_waiter_behind_an_older_mark_reads_no_record_of_the_holder() {
     let env = TestEnv::new("ct-mark-behind").await;
     let table = env.table.clone();
-    env.raw_put(&table, item(&[("Id", s("k")), ("v", n(1))]))
-        .await;
     let m = marking(&env, client());
-    let holder = m.begin();
-    lock(&holder, &table, "k").await.unwrap();
+    let holder = held_by(&env, &m, "k").await;
     // An older waiter's mark (ticket 0: older than every counter ticket), live for 10 s.
     let expiry = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -423,7 +425,6 @@ async fn a_waiter_behind_an_older_mark_reads_no_record_of_the_holder() {
         "its mark"
     );
     waiter.rollback().await.unwrap();
-    set_i(&holder, &table, "k", 2).await;
     holder.commit().await.unwrap();
     let raw = env.raw_get(&table, &key("k")).await.unwrap();
     assert_eq!(raw["v"], n(2), "{raw:?}");
@@ -440,12 +441,8 @@ async fn a_waiter_behind_an_older_mark_reads_no_record_of_the_holder() {
 async fn a_marked_waiters_look_landing_after_its_commit_takes_nothing() {
     let env = TestEnv::new("ct-mark-late-look").await;
     let table = env.table.clone();
-    env.raw_put(&table, item(&[("Id", s("k")), ("v", n(1))]))
-        .await;
     let m = marking(&env, client());
-    let holder = m.begin();
-    lock(&holder, &table, "k").await.unwrap();
-    set_i(&holder, &table, "k", 2).await;
+    let holder = held_by(&env, &m, "k").await;
 
     let late = LateDelivery::new();
     let late_client = client_with_late(vec![], &late);
@@ -460,13 +457,7 @@ async fn a_marked_waiters_look_landing_after_its_commit_takes_nothing() {
     let hold_a_look = async {
         // Marked, the waiter looks at the item over and over: hold one look back (the waiter
         // sees it fail and looks again), then free the item.
-        let mine = loop {
-            if let Some((t, _)) = mark_on(&env, "k").await {
-                break t;
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        };
-        assert_eq!(mine, ticket_of(&env, &waiter_id).await);
+        marked_by(&env, "k", &waiter_id).await;
         late.hold("UpdateItem", 1, 1, "DescribeTable");
         while late.struck() == 0 {
             tokio::time::sleep(Duration::from_millis(2)).await;
