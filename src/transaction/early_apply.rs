@@ -29,13 +29,7 @@ impl Transaction {
             let raw = ddb::batch_get(c, &[(e.table.clone(), e.key.clone())]).await?;
             let obs = Observed::of(raw.first().map(|(_, i)| i));
             let current = obs.visible();
-            st.items
-                .get_mut(r)
-                .expect("entry")
-                .lock
-                .as_mut()
-                .expect("locked")
-                .current = current.clone();
+            st.held_mut(r).current = current.clone();
             let req = e.request(&st.requests).clone();
             return self.values_of_applied(&req, rv.as_ref(), &obs, &lock).await;
         }
@@ -64,13 +58,7 @@ impl Transaction {
                         Some(ReturnValue::AllNew) => attrs.clone().map(item_lock::strip),
                         _ => None,
                     };
-                    let l = st
-                        .items
-                        .get_mut(r)
-                        .expect("entry")
-                        .lock
-                        .as_mut()
-                        .expect("locked");
+                    let l = st.held_mut(r);
                     l.applied = true;
                     l.current = current;
                     if let ImagePlace::Table(id) = &place {
@@ -82,13 +70,7 @@ impl Transaction {
                     let obs = Observed::of(found.as_ref());
                     if !is_check && obs.locked_by(&self.id) && obs.applied {
                         // Our own earlier attempt landed (its response was lost or throttled).
-                        let l = st
-                            .items
-                            .get_mut(r)
-                            .expect("entry")
-                            .lock
-                            .as_mut()
-                            .expect("locked");
+                        let l = st.held_mut(r);
                         l.applied = true;
                         l.current = obs.visible();
                         return self.values_of_applied(&req, rv.as_ref(), &obs, &lock).await;

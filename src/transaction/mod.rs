@@ -214,6 +214,19 @@ struct State {
     unrecorded_lock_sent: Option<tokio::time::Instant>,
 }
 
+impl State {
+    /// The lock this handle holds on `r`'s item (an invariant where it is called: the item is
+    /// known and locked).
+    fn held_mut(&mut self, r: &ItemRef) -> &mut crate::item_lock::LockInfo {
+        self.items
+            .get_mut(r)
+            .expect("entry")
+            .lock
+            .as_mut()
+            .expect("locked")
+    }
+}
+
 /// Result of a transactional write.
 #[derive(Debug, Clone, Default, PartialEq)]
 #[non_exhaustive]

@@ -135,13 +135,7 @@ impl Transaction {
             let schema = self.schema(&req.table).await?;
             let place = self.image_place(&lock, &req).await?;
             if let ImagePlace::Table(id) = &place {
-                st.items
-                    .get_mut(k)
-                    .expect("entry")
-                    .lock
-                    .as_mut()
-                    .expect("locked")
-                    .image_ref = Some(id.clone());
+                st.held_mut(k).image_ref = Some(id.clone());
             }
             for w in item_lock::request_writes(&req, &lock, &schema, &self.id, Stage::Apply, &place)
             {
