@@ -97,20 +97,18 @@ pub(crate) fn own_mark_condition(ph: &mut Placeholders, own: HeadMark) -> String
     format!("({t} = {ticket} AND {e} = {expiry})")
 }
 
-/// Writes the mark of ticket `mine` for the waiter `me`, expiring at `expiry`, on `table`/`key`:
-/// conditional on the item existing, on no live mark older than `mine` at `now` (its own is
-/// renewed), and on `me` not holding it (a mark landing after its waiter took the item, say a
-/// resend, would outlive the waiter's hold). True when it landed.
-#[allow(clippy::too_many_arguments)]
+/// Writes `mark` for the waiter `me` on `table`/`key`: conditional on the item existing, on no
+/// live mark older than the mark's ticket at `now` (its own is renewed), and on `me` not holding
+/// it (a mark landing after its waiter took the item, say a resend, would outlive the waiter's
+/// hold). True when it landed.
 pub(crate) async fn mark(
     client: &Client,
     table: &str,
     key: &Item,
     schema: &KeySchema,
     me: &crate::TxId,
-    mine: u64,
+    mark: HeadMark,
     now: u64,
-    expiry: u64,
 ) -> Result<bool> {
     let mut ph = Placeholders::default();
     let hk = ph.name_for_user(&schema.hash.0);
@@ -118,13 +116,13 @@ pub(crate) async fn mark(
     let me = ph.value("Me", AttributeValue::S(me.0.clone()));
     let cond = format!(
         "attribute_exists({hk}) AND (attribute_not_exists({owner}) OR {owner} <> {me}) AND {}",
-        lock_condition(&mut ph, Some(mine), now)
+        lock_condition(&mut ph, Some(mark.ticket), now)
     );
     let h = ph.name(HEAD);
     let value = AttributeValue::M(
         [
-            ("t".to_string(), AttributeValue::N(mine.to_string())),
-            ("e".to_string(), AttributeValue::N(expiry.to_string())),
+            ("t".to_string(), AttributeValue::N(mark.ticket.to_string())),
+            ("e".to_string(), AttributeValue::N(mark.expiry.to_string())),
         ]
         .into(),
     );

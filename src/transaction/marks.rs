@@ -42,7 +42,7 @@ impl Transaction {
             ticket: mine,
             expiry: now + ttl,
         };
-        match head::mark(c, table, key, schema, &self.id, mine, now, written.expiry).await {
+        match head::mark(c, table, key, schema, &self.id, written, now).await {
             Ok(landed) => {
                 debug!(tx = %self.id, table, mine, landed, "marked the item as its oldest waiter");
                 landed.then_some(written)
