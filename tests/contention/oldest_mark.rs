@@ -66,23 +66,22 @@ async fn marked_by(env: &TestEnv, k: &str, waiter: &dynamodb_transactions::TxId)
     assert_eq!(mine, ticket_of(env, waiter).await, "the waiter's mark");
 }
 
-/// `k` with `v`, carrying the mark of `ticket` expiring `in_ms` from now (negative: expired).
-fn marked_item(k: &str, v: i64, ticket: u64, in_ms: i64) -> Item {
+/// The mark of `ticket` expiring `in_ms` from now (negative: expired), as an item carries it,
+/// and its expiry (epoch ms).
+fn mark_value(ticket: u64, in_ms: i64) -> (aws_sdk_dynamodb::types::AttributeValue, i64) {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_millis() as i64;
+    let e = now + in_ms;
+    let m = [("t".to_string(), n(ticket as i64)), ("e".to_string(), n(e))];
+    (aws_sdk_dynamodb::types::AttributeValue::M(m.into()), e)
+}
+
+/// `k` with `v`, carrying the mark of `ticket` expiring `in_ms` from now (negative: expired).
+fn marked_item(k: &str, v: i64, ticket: u64, in_ms: i64) -> Item {
     let mut i = item(&[("Id", s(k)), ("v", n(v))]);
-    i.insert(
-        "_TxH".into(),
-        aws_sdk_dynamodb::types::AttributeValue::M(
-            [
-                ("t".to_string(), n(ticket as i64)),
-                ("e".to_string(), n(now + in_ms)),
-            ]
-            .into(),
-        ),
-    );
+    i.insert("_TxH".into(), mark_value(ticket, in_ms).0);
     i
 }
 
@@ -378,23 +377,14 @@ async fn a_waiter_behind_an_older_mark_reads_no_record_of_the_holder() {
     let m = marking(&env, client());
     let holder = held_by(&env, &m, "k").await;
     // An older waiter's mark (ticket 0: older than every counter ticket), live for 10 s.
-    let expiry = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
-        + 10_000;
+    let (mark, expiry) = mark_value(0, 10_000);
     client()
         .update_item()
         .table_name(&table)
         .set_key(Some(key("k")))
         .update_expression("SET #h = :h")
         .expression_attribute_names("#h", "_TxH")
-        .expression_attribute_values(
-            ":h",
-            aws_sdk_dynamodb::types::AttributeValue::M(
-                [("t".to_string(), n(0)), ("e".to_string(), n(expiry))].into(),
-            ),
-        )
+        .expression_attribute_values(":h", mark)
         .send()
         .await
         .unwrap();
