@@ -11,7 +11,7 @@ use tracing::debug;
 
 use crate::TxId;
 use crate::error::{Error, Item, Result};
-use crate::item_lock::{self, Observed, UnrecordedLock};
+use crate::item_lock::{self, HolderTicket, Observed};
 use crate::record::{self, Header, Judged, JudgedRollback, TxState};
 use crate::settings::{ContentionPolicy, Inner, Settings};
 use crate::settle::{self, PROTOCOL_ATTEMPTS};
@@ -181,8 +181,8 @@ pub(crate) struct Look {
     pub met_again: bool,
     /// The caller asked for other locks before this one (it may hold items others wait for).
     pub holds_others: bool,
-    /// The lock met was taken without a record: what it says of its holder.
-    pub unrecorded: Option<UnrecordedLock>,
+    /// The ticket the lock met carries: what it says of its holder (see [`HolderTicket`]).
+    pub lock_ticket: Option<HolderTicket>,
 }
 
 /// How many times [`resolve`] judges a holder again when its record changed under a wound.
@@ -214,8 +214,9 @@ pub(crate) async fn resolve(
         check_own,
         met_again,
         holds_others,
-        unrecorded,
+        lock_ticket,
     } = look;
+    let unrecorded = lock_ticket.and_then(HolderTicket::unrecorded);
     // The owner's header as a failed wound found it (saves a read when judging again).
     let mut found: Option<Option<Header>> = None;
     let mut last_err = None;
@@ -383,10 +384,10 @@ pub(crate) async fn resolve(
 async fn judge_unrecorded(
     inner: &Inner,
     me: &Contender<'_>,
-    unrecorded: Option<UnrecordedLock>,
+    unrecorded: Option<HolderTicket>,
     holds_others: bool,
 ) -> Result<Option<Resolution>> {
-    let alive = |l: &UnrecordedLock| l.ticket != 0 && lock_alive(&inner.settings, l);
+    let alive = |l: &HolderTicket| l.ticket != 0 && lock_alive(&inner.settings, l);
     let Some(lock) = unrecorded.filter(alive) else {
         return Ok(None);
     };
@@ -448,33 +449,79 @@ pub(crate) const LOCK_JUDGEMENT_PAUSE: Duration = Duration::from_millis(50);
 /// for no other lock judges it by that lock alone, without reading its record: a fifth of the
 /// grace. The holder may meanwhile have created its record, and started waiting or been decided
 /// there; a waiter holding nothing is in no cycle and holds nothing up, and after this it reads
-/// the record at every look, so a decided holder is released within the grace.
-pub(crate) fn lock_judgement_stands(settings: &Settings, met_at: Instant, look: &Look) -> bool {
-    look.unrecorded.is_some() && !look.holds_others && met_at.elapsed() < settings.wound_grace / 5
+/// the record at every look, so a decided holder is released within the grace. The same holds
+/// for a younger holder met by a lock carrying its record's ticket.
+fn quiet_look_stands(settings: &Settings, met_at: Instant, look: &Look) -> bool {
+    !look.holds_others && met_at.elapsed() < settings.wound_grace / 5
 }
 
-/// The judgement of a holder by its lock alone, while [`lock_judgement_stands`]: an older one is
-/// waited for (see [`judge_unrecorded`]), any other one is within its grace. `None` when the
-/// lock cannot judge it (another policy, or a lock `dead_after` old): its record must be read.
+/// How long, after first meeting a holder by a lock carrying its recorded ticket, a waiter judges
+/// it by that ticket alone: a fifth of the grace, as a quiet look. A hot item's holders mostly
+/// leave within it (a few ms on DynamoDB Local, a round trip or two on DynamoDB); a holder that
+/// stays is judged on its record after it, and a decided or dead holder, or a lock that landed
+/// after its transaction ended, costs its waiters that much time at most.
+fn lock_ticket_stands(settings: &Settings, met_at: Instant) -> bool {
+    met_at.elapsed() < settings.wound_grace / 5
+}
+
+/// The judgement of a holder by the ticket its lock carries alone, without reading its record.
+/// `None` when the lock cannot judge it (it carries no ticket, another policy, a lock
+/// `dead_after` old, or the window below is over): its record must be read.
+///
+/// - A lock taken without a record (`_TxK`), met by a waiter holding no other lock within
+///   [`quiet_look_stands`]: an older holder is waited for (see [`judge_unrecorded`]), any other
+///   one is within its grace.
+/// - A lock carrying its holder's recorded ticket (`_TxKR`), for a fifth of the grace after first
+///   meeting the holder ([`lock_ticket_stands`]): an older holder is waited for (or yielded to,
+///   by a first attempt holding other locks when it is a retry), by a waiter whose place the
+///   item keeps (a queue or the oldest waiter's mark), as a read of its record would decide of a
+///   live pending holder: a record's ticket never changes, so only the holder's end can undo it,
+///   seen by the next lock attempt (its unlock) or by the judgement on the record that follows
+///   the window (decided, dead, or a lock landed late). A younger one is within its grace, met
+///   by a waiter holding no other lock (which is in no cycle: whether the holder runs or waits
+///   changes nothing for it then). A tie is judged on the record.
 pub(crate) async fn judge_by_lock(
     inner: &Inner,
     me: &Contender<'_>,
     look: &Look,
+    met_at: Instant,
 ) -> Result<Option<Resolution>> {
-    if !look
-        .unrecorded
-        .is_some_and(|l| lock_alive(&inner.settings, &l))
-    {
+    let settings = &inner.settings;
+    let Some(lock) = look.lock_ticket.filter(|l| lock_alive(settings, l)) else {
+        return Ok(None);
+    };
+    if !lock.recorded {
+        if !quiet_look_stands(settings, met_at, look) {
+            return Ok(None);
+        }
+        let judged = judge_unrecorded(inner, me, Some(lock), look.holds_others).await?;
+        return Ok(Some(judged.unwrap_or(Resolution::Grace)));
+    }
+    if !lock_ticket_stands(settings, met_at) {
         return Ok(None);
     }
-    let judged = judge_unrecorded(inner, me, look.unrecorded, look.holds_others).await?;
-    Ok(Some(judged.unwrap_or(Resolution::Grace)))
+    let older_stands = settings.queues() || settings.head_marks();
+    let mine = me.ticket(inner).await?;
+    Ok(match by_lock_ticket(mine, lock.ticket, look.holds_others) {
+        Some(r @ Resolution::Yield) if older_stands => {
+            crate::metrics::contention_yield();
+            Some(r)
+        }
+        Some(r @ Resolution::Wait { on, .. }) if older_stands => {
+            debug!(tx = %me.id, theirs = on, "waiting for an older holder, by its lock");
+            crate::metrics::contention_wait();
+            Some(r)
+        }
+        None if quiet_look_stands(settings, met_at, look) => Some(Resolution::Grace),
+        _ => None,
+    })
 }
 
-/// The lock without record may judge its holder: ordered contention, and the lock younger than
-/// `dead_after` (its holder writes nothing while it runs, so the lock's age stands for a record's
-/// idle time; older, it is judged dead).
-fn lock_alive(settings: &Settings, lock: &UnrecordedLock) -> bool {
+/// The ticket a lock carries may judge its holder: ordered contention, and the lock younger than
+/// `dead_after` (a holder without record writes nothing while it runs, so the lock's age stands
+/// for a record's idle time; older, it is judged dead; a holder with a record is judged on it
+/// then, its last update deciding whether it is dead).
+fn lock_alive(settings: &Settings, lock: &HolderTicket) -> bool {
     let ContentionPolicy::Ordered { dead_after, .. } = settings.contention else {
         return false;
     };

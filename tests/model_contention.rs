@@ -92,6 +92,8 @@ mod deadlock;
 mod fifo;
 #[path = "model_contention/judge.rs"]
 mod judge;
+#[path = "model_contention/lock_tickets.rs"]
+mod lock_tickets;
 #[path = "model_contention/marked.rs"]
 mod marked;
 #[path = "model_contention/queued.rs"]
@@ -170,6 +172,9 @@ struct State {
     locks: Vec<Option<Tx>>,
     /// The ticket an item's lock taken without a record carries (`_TxK` on the item; 0: none yet).
     carried: Vec<Option<Ticket>>,
+    /// The ticket an item's lock taken with a record carries: its holder's record's, as the
+    /// locking handle knew it (`_TxKR`; `None`: the handle knew none). See [`lock_tickets`].
+    carried_recorded: Vec<Option<Ticket>>,
     handles: Vec<Handle>,
     /// The next ticket the counter hands out.
     counter: Ticket,
@@ -180,6 +185,7 @@ struct State {
     misjudged_wound: bool,
     tombstoned: bool,
     quiet_wait: bool,
+    lock_ticket_wait: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -203,6 +209,9 @@ struct Config {
     /// `ContentionPolicy::Ordered`'s `ticket_at_begin`: a transaction without record takes its
     /// ticket before its first lock (which then carries it).
     ticket_at_begin: bool,
+    /// The configuration reaches a wait judged by a lock's recorded ticket alone (a `sometimes`
+    /// property of [`lock_tickets`]).
+    expect_lock_looks: bool,
     bug: Option<Bug>,
 }
 
@@ -223,6 +232,9 @@ enum Action {
     /// A waiter holding no lock judges the holder by the ticket its lock without record carries,
     /// reading no record ([`unrecorded`]).
     QuietLook(Slot),
+    /// A waiter judges the holder older by the recorded ticket its lock carries, reading no
+    /// record ([`lock_tickets`]).
+    LockLook(Slot),
 }
 
 impl ContentionModel {
@@ -267,10 +279,16 @@ impl ContentionModel {
 
     fn decide_now(s: &mut State, tx: Tx, to: Status) {
         s.records[tx as usize].status = to;
-        for (l, c) in s.locks.iter_mut().zip(s.carried.iter_mut()) {
+        for ((l, c), r) in s
+            .locks
+            .iter_mut()
+            .zip(s.carried.iter_mut())
+            .zip(s.carried_recorded.iter_mut())
+        {
             if *l == Some(tx) {
                 *l = None;
                 *c = None;
+                *r = None;
             }
         }
     }
@@ -380,6 +398,9 @@ impl ContentionModel {
             } else if new || waited {
                 Self::wrote(s, tx, new);
             }
+            if exists && new {
+                s.carried_recorded[item] = self.carries_recorded(&h);
+            }
             let h = &mut s.handles[k];
             h.pc += 1;
             h.phase = Phase::Run;
@@ -474,6 +495,7 @@ impl Model for ContentionModel {
             ],
             locks: vec![None; self.cfg.items],
             carried: vec![None; self.cfg.items],
+            carried_recorded: vec![None; self.cfg.items],
             handles: (0..n as Tx)
                 .map(|tx| Handle {
                     tx,
@@ -492,6 +514,7 @@ impl Model for ContentionModel {
             misjudged_wound: false,
             tombstoned: false,
             quiet_wait: false,
+            lock_ticket_wait: false,
         }]
     }
 
@@ -521,6 +544,9 @@ impl Model for ContentionModel {
             }
             if self.may_look_quietly(s, k) {
                 out.push(Action::QuietLook(k));
+            }
+            if self.may_look_by_lock(s, k) {
+                out.push(Action::LockLook(k));
             }
         }
         if s.resumes_left > 0 {
@@ -573,6 +599,7 @@ impl Model for ContentionModel {
             }
             Action::Draw(k, t) => s.handles[k].proposed = Some(t),
             Action::QuietLook(k) => self.quiet_look(&mut s, k)?,
+            Action::LockLook(k) => self.lock_look(&mut s, k),
         }
         Some(s)
     }
@@ -646,6 +673,7 @@ impl Model for ContentionModel {
         if self.cfg.on_demand {
             properties.extend(unrecorded::properties());
         }
+        properties.extend(lock_tickets::properties(&self.cfg));
         if self.cfg.clock.is_some() {
             properties.push(Property::sometimes(
                 "a transaction meets a holder with an equal ticket",

@@ -11,7 +11,10 @@ use crate::error::{Error, Item, Result};
 use crate::keys::KeySchema;
 
 use super::head::{self, HeadMark};
-use super::{LOCK_DATE, LockInfo, OWNER, Observed, PAD, ROLL, TICKET, TRANSIENT, new_stamp, strip};
+use super::{
+    LOCK_DATE, LockInfo, OWNER, Observed, PAD, RECORDED_TICKET, ROLL, TICKET, TRANSIENT, new_stamp,
+    strip,
+};
 
 /// What a lock attempt of an existing item respects besides the lock itself, with the attempt's
 /// ticket (`None`: it has none).
@@ -53,13 +56,13 @@ pub(crate) enum LockOutcome {
     /// Another transaction holds it. `ahead`: with a queue guard and a ticket, the live entries
     /// older than the ticket the item carries (0 otherwise); `own_entry`: the expiry of the
     /// ticket's own entry among them, if the item carries one (which the holder's unlock keeps).
-    /// `unrecorded`: the lock was taken without a record (see [`Observed::ticket`]). `head`: the
+    /// `lock_ticket`: the ticket the lock carries, if any (see [`HolderTicket`]). `head`: the
     /// oldest waiter's mark the item carries (`Settings::mark_oldest_waiter`).
     Held {
         owner: TxId,
         ahead: usize,
         own_entry: Option<u64>,
-        unrecorded: Option<UnrecordedLock>,
+        lock_ticket: Option<HolderTicket>,
         head: Option<HeadMark>,
     },
     /// Unlocked, but its queue's oldest entry is older than the attempt's ticket (or the attempt
@@ -74,22 +77,49 @@ pub(crate) enum LockOutcome {
     },
 }
 
-/// What a lock taken without a record tells of its holder (`_TxK` and `_TxD`).
+/// What the ticket a lock carries tells of its holder, with the lock's age (`_TxD`): `_TxK` on a
+/// lock taken without a record, `_TxKR` on one taken by a handle that knew its record's ticket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct UnrecordedLock {
-    /// The holder's ticket when the lock went out (0: it had none).
+pub(crate) struct HolderTicket {
+    /// The holder's ticket when the lock went out (0: it had none, only without a record).
     pub ticket: u64,
     /// When the lock was taken (epoch ms; 0 if its stamp is unreadable).
     pub locked_ms: u64,
+    /// The ticket is the one the holder's record holds (`_TxKR`); otherwise the lock was taken
+    /// without a record (`_TxK`).
+    pub recorded: bool,
 }
 
-impl UnrecordedLock {
-    fn of(obs: &Observed) -> Option<UnrecordedLock> {
-        Some(UnrecordedLock {
-            ticket: obs.ticket?,
+impl HolderTicket {
+    fn of(obs: &Observed) -> Option<HolderTicket> {
+        let (ticket, recorded) = match (obs.ticket, obs.recorded_ticket) {
+            (Some(t), _) => (t, false),
+            (None, Some(t)) => (t, true),
+            (None, None) => return None,
+        };
+        Some(HolderTicket {
+            ticket,
             locked_ms: obs.locked_ms().unwrap_or(0),
+            recorded,
         })
     }
+
+    /// The lock was taken without a record (`_TxK`).
+    pub fn unrecorded(self) -> Option<HolderTicket> {
+        (!self.recorded).then_some(self)
+    }
+}
+
+/// The ticket a lock attempt writes on the item, by which whoever meets the lock judges its
+/// holder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LockTicket {
+    /// None: the holder is judged by its record.
+    None,
+    /// `_TxK`: the lock is taken without a record, by a unit of work with this ticket (0: none).
+    Unrecorded(u64),
+    /// `_TxKR`: the ticket the holder's record holds.
+    Recorded(u64),
 }
 
 /// Locks an item for `me`. An existing item is locked with one UpdateItem (conditional on it
@@ -98,7 +128,7 @@ impl UnrecordedLock {
 /// library skipped that condition and could mark an existing item transient, then delete it).
 /// `first` says which to try first: `Absent` for a write that can only succeed on an absent item.
 /// `guard`: what the lock of an existing item respects besides the lock (see [`Guard`]).
-/// `ticket`: a lock taken without a record carries its holder's ticket (`_TxK`, 0 for none).
+/// `ticket`: the ticket the lock carries (see [`LockTicket`]).
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn lock(
     client: &Client,
@@ -108,7 +138,7 @@ pub(crate) async fn lock(
     me: &TxId,
     first: Existence,
     guard: Guard,
-    ticket: Option<u64>,
+    ticket: LockTicket,
 ) -> Result<LockOutcome> {
     let mut existence = first;
     for _ in 0..8 {
@@ -127,7 +157,7 @@ pub(crate) async fn lock(
         owner: TxId(String::new()),
         ahead: 0,
         own_entry: None,
-        unrecorded: None,
+        lock_ticket: None,
         head: None,
     })
 }
@@ -249,7 +279,7 @@ async fn lock_write(
     me: &TxId,
     existence: Existence,
     guard: Guard,
-    ticket: Option<u64>,
+    ticket: LockTicket,
 ) -> Result<Option<LockOutcome>> {
     let absent = existence == Existence::Absent;
     let queue = guard.queue();
@@ -257,9 +287,14 @@ async fn lock_write(
     if let Write { kind, ph, .. } = &mut w
         && let WriteKind::Update { update, .. } = kind
     {
-        if let Some(t) = ticket {
+        let carried = match ticket {
+            LockTicket::None => None,
+            LockTicket::Unrecorded(t) => Some((TICKET, t)),
+            LockTicket::Recorded(t) => Some((RECORDED_TICKET, t)),
+        };
+        if let Some((attr, t)) = carried {
             let t = ph.value("Ticket", AttributeValue::N(t.to_string()));
-            update.push_str(&format!(", {} = {t}", ph.name(TICKET)));
+            update.push_str(&format!(", {} = {t}", ph.name(attr)));
         }
         // The mark passed is taken off: its waiter has the item, or an older one does.
         if guard.marks() && !absent {
@@ -283,7 +318,14 @@ async fn lock_write(
                 image_unread: false,
                 roll: None,
                 queue: carried,
-                ticket,
+                ticket: match ticket {
+                    LockTicket::Unrecorded(t) => Some(t),
+                    _ => None,
+                },
+                recorded_ticket: match ticket {
+                    LockTicket::Recorded(t) => Some(t),
+                    _ => None,
+                },
             })))
         }
         Ok(Written::ConditionFailed(None)) => Ok(None),
@@ -310,7 +352,7 @@ async fn lock_write(
                         owner: TxId(o.clone()),
                         ahead,
                         own_entry,
-                        unrecorded: UnrecordedLock::of(&obs),
+                        lock_ticket: HolderTicket::of(&obs),
                         head: HeadMark::of(&found),
                     }))
                 }
@@ -322,7 +364,7 @@ async fn lock_write(
                             owner: TxId(String::new()),
                             ahead: 0,
                             own_entry: None,
-                            unrecorded: None,
+                            lock_ticket: None,
                             head: None,
                         },
                     }))
@@ -336,7 +378,7 @@ async fn lock_write(
                         owner: TxId(String::new()),
                         ahead: 0,
                         own_entry: None,
-                        unrecorded: None,
+                        lock_ticket: None,
                         head: None,
                     }))
                 }
@@ -344,7 +386,7 @@ async fn lock_write(
                     owner: TxId(String::new()),
                     ahead: 0,
                     own_entry: None,
-                    unrecorded: None,
+                    lock_ticket: None,
                     head: None,
                 })),
             }
@@ -359,5 +401,41 @@ async fn lock_write(
             message.unwrap_or_default()
         ))),
         Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lock_with(attrs: &[(&str, &str)]) -> Observed {
+        let mut raw = Item::new();
+        raw.insert(OWNER.into(), AttributeValue::S("them".into()));
+        raw.insert(
+            LOCK_DATE.into(),
+            AttributeValue::N("1700000000123.45".into()),
+        );
+        for (a, v) in attrs {
+            raw.insert(a.to_string(), AttributeValue::N(v.to_string()));
+        }
+        Observed::of(Some(&raw))
+    }
+
+    #[test]
+    fn a_lock_tells_which_ticket_it_carries() {
+        assert_eq!(HolderTicket::of(&lock_with(&[])), None);
+        let unrecorded = HolderTicket::of(&lock_with(&[(TICKET, "7")])).unwrap();
+        assert_eq!(
+            unrecorded,
+            HolderTicket {
+                ticket: 7,
+                locked_ms: 1700000000123,
+                recorded: false
+            }
+        );
+        assert_eq!(unrecorded.unrecorded(), Some(unrecorded));
+        let recorded = HolderTicket::of(&lock_with(&[(RECORDED_TICKET, "9")])).unwrap();
+        assert_eq!((recorded.ticket, recorded.recorded), (9, true));
+        assert_eq!(recorded.unrecorded(), None);
     }
 }

@@ -163,6 +163,9 @@ pub(crate) fn request_writes(
                 if lock.ticket.is_some() {
                     u.add(Clause::Remove, ph.name(super::TICKET));
                 }
+                if lock.recorded_ticket.is_some() {
+                    u.add(Clause::Remove, ph.name(super::RECORDED_TICKET));
+                }
             }
             Some(WriteKind::Update {
                 key: req.key.clone(),

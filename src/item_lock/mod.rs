@@ -18,6 +18,9 @@
 //! - `_TxK` (N): on a lock taken without a record (`Settings::record_on_demand`), the holder's
 //!   contention ticket, or 0 if its unit of work had none when the lock went out: whoever meets
 //!   the lock before the record exists judges the holder by it (see [`Observed::ticket`]).
+//! - `_TxKR` (N): on a lock taken by a handle that knew the ticket its record holds, that ticket:
+//!   whoever meets the lock may judge by it how the holder's ticket compares with its own without
+//!   reading the record (see [`Observed::recorded_ticket`]).
 //!
 //! On an unlocked item, not a lock attribute:
 //! - `_TxM` (S): the transaction whose write-only fast path wrote this version of the item, when it
@@ -51,7 +54,9 @@ use crate::ddb::Placeholders;
 use crate::error::Item;
 use crate::keys::KeySchema;
 
-pub(crate) use acquire::{Existence, Guard, LockOutcome, UnrecordedLock, lock, lock_item_write};
+pub(crate) use acquire::{
+    Existence, Guard, HolderTicket, LockOutcome, LockTicket, lock, lock_item_write,
+};
 pub(crate) use apply::{ImagePlace, Stage, request_writes, roll_forward_write, unlocked_write};
 pub(crate) use image::{
     image_delete_write, image_id, load_table_image, save_table_image, unapplied_image_id,
@@ -67,12 +72,22 @@ pub(crate) const IMAGE_REF: &str = "_TxI";
 pub(crate) const PAD: &str = "_TxP";
 pub(crate) const ROLL: &str = "_TxU";
 pub(crate) const TICKET: &str = "_TxK";
+pub(crate) const RECORDED_TICKET: &str = "_TxKR";
 /// The fast-path transaction that wrote the item (see the module docs); never removed by a lock.
 pub(crate) const MADE: &str = "_TxM";
 
 /// Lock attributes removed when an item is released.
-const LOCK_ATTRS: [&str; 9] = [
-    OWNER, LOCK_DATE, TRANSIENT, APPLIED, IMAGE, IMAGE_REF, PAD, ROLL, TICKET,
+const LOCK_ATTRS: [&str; 10] = [
+    OWNER,
+    LOCK_DATE,
+    TRANSIENT,
+    APPLIED,
+    IMAGE,
+    IMAGE_REF,
+    PAD,
+    ROLL,
+    TICKET,
+    RECORDED_TICKET,
 ];
 
 /// Removes every `_Tx*` attribute: what callers may see.
@@ -110,6 +125,10 @@ pub(crate) struct Observed {
     /// such a lock carries it, so it also tells a lock whose record is absent because its
     /// transaction did not need one yet from the lock of a transaction whose record is gone.
     pub ticket: Option<u64>,
+    /// `_TxKR`: the lock was taken by a handle that knew the ticket its record holds, this one.
+    /// A record's ticket never changes, so the lock tells how its holder compares with a
+    /// contender as the record would; only the holder's state and liveness need the record.
+    pub recorded_ticket: Option<u64>,
     /// The queue attributes the item carries (`_TxQ*`, see [`queue`]), raw.
     pub queue: Item,
 }
@@ -138,6 +157,10 @@ impl Observed {
                 .and_then(|n| n.parse().ok()),
             ticket: raw
                 .get(TICKET)
+                .and_then(|v| v.as_n().ok())
+                .and_then(|n| n.parse().ok()),
+            recorded_ticket: raw
+                .get(RECORDED_TICKET)
                 .and_then(|v| v.as_n().ok())
                 .and_then(|n| n.parse().ok()),
             queue: queue::raw_attrs(raw),
@@ -205,6 +228,9 @@ pub(crate) struct LockInfo {
     /// `_TxK`, on a lock taken without a record (see [`Observed::ticket`]): the write that unlocks
     /// removes it with the other lock attributes.
     pub ticket: Option<u64>,
+    /// `_TxKR` (see [`Observed::recorded_ticket`]): the write that unlocks removes it with the
+    /// other lock attributes.
+    pub recorded_ticket: Option<u64>,
 }
 
 /// Test seam, set only through `fault::zero_ended_lock_stamps`: every new stamp's random
@@ -244,6 +270,7 @@ impl LockInfo {
             roll: obs.roll,
             queue: obs.queue.clone(),
             ticket: obs.ticket,
+            recorded_ticket: obs.recorded_ticket,
         }
     }
 
@@ -260,6 +287,7 @@ impl LockInfo {
             roll,
             queue: Item::new(),
             ticket: None,
+            recorded_ticket: None,
         }
     }
 
@@ -276,6 +304,7 @@ impl LockInfo {
             roll,
             queue: Item::new(),
             ticket: None,
+            recorded_ticket: None,
         }
     }
 }
@@ -324,6 +353,7 @@ impl LockInfo {
             stamp: self.stamp.clone(),
             roll: self.roll,
             ticket: self.ticket,
+            recorded_ticket: self.recorded_ticket,
             queue: self.queue.clone(),
         }
     }
@@ -355,6 +385,7 @@ mod tests {
             roll: None,
             queue: Item::new(),
             ticket: None,
+            recorded_ticket: None,
         }
     }
 

@@ -216,6 +216,13 @@ impl Transaction {
         let e = st.items[r].clone();
         let schema = self.schema(&e.table).await?;
         let c = &self.inner.client;
+        // The lock carries the ticket the creation records, if the record gets one: whoever meets
+        // the lock may judge us by it. With `ticket_at_begin` it is taken first (the creation
+        // waits for it anyway); a first attempt without one gets it at its first contention.
+        let ticket = match self.ticket_for_record().await? {
+            Some(t) => item_lock::LockTicket::Recorded(t),
+            None => item_lock::LockTicket::None,
+        };
         let sent = tokio::time::Instant::now();
         self.wrote.store(true, Ordering::SeqCst);
         let (recorded, attempt) = tokio::join!(
@@ -228,7 +235,7 @@ impl Transaction {
                 &self.id,
                 Existence::Present,
                 self.lock_guard(),
-                None
+                ticket
             )
         );
         if let Err(err) = recorded {

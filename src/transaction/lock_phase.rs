@@ -211,8 +211,14 @@ impl Transaction {
                 None => (self.lock_guard(), first),
             };
             // A lock without record carries the ticket its unit of work has by now (0: none yet),
-            // by which whoever meets it judges us until our record exists.
-            let ticket = without_record.then(|| self.proposed_ticket().unwrap_or(0));
+            // by which whoever meets it judges us until our record exists; a lock of a record
+            // whose ticket we know carries that ticket, by which whoever meets it may judge how
+            // we compare with it without reading our record.
+            let ticket = match (without_record, self.ticket_recorded.get()) {
+                (true, _) => item_lock::LockTicket::Unrecorded(self.proposed_ticket().unwrap_or(0)),
+                (false, Some(&t)) => item_lock::LockTicket::Recorded(t),
+                (false, None) => item_lock::LockTicket::None,
+            };
             let attempt = item_lock::lock(c, table, key, &schema, &self.id, at, guard, ticket);
             let sent = tokio::time::Instant::now();
             let out = match attempt.await {
@@ -333,7 +339,7 @@ impl Transaction {
                     owner,
                     ahead: a,
                     own_entry: o,
-                    unrecorded,
+                    lock_ticket,
                     head,
                 } => {
                     found_head = head;
@@ -352,7 +358,7 @@ impl Transaction {
                         check_own: self.ticket_recorded.get().is_some(),
                         met_again: last_resolved.as_ref() == Some(&owner),
                         holds_others,
-                        unrecorded,
+                        lock_ticket,
                     };
                     // Behind an older waiter's live mark, the item goes to that waiter first: one
                     // that holds no other lock (so no cycle of waits can pass through it) waits
@@ -368,10 +374,8 @@ impl Transaction {
                         }
                         _ => None,
                     };
-                    let by_lock = if behind.is_none()
-                        && crate::contention::lock_judgement_stands(settings, met_at, &look)
-                    {
-                        crate::contention::judge_by_lock(&self.inner, &me, &look).await?
+                    let by_lock = if behind.is_none() {
+                        crate::contention::judge_by_lock(&self.inner, &me, &look, met_at).await?
                     } else {
                         None
                     };

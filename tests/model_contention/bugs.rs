@@ -48,4 +48,8 @@ pub(super) enum Bug {
     /// after its grace (`judge_unrecorded` taking a tie for younger; found by this model: with
     /// clock tickets, the oldest pending transaction rolled back).
     TombstonesTiedHolder,
+    /// A lock carries the ticket its handle proposed rather than the one the handle's record
+    /// holds (another handle of the transaction recorded its own first): a contender judging the
+    /// holder by its lock would judge another transaction than the record describes.
+    LockCarriesProposedTicket,
 }

@@ -17,6 +17,7 @@ pub(super) fn config(name: &'static str, items: usize, plans: Vec<Vec<usize>>) -
         wait_for_running: false,
         on_demand: false,
         ticket_at_begin: false,
+        expect_lock_looks: false,
         bug: None,
     }
 }
@@ -32,7 +33,7 @@ pub(super) fn crossing() -> Config {
 
 /// As `crossing`, but a transaction may be resumed while its first handle still runs (and no
 /// coordinator crashes).
-fn second_handles() -> Config {
+pub(super) fn second_handles() -> Config {
     let mut cfg = config(
         "2 tx x 2 items, crossing, a second live handle",
         2,
