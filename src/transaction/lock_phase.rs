@@ -383,10 +383,13 @@ impl Transaction {
                         debug!(tx = %self.id, table, on, "behind an older waiter's mark");
                         (Some(owner), Resolution::Wait { on, holder: false })
                     } else if let Some(r) = by_lock {
-                        // A look that reads no record pauses as long as its lock attempt took
-                        // instead: looks at a hot item come no faster than with the read. The
-                        // oldest waiter, whose mark the item carries, looks at once.
-                        if !self.is_marked_head(found_head) {
+                        // A look at a lock without record, whose record it would read at every
+                        // look, pauses as long as its lock attempt took instead: looks at a hot
+                        // item come no faster than with the read. The oldest waiter, whose mark
+                        // the item carries, looks at once; so does a look judged by a recorded
+                        // ticket, as one standing by a judgement read from the record does.
+                        let unrecorded = look.lock_ticket.is_some_and(|l| !l.recorded);
+                        if unrecorded && !self.is_marked_head(found_head) {
                             tokio::time::sleep(sent.elapsed().min(LOCK_JUDGEMENT_PAUSE)).await;
                         }
                         (Some(owner), r)
