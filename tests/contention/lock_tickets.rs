@@ -2,10 +2,7 @@
 //! record holds writes it on the locks it takes, and a waiter meeting such a lock judges how the
 //! holder compares with it without reading the holder's record (docs/PROTOCOL.md "Judged by the
 //! lock's ticket"). Every unlock removes it.
-use std::sync::{Arc, Mutex};
-
 use super::*;
-use dynamodb_transactions::TxId;
 use dynamodb_transactions::fault::{FaultMode, RequestCounter};
 
 /// Record reads (`GetItem`, `BatchGetItem`) among the requests `counter` saw.
@@ -74,36 +71,23 @@ async fn a_waiter_holding_nothing_gives_a_younger_holder_its_grace_by_its_locks_
     let env = TestEnv::new("ct-lockticket-younger").await;
     env.raw_put(&env.table, item(&[("Id", s("k")), ("v", n(1))]))
         .await;
-    let held: Arc<Mutex<Option<TxId>>> = Arc::default();
-    let (txt, imgt) = (
-        env.manager.transactions_table().to_string(),
-        env.manager.images_table().to_string(),
-    );
-    let (table, held_in_hook) = (env.table.clone(), held.clone());
-    let hook = RunBefore::new(
+    // Just before the waiter's first lock attempt goes out, a holder with a ticket at begin
+    // (younger than the waiter's, taken for its record before the attempt) locks the item.
+    let table = env.table.clone();
+    let (hook, held) = run_before_with(
+        &env,
         "UpdateItem",
         &format!("\"TableName\":\"{}\"", env.table),
-        move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            let m = TransactionManager::builder(client())
-                .transactions_table(&txt)
-                .images_table(&imgt)
-                .configure(|s| {
-                    s.rollback_on_drop = false;
-                    s.contention = ContentionPolicy::Ordered {
-                        dead_after: Duration::from_secs(30),
-                        ticket_at_begin: true,
-                    };
-                })
-                .build();
-            rt.block_on(async {
-                let h = m.begin();
-                lock(&h, &table, "k").await.unwrap();
-                *held_in_hook.lock().unwrap() = Some(h.id().clone());
-            });
+        |s| {
+            s.contention = ContentionPolicy::Ordered {
+                dead_after: Duration::from_secs(30),
+                ticket_at_begin: true,
+            }
+        },
+        async move |m: TransactionManager| {
+            let h = m.begin();
+            lock(&h, &table, "k").await.unwrap();
+            h.id().clone()
         },
     );
     let counter = RequestCounter::new();

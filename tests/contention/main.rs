@@ -100,6 +100,17 @@ fn run_before<T: Send + 'static>(
     needle: &str,
     f: impl AsyncFnOnce(TransactionManager) -> T + Send + 'static,
 ) -> (RunBefore, std::sync::Arc<std::sync::Mutex<Option<T>>>) {
+    run_before_with(env, operation, needle, |_| {}, f)
+}
+
+/// Like [`run_before`], the fresh coordinator with further settings.
+fn run_before_with<T: Send + 'static>(
+    env: &TestEnv,
+    operation: &'static str,
+    needle: &str,
+    more: impl FnOnce(&mut dynamodb_transactions::Settings) + Send + 'static,
+    f: impl AsyncFnOnce(TransactionManager) -> T + Send + 'static,
+) -> (RunBefore, std::sync::Arc<std::sync::Mutex<Option<T>>>) {
     let (txt, imgt) = (
         env.manager.transactions_table().to_string(),
         env.manager.images_table().to_string(),
@@ -117,6 +128,7 @@ fn run_before<T: Send + 'static>(
             .configure(|s| {
                 s.rollback_on_drop = false;
                 s.write_only_fast_path = false;
+                more(s);
             })
             .build();
         *out_hook.lock().unwrap() = Some(rt.block_on(f(m)));
