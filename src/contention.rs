@@ -445,22 +445,15 @@ fn waits_with(mine: u64, theirs: Option<u64>, waiting_on: Option<u64>) -> Option
 /// about 1,000 a second).
 pub(crate) const LOCK_JUDGEMENT_PAUSE: Duration = Duration::from_millis(50);
 
-/// How long, after first meeting a holder by a lock it took without a record, a waiter that asked
-/// for no other lock judges it by that lock alone, without reading its record: a fifth of the
-/// grace. The holder may meanwhile have created its record, and started waiting or been decided
-/// there; a waiter holding nothing is in no cycle and holds nothing up, and after this it reads
-/// the record at every look, so a decided holder is released within the grace. The same holds
-/// for a younger holder met by a lock carrying its record's ticket.
-fn quiet_look_stands(settings: &Settings, met_at: Instant, look: &Look) -> bool {
-    !look.holds_others && met_at.elapsed() < settings.wound_grace / 5
-}
-
-/// How long, after first meeting a holder by a lock carrying its recorded ticket, a waiter judges
-/// it by that ticket alone: a fifth of the grace, as a quiet look. A hot item's holders mostly
-/// leave within it (a few ms on DynamoDB Local, a round trip or two on DynamoDB); a holder that
-/// stays is judged on its record after it, and a decided or dead holder, or a lock that landed
-/// after its transaction ended, costs its waiters that much time at most.
-fn lock_ticket_stands(settings: &Settings, met_at: Instant) -> bool {
+/// How long, after first meeting a holder, a waiter may judge it by the ticket its lock carries
+/// alone, without reading its record: a fifth of the grace. A lock without record: the holder may
+/// meanwhile have created its record, and started waiting or been decided there; a waiter holding
+/// nothing is in no cycle and holds nothing up, and after this it reads the record at every look,
+/// so a decided holder is released within the grace. A lock carrying its recorded ticket: a hot
+/// item's holders mostly leave within it (a few ms on DynamoDB Local, a round trip or two on
+/// DynamoDB); a holder that stays is judged on its record after it, and a decided or dead holder,
+/// or a lock that landed after its transaction ended, costs its waiters that much time at most.
+fn lock_judgement_stands(settings: &Settings, met_at: Instant) -> bool {
     met_at.elapsed() < settings.wound_grace / 5
 }
 
@@ -468,11 +461,10 @@ fn lock_ticket_stands(settings: &Settings, met_at: Instant) -> bool {
 /// `None` when the lock cannot judge it (it carries no ticket, another policy, a lock
 /// `dead_after` old, or the window below is over): its record must be read.
 ///
-/// - A lock taken without a record (`_TxK`), met by a waiter holding no other lock within
-///   [`quiet_look_stands`]: an older holder is waited for (see [`judge_unrecorded`]), any other
-///   one is within its grace.
-/// - A lock carrying its holder's recorded ticket (`_TxKR`), for a fifth of the grace after first
-///   meeting the holder ([`lock_ticket_stands`]): an older holder is waited for (or yielded to,
+/// Within [`lock_judgement_stands`]:
+/// - A lock taken without a record (`_TxK`), met by a waiter holding no other lock: an older
+///   holder is waited for (see [`judge_unrecorded`]), any other one is within its grace.
+/// - A lock carrying its holder's recorded ticket (`_TxKR`): an older holder is waited for (or yielded to,
 ///   by a first attempt holding other locks when it is a retry), by a waiter whose place the
 ///   item keeps (a queue or the oldest waiter's mark), as a read of its record would decide of a
 ///   live pending holder: a record's ticket never changes, so only the holder's end can undo it,
@@ -490,15 +482,15 @@ pub(crate) async fn judge_by_lock(
     let Some(lock) = look.lock_ticket.filter(|l| lock_alive(settings, l)) else {
         return Ok(None);
     };
+    if !lock_judgement_stands(settings, met_at) {
+        return Ok(None);
+    }
     if !lock.recorded {
-        if !quiet_look_stands(settings, met_at, look) {
+        if look.holds_others {
             return Ok(None);
         }
         let judged = judge_unrecorded(inner, me, Some(lock), look.holds_others).await?;
         return Ok(Some(judged.unwrap_or(Resolution::Grace)));
-    }
-    if !lock_ticket_stands(settings, met_at) {
-        return Ok(None);
     }
     let older_stands = settings.queues() || settings.head_marks();
     let mine = me.ticket(inner).await?;
@@ -512,7 +504,7 @@ pub(crate) async fn judge_by_lock(
             crate::metrics::contention_wait();
             Some(r)
         }
-        None if quiet_look_stands(settings, met_at, look) => Some(Resolution::Grace),
+        None if !look.holds_others => Some(Resolution::Grace),
         _ => None,
     })
 }

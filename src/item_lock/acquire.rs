@@ -122,6 +122,33 @@ pub(crate) enum LockTicket {
     Recorded(u64),
 }
 
+impl LockTicket {
+    /// The attribute the lock writes, with its ticket.
+    fn attribute(self) -> Option<(&'static str, u64)> {
+        match self {
+            LockTicket::None => None,
+            LockTicket::Unrecorded(t) => Some((TICKET, t)),
+            LockTicket::Recorded(t) => Some((RECORDED_TICKET, t)),
+        }
+    }
+
+    /// The ticket of a lock taken without a record (`_TxK`).
+    fn unrecorded(self) -> Option<u64> {
+        match self {
+            LockTicket::Unrecorded(t) => Some(t),
+            _ => None,
+        }
+    }
+
+    /// The recorded ticket the lock carries (`_TxKR`).
+    fn recorded(self) -> Option<u64> {
+        match self {
+            LockTicket::Recorded(t) => Some(t),
+            _ => None,
+        }
+    }
+}
+
 /// Locks an item for `me`. An existing item is locked with one UpdateItem (conditional on it
 /// existing and being unlocked) that returns its previous state; an absent item is then inserted as a
 /// transient placeholder with a second UpdateItem conditional on it still being absent (Java's
@@ -287,12 +314,7 @@ async fn lock_write(
     if let Write { kind, ph, .. } = &mut w
         && let WriteKind::Update { update, .. } = kind
     {
-        let carried = match ticket {
-            LockTicket::None => None,
-            LockTicket::Unrecorded(t) => Some((TICKET, t)),
-            LockTicket::Recorded(t) => Some((RECORDED_TICKET, t)),
-        };
-        if let Some((attr, t)) = carried {
+        if let Some((attr, t)) = ticket.attribute() {
             let t = ph.value("Ticket", AttributeValue::N(t.to_string()));
             update.push_str(&format!(", {} = {t}", ph.name(attr)));
         }
@@ -318,14 +340,8 @@ async fn lock_write(
                 image_unread: false,
                 roll: None,
                 queue: carried,
-                ticket: match ticket {
-                    LockTicket::Unrecorded(t) => Some(t),
-                    _ => None,
-                },
-                recorded_ticket: match ticket {
-                    LockTicket::Recorded(t) => Some(t),
-                    _ => None,
-                },
+                ticket: ticket.unrecorded(),
+                recorded_ticket: ticket.recorded(),
             })))
         }
         Ok(Written::ConditionFailed(None)) => Ok(None),

@@ -133,6 +133,11 @@ pub(crate) struct Observed {
     pub queue: Item,
 }
 
+/// The number attribute `attr` of `raw`, if it has one that parses as `T`.
+fn number<T: std::str::FromStr>(raw: &Item, attr: &str) -> Option<T> {
+    raw.get(attr)?.as_n().ok()?.parse().ok()
+}
+
 impl Observed {
     pub fn of(raw: Option<&Item>) -> Observed {
         let Some(raw) = raw else {
@@ -151,18 +156,9 @@ impl Observed {
             image_ref: raw.get(IMAGE_REF).and_then(|v| v.as_s().ok()).cloned(),
             user: strip(raw.clone()),
             stamp: raw.get(LOCK_DATE).and_then(|v| v.as_n().ok()).cloned(),
-            roll: raw
-                .get(ROLL)
-                .and_then(|v| v.as_n().ok())
-                .and_then(|n| n.parse().ok()),
-            ticket: raw
-                .get(TICKET)
-                .and_then(|v| v.as_n().ok())
-                .and_then(|n| n.parse().ok()),
-            recorded_ticket: raw
-                .get(RECORDED_TICKET)
-                .and_then(|v| v.as_n().ok())
-                .and_then(|n| n.parse().ok()),
+            roll: number(raw, ROLL),
+            ticket: number(raw, TICKET),
+            recorded_ticket: number(raw, RECORDED_TICKET),
             queue: queue::raw_attrs(raw),
         }
     }
