@@ -363,7 +363,8 @@ impl TransactionManager {
                 ticket.clone(),
                 places.clone(),
                 attempt > 1,
-            );
+            )
+            .yielding_to_retries();
             let id = tx.id().clone();
             let worked = match tx.lock_reads(&relock).await {
                 Ok(()) => work(&tx).await,

@@ -42,6 +42,12 @@ pub(crate) fn is_first_attempt(t: u64) -> bool {
     t & FIRST_ATTEMPT != 0
 }
 
+/// True when `retry`, a retry's ticket, is its unit of work's draw after `first`'s, a first
+/// attempt's: the retry outranks the first attempt by its class alone.
+pub(crate) fn retry_drawn_after(retry: u64, first: u64) -> bool {
+    !is_first_attempt(retry) && is_first_attempt(first) && retry > first & !FIRST_ATTEMPT
+}
+
 /// The ticket an attempt records for its unit of work's ticket `t`: `t` itself for a first
 /// attempt, `t` without the class bit for a retry (older than every first attempt's).
 pub(crate) fn for_attempt(t: u64, retry: bool) -> u64 {
@@ -107,6 +113,18 @@ mod tests {
         // A counter's tickets (small numbers) too, and a retry keeps its class.
         assert!(for_attempt(first(1_000_000), true) < first(1));
         assert_eq!(for_attempt(for_attempt(first(5), true), true), 5);
+    }
+
+    #[test]
+    fn a_retry_is_drawn_after_a_first_attempt_by_its_unit_of_works_draw() {
+        let first = |t: u64| t | FIRST_ATTEMPT;
+        assert!(retry_drawn_after(for_attempt(first(9), true), first(5)));
+        assert!(!retry_drawn_after(for_attempt(first(3), true), first(5)));
+        // The same unit of work's retry is not drawn after its first attempt.
+        assert!(!retry_drawn_after(for_attempt(first(5), true), first(5)));
+        // Only a retry against a first attempt.
+        assert!(!retry_drawn_after(first(9), first(5)));
+        assert!(!retry_drawn_after(9, 5));
     }
 
     #[test]

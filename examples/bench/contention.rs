@@ -269,6 +269,7 @@ pub async fn measure(
     let on_demand = args.record_on_demand;
     let mark = !args.no_mark_oldest_waiter;
     let grace = args.wound_grace_ms.map(Duration::from_millis);
+    let patience = args.first_attempt_patience_ms.map(Duration::from_millis);
     let wait_for_running = args.wait_for_running_holders;
     let mgr = |c| {
         TransactionManager::builder(c)
@@ -281,6 +282,9 @@ pub async fn measure(
                 st.wait_for_running_holders = wait_for_running;
                 if let Some(g) = grace {
                     st.wound_grace = g;
+                }
+                if let Some(p) = patience {
+                    st.first_attempt_patience = p;
                 }
                 if tuned {
                     st.contention = ContentionPolicy::Ordered {

@@ -117,6 +117,11 @@ pub struct Args {
     /// back (`Settings::wound_grace`; the library's default when absent).
     #[arg(long)]
     wound_grace_ms: Option<u64>,
+    /// Contention: how long every library run's first attempt waits behind a retry drawn after
+    /// it, holding nothing else, before `run` retries it (`Settings::first_attempt_patience`;
+    /// the library's default when absent).
+    #[arg(long)]
+    first_attempt_patience_ms: Option<u64>,
     /// Contention: every library run waits for younger running holders
     /// (`Settings::wait_for_running_holders`).
     #[arg(long)]

@@ -171,6 +171,7 @@ impl Transaction {
         self.lock_requests.fetch_add(1, Ordering::SeqCst);
         let mut last_touch = tokio::time::Instant::now();
         let mut met_at = tokio::time::Instant::now();
+        let waiting_since = met_at;
         let mut marked_waiting_on: Option<u64> = None;
         let (mut tries, mut waits, mut handovers) = (0u32, 0u32, 0u32);
         let mut last_owner = None;
@@ -509,6 +510,24 @@ impl Transaction {
                 Resolution::Wait { on, .. } => {
                     if tokio::time::Instant::now() >= deadline {
                         break;
+                    }
+                    // `run`'s first attempt behind a retry, past its patience, holding nothing:
+                    // retried in the retries' class, it goes ahead of the retries younger than
+                    // its unit of work instead of behind every one that comes meanwhile.
+                    if self.yields_to_retries
+                        && !holds_others
+                        && waiting_since.elapsed() >= settings.first_attempt_patience
+                        && self
+                            .known_ticket()
+                            .is_some_and(|mine| crate::ticket::retry_drawn_after(on, mine))
+                    {
+                        debug!(tx = %self.id, table, on, "a first attempt past its patience yields to a retry");
+                        crate::metrics::contention_yield();
+                        return Err(Error::ItemLocked {
+                            table: table.to_string(),
+                            key: key.clone(),
+                            owner: owner.unwrap_or_else(|| TxId(String::new())),
+                        });
                     }
                     // Show that this coordinator is alive (and blocked) while it waits. What it
                     // waits for is read only by whoever meets another lock of it, and only ever
