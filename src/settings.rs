@@ -123,6 +123,10 @@ pub struct Settings {
     /// and retries met each other: up to 3 attempts); `lock_wait` or more turns it off.
     /// Transactions outside `run` never give up so (they have no retry to make).
     pub first_attempt_patience: Duration,
+    /// Ordered contention: `run`'s first attempt that meets contention on an item below (in key
+    /// order) one it holds gives the attempt up at once, and its retry relocks what it read in key
+    /// order. Off by default (an experiment: docs/PERFORMANCE.md).
+    pub yield_out_of_order: bool,
     /// When set, finalized TX records get a TTL attribute (`_TxE`, epoch seconds) this far in the
     /// future, so DynamoDB deletes them for free once TTL is enabled on the table.
     pub record_ttl: Option<Duration>,
@@ -313,6 +317,7 @@ impl Default for Settings {
             wound_grace: Duration::from_millis(500),
             wait_for_running_holders: false,
             first_attempt_patience: Duration::from_secs(2),
+            yield_out_of_order: false,
             record_ttl: None,
             batch_locks: true,
             roll_forward: true,

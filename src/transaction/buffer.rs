@@ -162,10 +162,11 @@ impl Transaction {
         }
         let e = st.items[r].clone();
         let first = self.expected_existence(st, r).await?;
+        let below = super::lock_phase::below_held(st, r);
         let (recorded, locked) = tokio::join!(
             self.flush(st),
             // Boxed as in `hold_lock`: the lock loop's future is large.
-            Box::pin(self.lock_one(&e.table, &e.key, first, false))
+            Box::pin(self.lock_one(&e.table, &e.key, first, false, below))
         );
         if let Ok(l) = &locked {
             st.items.get_mut(r).expect("entry exists").lock = Some(l.clone());

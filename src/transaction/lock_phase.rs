@@ -48,7 +48,8 @@ impl Transaction {
         let first = self.expected_existence(st, r).await?;
         // Boxed: the lock loop's future is large, and callers nest it deep (a debug build's
         // test thread overflowed its stack).
-        let lock = Box::pin(self.lock_one(&e.table, &e.key, first, false)).await?;
+        let below = below_held(st, r);
+        let lock = Box::pin(self.lock_one(&e.table, &e.key, first, false, below)).await?;
         st.items.get_mut(r).expect("entry exists").lock = Some(lock.clone());
         Ok(lock)
     }
@@ -67,7 +68,7 @@ impl Transaction {
         }
         let results: Vec<(ItemRef, Result<LockInfo>)> = futures::stream::iter(todo)
             .map(|(k, table, key, first)| async move {
-                let r = self.lock_one(&table, &key, first, false).await;
+                let r = self.lock_one(&table, &key, first, false, false).await;
                 (k, r)
             })
             .buffer_unordered(self.inner.settings.concurrency.max(1))
@@ -130,13 +131,15 @@ impl Transaction {
         key: &Item,
         first: Existence,
         without_record: bool,
+        below_held: bool,
     ) -> Result<LockInfo> {
         let mut marked = false;
         // Boxed: the wait's future is large, and callers nest lock waits deep (a wound completes
         // another transaction from inside a wait); on a debug build's test thread the stack
         // overflowed.
         let locked =
-            Box::pin(self.lock_waiting(table, key, first, without_record, &mut marked)).await;
+            Box::pin(self.lock_waiting(table, key, first, without_record, below_held, &mut marked))
+                .await;
         if locked.is_err() && marked {
             self.unmark(table, key).await;
         }
@@ -150,6 +153,7 @@ impl Transaction {
         key: &Item,
         first: Existence,
         without_record: bool,
+        below_held: bool,
         marked: &mut bool,
     ) -> Result<LockInfo> {
         use crate::contention::{Contender, Resolution};
@@ -442,6 +446,23 @@ impl Transaction {
             if owner.is_some() {
                 last_owner = owner.clone();
             }
+            // `run`'s first attempt meeting a pending holder (or an older waiter's mark) on an
+            // item below one it holds: it may close a cycle of waits through the items it holds.
+            // With `yield_out_of_order` it gives the attempt up at once; its retry relocks what it
+            // read in key order, where no such cycle forms.
+            if settings.yield_out_of_order
+                && self.yields_to_retries
+                && below_held
+                && matches!(resolution, Resolution::Wait { .. } | Resolution::Grace)
+            {
+                debug!(tx = %self.id, table, "a first attempt meets contention out of key order; yielding");
+                crate::metrics::contention_yield();
+                return Err(Error::ItemLocked {
+                    table: table.to_string(),
+                    key: key.clone(),
+                    owner: owner.unwrap_or_else(|| TxId(String::new())),
+                });
+            }
             match resolution {
                 Resolution::Yield => {
                     return Err(Error::ItemLocked {
@@ -635,4 +656,9 @@ impl Transaction {
             owner: last_owner.unwrap_or_else(|| TxId(String::new())),
         })
     }
+}
+
+/// Whether `r`'s item is below (in key order: table, then key) an item this attempt holds.
+pub(super) fn below_held(st: &State, r: &ItemRef) -> bool {
+    st.items.iter().any(|(k, e)| e.lock.is_some() && k > r)
 }

@@ -7,6 +7,7 @@ mod lock_tickets;
 mod looks;
 mod marks;
 mod oldest_mark;
+mod out_of_order;
 mod patience;
 mod policies;
 mod queue;
