@@ -7,6 +7,7 @@ use dynamodb_transactions::{TicketSource, TxId, TxState};
 use tokio::sync::Mutex;
 
 use crate::common::*;
+use crate::retries::{read_values, write_values};
 use crate::{lock, ordered_with};
 
 /// A unit of work reads `b`, then `a`, which another transaction holds: its first attempt gives
@@ -43,32 +44,9 @@ async fn a_first_attempt_meeting_contention_below_an_item_it_holds_yields_at_onc
     let table = env.table.clone();
     let unit = m.run(async |tx| {
         ids.lock().await.push(tx.id().clone());
-        let mut v = Vec::new();
-        for k in ["b", "a"] {
-            let got = tx
-                .get_item()
-                .table_name(&table)
-                .key("Id", s(k))
-                .send()
-                .await?;
-            v.push(
-                got.item().unwrap()["v"]
-                    .as_n()
-                    .unwrap()
-                    .parse::<i64>()
-                    .unwrap(),
-            );
-        }
+        let v = read_values(tx, &table, ["b", "a"]).await?;
         // Move 1 from `b` to `a`.
-        for (k, val) in [("b", v[0] - 1), ("a", v[1] + 1)] {
-            tx.update_item()
-                .table_name(&table)
-                .key("Id", s(k))
-                .update_expression("SET v = :v")
-                .expression_attribute_values(":v", n(val))
-                .send()
-                .await?;
-        }
+        write_values(tx, &table, [("b", v[0] - 1), ("a", v[1] + 1)]).await?;
         Ok(())
     });
     let driver = async {

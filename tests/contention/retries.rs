@@ -29,7 +29,7 @@ fn number(item: Option<&Item>) -> i64 {
 }
 
 /// Locked reads of `keys` in `tx`, in that order: their `v`.
-async fn read_values(
+pub(super) async fn read_values(
     tx: &dynamodb_transactions::Transaction,
     table: &str,
     keys: [&str; 2],
@@ -48,7 +48,7 @@ async fn read_values(
 }
 
 /// Sets `v` of each item in `tx`.
-async fn write_values(
+pub(super) async fn write_values(
     tx: &dynamodb_transactions::Transaction,
     table: &str,
     values: [(&str, i64); 2],
