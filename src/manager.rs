@@ -364,7 +364,7 @@ impl TransactionManager {
                 places.clone(),
                 attempt > 1,
             )
-            .yielding_to_retries();
+            .in_run();
             let id = tx.id().clone();
             let worked = match tx.lock_reads(&relock).await {
                 Ok(()) => work(&tx).await,

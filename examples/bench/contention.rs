@@ -270,7 +270,7 @@ pub async fn measure(
     let mark = !args.no_mark_oldest_waiter;
     let grace = args.wound_grace_ms.map(Duration::from_millis);
     let patience = args.first_attempt_patience_ms.map(Duration::from_millis);
-    let out_of_order = args.yield_out_of_order;
+    let out_of_order = !args.no_yield_out_of_order;
     let wait_for_running = args.wait_for_running_holders;
     let mgr = |c| {
         TransactionManager::builder(c)
@@ -287,7 +287,7 @@ pub async fn measure(
                 if let Some(p) = patience {
                     st.first_attempt_patience = p;
                 }
-                st.yield_out_of_order |= out_of_order;
+                st.yield_out_of_order = out_of_order;
                 if tuned {
                     st.contention = ContentionPolicy::Ordered {
                         dead_after: Duration::from_secs(10),

@@ -122,10 +122,11 @@ pub struct Args {
     /// the library's default when absent).
     #[arg(long)]
     first_attempt_patience_ms: Option<u64>,
-    /// Contention: every library run's first attempt meeting contention on an item below one it
-    /// holds gives the attempt up at once (`Settings::yield_out_of_order`).
+    /// Contention: no library run's first attempt gives itself up when it meets contention on an
+    /// item below one it holds (`Settings::yield_out_of_order` off; on by default): it waits
+    /// holding its items.
     #[arg(long)]
-    yield_out_of_order: bool,
+    no_yield_out_of_order: bool,
     /// Contention: every library run waits for younger running holders
     /// (`Settings::wait_for_running_holders`).
     #[arg(long)]

@@ -425,6 +425,13 @@ impl Transaction {
                     }
                 }
             };
+            // `run`'s first attempt may give itself up rather than wait (decided before the
+            // mark, which it would take off again at once).
+            let resolution = if self.gives_up(resolution, holds_others, below_held, waiting_since) {
+                Resolution::Yield
+            } else {
+                resolution
+            };
             // Waiting for a holder: mark the item, unless an older waiter has
             // (`Settings::mark_oldest_waiter`). Marked, we are the item's oldest waiter.
             own_mark = if owner.is_some()
@@ -445,23 +452,6 @@ impl Transaction {
             }
             if owner.is_some() {
                 last_owner = owner.clone();
-            }
-            // `run`'s first attempt meeting a pending holder (or an older waiter's mark) on an
-            // item below one it holds: it may close a cycle of waits through the items it holds.
-            // With `yield_out_of_order` it gives the attempt up at once; its retry relocks what it
-            // read in key order, where no such cycle forms.
-            if settings.yield_out_of_order
-                && self.yields_to_retries
-                && below_held
-                && matches!(resolution, Resolution::Wait { .. } | Resolution::Grace)
-            {
-                debug!(tx = %self.id, table, "a first attempt meets contention out of key order; yielding");
-                crate::metrics::contention_yield();
-                return Err(Error::ItemLocked {
-                    table: table.to_string(),
-                    key: key.clone(),
-                    owner: owner.unwrap_or_else(|| TxId(String::new())),
-                });
             }
             match resolution {
                 Resolution::Yield => {
@@ -531,24 +521,6 @@ impl Transaction {
                 Resolution::Wait { on, .. } => {
                     if tokio::time::Instant::now() >= deadline {
                         break;
-                    }
-                    // `run`'s first attempt behind a retry, past its patience, holding nothing:
-                    // retried in the retries' class, it goes ahead of the retries younger than
-                    // its unit of work instead of behind every one that comes meanwhile.
-                    if self.yields_to_retries
-                        && !holds_others
-                        && waiting_since.elapsed() >= settings.first_attempt_patience
-                        && self
-                            .known_ticket()
-                            .is_some_and(|mine| crate::ticket::retry_drawn_after(on, mine))
-                    {
-                        debug!(tx = %self.id, table, on, "a first attempt past its patience yields to a retry");
-                        crate::metrics::contention_yield();
-                        return Err(Error::ItemLocked {
-                            table: table.to_string(),
-                            key: key.clone(),
-                            owner: owner.unwrap_or_else(|| TxId(String::new())),
-                        });
                     }
                     // Show that this coordinator is alive (and blocked) while it waits. What it
                     // waits for is read only by whoever meets another lock of it, and only ever
@@ -655,6 +627,53 @@ impl Transaction {
             key: key.clone(),
             owner: last_owner.unwrap_or_else(|| TxId(String::new())),
         })
+    }
+}
+
+impl Transaction {
+    /// Whether `run`'s first attempt gives its attempt up (`run` retries it, in the retries'
+    /// class) instead of waiting as `resolution` says:
+    /// - out of key order (`Settings::yield_out_of_order`): it meets contention on an item below
+    ///   one it holds (`below_held`), where it may close a cycle of waits through the items it
+    ///   holds; its retry relocks what it read in key order, where no such cycle forms;
+    /// - past its patience (`Settings::first_attempt_patience`, since `waiting_since`), holding
+    ///   nothing else, behind a retry drawn after it: its retry goes ahead of the retries younger
+    ///   than its unit of work instead of behind every one that comes meanwhile.
+    fn gives_up(
+        &self,
+        resolution: crate::contention::Resolution,
+        holds_others: bool,
+        below_held: bool,
+        waiting_since: tokio::time::Instant,
+    ) -> bool {
+        use crate::contention::Resolution;
+        let settings = &self.inner.settings;
+        if !self.in_run || self.retry {
+            return false;
+        }
+        let out_of_order = settings.yield_out_of_order
+            && below_held
+            && matches!(resolution, Resolution::Wait { .. } | Resolution::Grace);
+        let past_patience = match resolution {
+            Resolution::Wait { on, .. } => {
+                !holds_others
+                    && waiting_since.elapsed() >= settings.first_attempt_patience
+                    && self
+                        .known_ticket()
+                        .is_some_and(|mine| crate::ticket::retry_drawn_after(on, mine))
+            }
+            _ => false,
+        };
+        if out_of_order {
+            debug!(tx = %self.id, "a first attempt meets contention out of key order; yielding");
+        } else if past_patience {
+            debug!(tx = %self.id, "a first attempt past its patience yields to a retry");
+        }
+        let gives_up = out_of_order || past_patience;
+        if gives_up {
+            crate::metrics::contention_yield();
+        }
+        gives_up
     }
 }
 

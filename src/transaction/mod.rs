@@ -148,10 +148,9 @@ pub struct Transaction {
     /// This handle is a retry of its unit of work (`run`'s second attempt or later): it records the
     /// unit of work's ticket in the retries' class, older than every first attempt's.
     retry: bool,
-    /// This handle is `run`'s first attempt: waiting at an item behind a retry, holding nothing
-    /// else, for longer than `Settings::first_attempt_patience`, it gives the attempt up so that
-    /// `run` retries it in the retries' class.
-    yields_to_retries: bool,
+    /// This handle is one of `run`'s attempts: the first may give itself up for a retry
+    /// (`Settings::first_attempt_patience`, `Settings::yield_out_of_order`).
+    in_run: bool,
     /// The ticket in this transaction's record, once this handle knows it: the only ticket it
     /// contends with (see `contention::Contender::ticket`).
     ticket_recorded: OnceCell<u64>,
@@ -290,7 +289,7 @@ impl Transaction {
             wrote: AtomicBool::new(false),
             ticket,
             retry,
-            yields_to_retries: false,
+            in_run: false,
             ticket_recorded: OnceCell::new(),
             places,
             own_places: false,
@@ -299,10 +298,9 @@ impl Transaction {
         }
     }
 
-    /// This handle as `run`'s first attempt, which gives itself up after waiting behind retries
-    /// for `Settings::first_attempt_patience` (see [`Transaction::yields_to_retries`]).
-    pub(crate) fn yielding_to_retries(mut self) -> Transaction {
-        self.yields_to_retries = !self.retry;
+    /// This handle as one of `run`'s attempts (see [`Transaction::in_run`]).
+    pub(crate) fn in_run(mut self) -> Transaction {
+        self.in_run = true;
         self
     }
 
