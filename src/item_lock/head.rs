@@ -146,6 +146,31 @@ pub(crate) async fn unmark(client: &Client, table: &str, key: &Item, mine: u64) 
     Ok(matches!(w.send(client, None).await?, Written::Ok(_)))
 }
 
+/// Removes `mark` from `table`/`key` if the item still carries that very mark (its ticket and
+/// expiry): a sweep taking off a mark no waiter renews, which leaves a renewed one alone. True
+/// when it was there.
+pub(crate) async fn take_off(
+    client: &Client,
+    table: &str,
+    key: &Item,
+    mark: HeadMark,
+) -> Result<bool> {
+    let mut ph = Placeholders::default();
+    let cond = own_mark_condition(&mut ph, mark);
+    let update = format!("REMOVE {}", ph.name(HEAD));
+    let w = Write::update(table, key.clone(), update, cond, ph);
+    Ok(matches!(w.send(client, None).await?, Written::Ok(_)))
+}
+
+/// Whether a sweep at `now` takes `mark` off its item: it no longer counts (expired), or it was
+/// written, as `ttl` (the sweeper's own `Settings::queue_ttl`) dates it, at least `older_than` ms
+/// ago. A waiter renews its mark while it waits, so a live waiter's mark is never older than a
+/// fraction of the ttl; taking one off anyway costs its waiter its turn, never a lock.
+pub(crate) fn stale(mark: HeadMark, now: u64, ttl: u64, older_than: u64) -> bool {
+    let written = mark.expiry.saturating_sub(ttl);
+    !mark.live(now) || now.saturating_sub(written) >= older_than
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -178,5 +203,22 @@ mod tests {
         // Its own: renewed below two thirds of the ttl (600 ms) left.
         assert!(!HeadMark::should_mark(mark_of(7, 1_000), 7, 300, ttl));
         assert!(HeadMark::should_mark(mark_of(7, 1_000), 7, 500, ttl));
+    }
+
+    #[test]
+    fn a_sweep_takes_off_expired_marks_and_marks_written_long_enough_ago() {
+        let (ttl, mark) = (
+            3_000,
+            HeadMark {
+                ticket: 1,
+                expiry: 10_000,
+            },
+        );
+        // Written at 7,000 (by the ttl), live until 10,000.
+        assert!(!stale(mark, 8_000, ttl, 300_000), "live and recent");
+        assert!(stale(mark, 10_001, ttl, 300_000), "expired");
+        assert!(stale(mark, 8_000, ttl, 1_000), "written 1 s ago");
+        assert!(!stale(mark, 7_999, ttl, 1_000));
+        assert!(stale(mark, 0, ttl, 0), "everything at once");
     }
 }

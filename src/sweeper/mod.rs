@@ -18,7 +18,8 @@
 //! reported for an operator; a lock taken without a record by
 //! [`Settings::record_on_demand`](crate::Settings::record_on_demand) only once it is older than
 //! `rollback_after`, since its transaction may still be running) and completes finalized
-//! transactions that still hold a lock; it also scans, for locks taken without a record only,
+//! transactions that still hold a lock, and takes off waiters' marks left by waiters that died
+//! (expired, or written `rollback_after` ago); it also scans, for locks taken without a record only,
 //! the tables listed as holding such locks ([`SweepOptions::scan_unrecorded_tables`]). Last, it
 //! deletes images-table before-images whose transaction is finalized or gone (except those that a
 //! reported applied lock points to). It never deletes a record that is not finalized.

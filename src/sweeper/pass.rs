@@ -339,13 +339,16 @@ impl Pass<'_> {
 
     /// One locked item of a user table.
     async fn locked_item(&self, table: &str, schema: &crate::keys::KeySchema, item: Item) {
-        self.note(|r| r.items_scanned += 1);
+        let key = item_lock::key_of(schema, &item);
+        if let Some(mark) = item_lock::head::HeadMark::of(&item) {
+            self.mark(table, &key, mark).await;
+        }
         let obs = Observed::of(Some(&item));
         let Some(owner) = obs.owner.clone() else {
             return;
         };
+        self.note(|r| r.items_scanned += 1);
         let owner_id = TxId(owner.clone());
-        let key = item_lock::key_of(schema, &item);
         let r = async {
             match self.owner_state(&owner).await? {
                 OwnerState::Pending | OwnerState::Decided { finalized: false } => Ok(()),
@@ -399,6 +402,35 @@ impl Pass<'_> {
         }
     }
 
+    /// A waiter's mark found on an item: taken off (conditional on that very mark) when it no
+    /// longer counts or was written `rollback_after` ago. A waiter that dies while it waits
+    /// leaves its mark, which the next lock of the item takes off; this is for the items no
+    /// lock takes again.
+    async fn mark(&self, table: &str, key: &Item, mark: item_lock::head::HeadMark) {
+        let ttl = millis(self.mgr.inner.settings.queue_ttl);
+        let now = crate::ddb::now_millis();
+        if !item_lock::head::stale(mark, now, ttl, millis(self.opts.rollback_after)) {
+            return;
+        }
+        if self.opts.dry_run {
+            self.note(|r| r.marks_removed += 1);
+            return;
+        }
+        match item_lock::head::take_off(self.client(), table, key, mark).await {
+            Ok(true) => {
+                debug!(
+                    table,
+                    ticket = mark.ticket,
+                    "sweep: took a waiter's mark off an item"
+                );
+                self.note(|r| r.marks_removed += 1);
+            }
+            // Renewed, taken by a lock, or gone with the item meanwhile.
+            Ok(false) => {}
+            Err(e) => self.fail(None, table, &e),
+        }
+    }
+
     /// The lock was taken less than `rollback_after` ago (by its stamp).
     fn young(&self, obs: &Observed) -> bool {
         let locked = obs.locked_ms().unwrap_or(0);
@@ -423,6 +455,7 @@ impl Pass<'_> {
             projection.push(format!("#k{i}"));
         }
         for a in [
+            item_lock::head::HEAD,
             item_lock::OWNER,
             item_lock::APPLIED,
             item_lock::TRANSIENT,
@@ -441,7 +474,15 @@ impl Pass<'_> {
         let spec = ScanSpec {
             table,
             phase: ScanPhase::Items,
-            filter: Some(format!("attribute_exists(#{marker})")),
+            // The tables named are also where waiters' marks are looked for.
+            filter: Some(if unrecorded_only {
+                format!("attribute_exists(#{marker})")
+            } else {
+                format!(
+                    "attribute_exists(#{marker}) OR attribute_exists(#{})",
+                    item_lock::head::HEAD
+                )
+            }),
             projection: Some(projection.join(", ")),
             names,
             values: HashMap::new(),
@@ -599,6 +640,7 @@ impl TransactionManager {
             pending_left = report.pending_left,
             images_deleted = report.orphan_images_deleted,
             locks_released = report.orphan_locks_released,
+            marks_removed = report.marks_removed,
             stale_locks_completed = report.stale_locks_completed,
             applied_orphans = report.applied_orphans.len(),
             errors = report.errors.len(),

@@ -70,8 +70,8 @@ pub struct SweepReport {
     /// Images deleted because their transaction is finalized or gone.
     pub orphan_images_deleted: u64,
     /// Locked items found in the user tables of [`SweepOptions::tables_to_scan`] (0 without
-    /// them). Only locked items count: the scan asks DynamoDB for items carrying a lock, so an
-    /// unlocked item is never returned, and a table of 1,000 items with one lock counts 1.
+    /// them). Only locked items count: the scan asks DynamoDB for items carrying a lock (or a
+    /// waiter's mark, which does not count here), so a table of 1,000 items with one lock counts 1.
     ///
     /// [`SweepOptions::tables_to_scan`]: super::SweepOptions::tables_to_scan
     pub items_scanned: u64,
@@ -84,6 +84,15 @@ pub struct SweepReport {
     pub unrecorded_slice: Option<(u32, u32)>,
     /// Unapplied locks of transactions whose record is gone, released.
     pub orphan_locks_released: u64,
+    /// Waiters' marks (`_TxH`, [`Settings::mark_oldest_waiter`]) taken off items of
+    /// [`SweepOptions::tables_to_scan`]: marks that no longer count, or were written
+    /// [`SweepOptions::rollback_after`] ago, left by waiters that died on items no lock has taken
+    /// since.
+    ///
+    /// [`Settings::mark_oldest_waiter`]: crate::Settings::mark_oldest_waiter
+    /// [`SweepOptions::tables_to_scan`]: super::SweepOptions::tables_to_scan
+    /// [`SweepOptions::rollback_after`]: super::SweepOptions::rollback_after
+    pub marks_removed: u64,
     /// Locks of decided transactions found on items, whose transaction was completed.
     pub stale_locks_completed: u64,
     /// Applied locks of transactions whose record is gone: they need an operator.
@@ -110,6 +119,7 @@ impl SweepReport {
         // The last pass's slice.
         self.unrecorded_slice = other.unrecorded_slice.or(self.unrecorded_slice);
         self.orphan_locks_released += other.orphan_locks_released;
+        self.marks_removed += other.marks_removed;
         self.stale_locks_completed += other.stale_locks_completed;
         self.applied_orphans.extend(other.applied_orphans);
         self.errors.extend(other.errors);
@@ -123,6 +133,7 @@ impl SweepReport {
             + self.orphan_chunks_deleted
             + self.orphan_images_deleted
             + self.orphan_locks_released
+            + self.marks_removed
             + self.stale_locks_completed
     }
 
@@ -142,6 +153,7 @@ impl SweepReport {
             ("deleted", self.deleted),
             ("orphan_chunks_deleted", self.orphan_chunks_deleted),
             ("orphan_images_deleted", self.orphan_images_deleted),
+            ("marks_removed", self.marks_removed),
             ("stale_locks_completed", self.stale_locks_completed),
         ];
         for (action, n) in actions {

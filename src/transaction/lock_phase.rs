@@ -439,7 +439,7 @@ impl Transaction {
                 && matches!(resolution, Resolution::Wait { .. } | Resolution::Grace)
             {
                 let mine = me.ticket(&self.inner).await?;
-                self.mark_as_waiter(table, key, &schema, found_head, mine)
+                self.mark_as_waiter(table, key, &schema, found_head, mine, marked)
                     .await
             } else {
                 None

@@ -23,7 +23,9 @@ impl Transaction {
     /// is the oldest waiter that marked the item, and the next lock of the item is its own (or an
     /// older newcomer's); its next look is conditional on that very mark. Best effort: a mark that
     /// fails (an older one landed first, the item went, a refused request) is left to the next
-    /// look.
+    /// look. `maybe_marked` is set when the item may carry this waiter's mark even though none
+    /// is returned: the write failed ambiguously (it may have landed), so a waiter that stops
+    /// waiting without another look still takes it off.
     pub(super) async fn mark_as_waiter(
         &self,
         table: &str,
@@ -31,6 +33,7 @@ impl Transaction {
         schema: &KeySchema,
         found: Option<HeadMark>,
         mine: u64,
+        maybe_marked: &mut bool,
     ) -> Option<HeadMark> {
         let now = crate::ddb::now_millis();
         let ttl = self.inner.settings.queue_ttl.as_millis() as u64;
@@ -49,6 +52,9 @@ impl Transaction {
             }
             Err(e) => {
                 debug!(tx = %self.id, table, error = %e, "marking the item failed");
+                if matches!(e, crate::Error::DynamoDb { ambiguous: true, .. }) {
+                    *maybe_marked = true;
+                }
                 None
             }
         }

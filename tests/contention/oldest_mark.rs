@@ -469,3 +469,44 @@ async fn a_marked_waiters_look_landing_after_its_commit_takes_nothing() {
         "the late look left a lock or a mark"
     );
 }
+
+/// A waiter whose mark's write lands but whose answer is lost, and which then stops waiting
+/// without another look (its lock wait is over at once), takes the mark off: the write may have
+/// landed. Each run loses the answer of another of the waiter's writes. (Taken as not marked, it
+/// left the mark until it expired, and on an item no lock takes again until a sweep.)
+#[tokio::test]
+async fn a_waiter_whose_marks_answer_was_lost_takes_the_mark_off_when_it_gives_up() {
+    let env = TestEnv::new("ct-mark-lost").await;
+    let table = env.table.clone();
+    let m = marking(&env, client());
+    let holder = held_by(&env, &m, "k").await;
+    let faults = FaultInjector::new();
+    let (txt, imgt) = (m.transactions_table(), m.images_table());
+    let w = marking_tuned(txt, imgt, client_with(vec![shared(faults.clone())]), |s| {
+        s.lock_wait = Duration::from_millis(1);
+    });
+    let mut lost = 0;
+    for n in 1..=4 {
+        faults.fail_operation_at("UpdateItem", n, FaultMode::AfterSend);
+        let waiter = w.begin();
+        let read = waiter
+            .get_item()
+            .table_name(&table)
+            .key("Id", s("k"))
+            .send()
+            .await;
+        assert!(read.is_err(), "write {n}: {read:?}");
+        if faults.struck() {
+            lost += 1;
+        }
+        faults.disarm();
+        waiter.rollback().await.unwrap();
+        assert_eq!(mark_on(&env, "k").await, None, "write {n}'s answer lost");
+    }
+    assert!(lost > 0, "no answer was lost");
+    holder.commit().await.unwrap();
+    assert_eq!(
+        env.raw_get(&table, &key("k")).await.unwrap(),
+        item(&[("Id", s("k")), ("v", n(2))])
+    );
+}

@@ -6,6 +6,7 @@ mod common;
 mod abandoned;
 mod finishing;
 mod inspect;
+mod marks;
 mod orphans;
 mod running;
 mod unrecorded;

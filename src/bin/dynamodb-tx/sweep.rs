@@ -76,6 +76,7 @@ fn report_json(r: &SweepReport) -> Value {
         "items_scanned": r.items_scanned,
         "unrecorded_slice": r.unrecorded_slice.map(|(i, k)| json!({"index": i, "count": k})),
         "orphan_locks_released": r.orphan_locks_released,
+        "marks_removed": r.marks_removed,
         "stale_locks_completed": r.stale_locks_completed,
         "applied_orphans": r.applied_orphans.iter().map(|o| json!({
             "table": o.table,
@@ -140,6 +141,10 @@ fn print_report(ctx: &Ctx, r: &SweepReport) {
         (
             verb("orphan locks released", "orphan locks to release").into(),
             r.orphan_locks_released,
+        ),
+        (
+            verb("waiters' marks taken off", "waiters' marks to take off").into(),
+            r.marks_removed,
         ),
         (
             verb(
