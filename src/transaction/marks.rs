@@ -52,7 +52,13 @@ impl Transaction {
             }
             Err(e) => {
                 debug!(tx = %self.id, table, error = %e, "marking the item failed");
-                if matches!(e, crate::Error::DynamoDb { ambiguous: true, .. }) {
+                if matches!(
+                    e,
+                    crate::Error::DynamoDb {
+                        ambiguous: true,
+                        ..
+                    }
+                ) {
                     *maybe_marked = true;
                 }
                 None
