@@ -70,6 +70,9 @@ pub(crate) const IN_DOUBT: &str = "in_doubt";
 pub(crate) const SWEEPER: &str = "sweeper";
 /// Rollback cause: a contending transaction wounded it (its conditional decision landed).
 pub(crate) const WOUNDED: &str = "wounded";
+/// `cause` of [`ROLLBACKS`]: a read released to take an item in key order
+/// (`Settings::reorder_held_reads`) changed before it was taken back, or taking it back failed.
+pub(crate) const READ_CHANGED: &str = "read_changed";
 
 /// `kind` of [`RETRIES`]: `run` runs the unit of work again.
 pub(crate) const RUN_ATTEMPT: &str = "run_attempt";

@@ -129,6 +129,17 @@ pub struct Settings {
     /// then to, with fewer requests (docs/PERFORMANCE.md "Out of key order, a first attempt
     /// yields at once"); off, such an attempt waits holding its items, as before.
     pub yield_out_of_order: bool,
+    /// A lock that meets contention on an item below (in key order) items the transaction holds
+    /// only for reading (read, nothing written to them, existing items) releases those reads,
+    /// waits for the item, then takes them back in key order, checking each against what it read:
+    /// the values its caller already has are still true once the transaction holds every lock, so
+    /// a transaction that read from then to waits in key order without a retry. A read found
+    /// changed (or any failure once a read is released) rolls the transaction back
+    /// (`Error::RolledBack`, which `run` retries). It goes before
+    /// [`yield_out_of_order`](Self::yield_out_of_order) where both apply, and applies to every
+    /// transaction, not only `run`'s. Not with [`wait_in_ticket_order`](Self::wait_in_ticket_order).
+    /// Off by default while it is measured (docs/PROTOCOL.md "Reads taken back in key order").
+    pub reorder_held_reads: bool,
     /// When set, finalized TX records get a TTL attribute (`_TxE`, epoch seconds) this far in the
     /// future, so DynamoDB deletes them for free once TTL is enabled on the table.
     pub record_ttl: Option<Duration>,
@@ -320,6 +331,7 @@ impl Default for Settings {
             wait_for_running_holders: false,
             first_attempt_patience: Duration::from_secs(2),
             yield_out_of_order: true,
+            reorder_held_reads: false,
             record_ttl: None,
             batch_locks: true,
             roll_forward: true,

@@ -162,12 +162,20 @@ impl Transaction {
         }
         let e = st.items[r].clone();
         let first = self.expected_existence(st, r).await?;
-        let below = super::lock_phase::below_held(st, r);
+        let order = self.order_of(st, r);
         let (recorded, locked) = tokio::join!(
             self.flush(st),
             // Boxed as in `hold_lock`: the lock loop's future is large.
-            Box::pin(self.lock_one(&e.table, &e.key, first, false, below))
+            Box::pin(self.lock_one(&e.table, &e.key, first, false, order))
         );
+        // Below reads it may release: it gave up at the first contention, to take the item in
+        // key order (once the read is recorded: the record must name it before its lock).
+        if recorded.is_ok()
+            && order == super::reorder::Placement::Reorderable
+            && matches!(locked, Err(Error::ItemLocked { .. }))
+        {
+            return self.lock_in_key_order(st, r, first).await;
+        }
         if let Ok(l) = &locked {
             st.items.get_mut(r).expect("entry exists").lock = Some(l.clone());
         }

@@ -35,6 +35,13 @@ impl Transaction {
             }
             _ => {}
         }
+        if !st.released.is_empty() {
+            // A read released to take an item in key order was never taken back and checked.
+            st.rollback_cause = Some(crate::metrics::READ_CHANGED);
+            self.rollback_locked(&mut st).await?;
+            st.released.clear();
+            return Err(self.rolled_back());
+        }
         match self.commit_attempts(&mut st).await {
             // Our fast-path request created the record committed after all (the locking
             // protocol's record creation found it).

@@ -17,6 +17,7 @@ use crate::keys::ItemRef;
 use crate::record::{self, TxState};
 use crate::request::Op;
 
+use super::reorder::Placement;
 use super::{State, Transaction};
 
 /// How often a waiter that paces its looks (`Settings::wait_in_ticket_order`) and holds other
@@ -48,8 +49,13 @@ impl Transaction {
         let first = self.expected_existence(st, r).await?;
         // Boxed: the lock loop's future is large, and callers nest it deep (a debug build's
         // test thread overflowed its stack).
-        let below = below_held(st, r);
-        let lock = Box::pin(self.lock_one(&e.table, &e.key, first, false, below)).await?;
+        let order = self.order_of(st, r);
+        let lock = match Box::pin(self.lock_one(&e.table, &e.key, first, false, order)).await {
+            Err(Error::ItemLocked { .. }) if order == Placement::Reorderable => {
+                return self.lock_in_key_order(st, r, first).await;
+            }
+            l => l?,
+        };
         st.items.get_mut(r).expect("entry exists").lock = Some(lock.clone());
         Ok(lock)
     }
@@ -68,7 +74,9 @@ impl Transaction {
         }
         let results: Vec<(ItemRef, Result<LockInfo>)> = futures::stream::iter(todo)
             .map(|(k, table, key, first)| async move {
-                let r = self.lock_one(&table, &key, first, false, false).await;
+                let r = self
+                    .lock_one(&table, &key, first, false, Placement::InOrder)
+                    .await;
                 (k, r)
             })
             .buffer_unordered(self.inner.settings.concurrency.max(1))
@@ -131,14 +139,14 @@ impl Transaction {
         key: &Item,
         first: Existence,
         without_record: bool,
-        below_held: bool,
+        order: Placement,
     ) -> Result<LockInfo> {
         let mut marked = false;
         // Boxed: the wait's future is large, and callers nest lock waits deep (a wound completes
         // another transaction from inside a wait); on a debug build's test thread the stack
         // overflowed.
         let locked =
-            Box::pin(self.lock_waiting(table, key, first, without_record, below_held, &mut marked))
+            Box::pin(self.lock_waiting(table, key, first, without_record, order, &mut marked))
                 .await;
         if locked.is_err() && marked {
             self.unmark(table, key).await;
@@ -153,7 +161,7 @@ impl Transaction {
         key: &Item,
         first: Existence,
         without_record: bool,
-        below_held: bool,
+        order: Placement,
         marked: &mut bool,
     ) -> Result<LockInfo> {
         use crate::contention::{Contender, Resolution};
@@ -427,7 +435,7 @@ impl Transaction {
             };
             // `run`'s first attempt may give itself up rather than wait (decided before the
             // mark, which it would take off again at once).
-            let resolution = if self.gives_up(resolution, holds_others, below_held, waiting_since) {
+            let resolution = if self.gives_up(resolution, holds_others, order, waiting_since) {
                 Resolution::Yield
             } else {
                 resolution
@@ -628,56 +636,4 @@ impl Transaction {
             owner: last_owner.unwrap_or_else(|| TxId(String::new())),
         })
     }
-}
-
-impl Transaction {
-    /// Whether `run`'s first attempt gives its attempt up (`run` retries it, in the retries'
-    /// class) instead of waiting as `resolution` says:
-    /// - out of key order (`Settings::yield_out_of_order`): it meets contention on an item below
-    ///   one it holds (`below_held`), where it may close a cycle of waits through the items it
-    ///   holds; its retry relocks what it read in key order, where no such cycle forms;
-    /// - past its patience (`Settings::first_attempt_patience`, since `waiting_since`), holding
-    ///   nothing else, behind a retry drawn after it: its retry goes ahead of the retries younger
-    ///   than its unit of work instead of behind every one that comes meanwhile.
-    fn gives_up(
-        &self,
-        resolution: crate::contention::Resolution,
-        holds_others: bool,
-        below_held: bool,
-        waiting_since: tokio::time::Instant,
-    ) -> bool {
-        use crate::contention::Resolution;
-        let settings = &self.inner.settings;
-        if !self.in_run || self.retry {
-            return false;
-        }
-        let out_of_order = settings.yield_out_of_order
-            && below_held
-            && matches!(resolution, Resolution::Wait { .. } | Resolution::Grace);
-        let past_patience = match resolution {
-            Resolution::Wait { on, .. } => {
-                !holds_others
-                    && waiting_since.elapsed() >= settings.first_attempt_patience
-                    && self
-                        .known_ticket()
-                        .is_some_and(|mine| crate::ticket::retry_drawn_after(on, mine))
-            }
-            _ => false,
-        };
-        if out_of_order {
-            debug!(tx = %self.id, "a first attempt meets contention out of key order; yielding");
-        } else if past_patience {
-            debug!(tx = %self.id, "a first attempt past its patience yields to a retry");
-        }
-        let gives_up = out_of_order || past_patience;
-        if gives_up {
-            crate::metrics::contention_yield();
-        }
-        gives_up
-    }
-}
-
-/// Whether `r`'s item is below (in key order: table, then key) an item this attempt holds.
-pub(super) fn below_held(st: &State, r: &ItemRef) -> bool {
-    st.items.iter().any(|(k, e)| e.lock.is_some() && k > r)
 }

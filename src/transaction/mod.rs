@@ -28,6 +28,7 @@ mod one_request;
 mod phased;
 mod places;
 mod registration;
+mod reorder;
 mod without_record;
 mod write_only;
 
@@ -215,6 +216,10 @@ struct State {
     /// lock's first attempt went out then. Cleared once a commit without record is decided or the
     /// record is created (the lock is then trusted, or the transaction rolled back).
     unrecorded_lock_sent: Option<tokio::time::Instant>,
+    /// Reads released to take an item in key order (`Settings::reorder_held_reads`), with what
+    /// each read, until they are all taken back and found unchanged: while any is here, a commit
+    /// is refused (the caller may hold a value the transaction no longer vouches for).
+    released: BTreeMap<ItemRef, Option<crate::error::Item>>,
 }
 
 impl State {

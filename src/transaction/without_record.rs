@@ -63,7 +63,14 @@ impl Transaction {
         // When the first attempt went out: the lock that lands went out then or later, which
         // bounds how long a creation may take to trust it (see `check_unrecorded_lock`).
         st.unrecorded_lock_sent = Some(tokio::time::Instant::now());
-        let lock = Box::pin(self.lock_one(&e.table, &e.key, first, true, false)).await?;
+        let lock = Box::pin(self.lock_one(
+            &e.table,
+            &e.key,
+            first,
+            true,
+            super::reorder::Placement::InOrder,
+        ))
+        .await?;
         st.items.get_mut(r).expect("entry exists").lock = Some(lock.clone());
         Ok(lock)
     }

@@ -52,6 +52,8 @@ impl ChaosWorker {
             s.roll_forward = w % 4 == 1;
             // Coordinators with and without the wait for younger running holders, side by side.
             s.wait_for_running_holders = w.is_multiple_of(3);
+            // Reads released and taken back in key order on half of them.
+            s.reorder_held_reads = w.is_multiple_of(2);
             s.lock_wait = std::time::Duration::from_secs(3);
             s.contention = dynamodb_transactions::ContentionPolicy::Ordered {
                 dead_after: std::time::Duration::from_secs(2),

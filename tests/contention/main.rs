@@ -11,6 +11,7 @@ mod out_of_order;
 mod patience;
 mod policies;
 mod queue;
+mod reorder;
 mod retries;
 mod running;
 mod tickets;

@@ -1,0 +1,193 @@
+//! Locks taken out of key order: what a lock attempt on an item below (table, then key) one this
+//! handle holds may do instead of waiting there, where its wait may close a cycle through the
+//! items it holds.
+//!
+//! - `run`'s first attempt gives itself up (`Settings::yield_out_of_order`), and its retry relocks
+//!   what it read in key order.
+//! - Any transaction whose locks above the item are all held only for reading
+//!   (`Settings::reorder_held_reads`) releases them, waits for the item, then takes them back in
+//!   key order and checks that each still reads as it did: the reads its caller already has stay
+//!   true at the moment the transaction holds every lock, so nothing is given up unless one
+//!   changed. See docs/PROTOCOL.md "Reads taken back in key order".
+//!
+//! Both decide at the first contention, before the waiter's mark; [`Transaction::gives_up`] also
+//! holds `run`'s first attempt's patience behind retries (`Settings::first_attempt_patience`).
+
+use tracing::debug;
+
+use crate::contention::Resolution;
+use crate::error::{Error, Item, Result};
+use crate::item_lock::{Existence, LockInfo};
+use crate::keys::ItemRef;
+
+use super::{State, Transaction};
+
+/// Where a lock attempt stands in key order among the locks its handle holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Placement {
+    /// No lock held above the item (or the caller does not care).
+    InOrder,
+    /// Below a held lock: `run`'s first attempt may give itself up there.
+    BelowHeld,
+    /// Below held locks that are all reads the caller may release and take back
+    /// ([`Transaction::lock_in_key_order`]): the attempt gives up at the first contention.
+    Reorderable,
+}
+
+impl Transaction {
+    /// Where a lock of `r`'s item stands (see [`Placement`]).
+    pub(super) fn order_of(&self, st: &State, r: &ItemRef) -> Placement {
+        if !st.items.iter().any(|(k, e)| e.lock.is_some() && k > r) {
+            Placement::InOrder
+        } else if self.releasable_above(st, r).is_some() {
+            Placement::Reorderable
+        } else {
+            Placement::BelowHeld
+        }
+    }
+
+    /// The held items above `r`, when `Settings::reorder_held_reads` may release them all: each
+    /// an existing item locked for a read only (no write asked, nothing applied), under a record
+    /// this handle knows (a lock without record stands for the record that is not there yet), and
+    /// items do not keep queues (`Settings::wait_in_ticket_order`: a release there writes the
+    /// item's queue).
+    fn releasable_above(&self, st: &State, r: &ItemRef) -> Option<Vec<ItemRef>> {
+        let s = &self.inner.settings;
+        if !s.reorder_held_reads
+            || s.queues()
+            || st.meta.is_none()
+            || st.record_in_doubt
+            || st.unrecorded_lock_sent.is_some()
+        {
+            return None;
+        }
+        let mut above = Vec::new();
+        for (k, e) in st.items.range(r.clone()..).filter(|(k, _)| *k > r) {
+            let Some(l) = &e.lock else { continue };
+            if e.write.is_some() || l.transient || l.applied || st.unfinished.contains(k) {
+                return None;
+            }
+            above.push(k.clone());
+        }
+        (!above.is_empty()).then_some(above)
+    }
+
+    /// Takes `r`'s item after a lock attempt below held reads gave up ([`Placement::Reorderable`]):
+    /// releases the reads above it, waits for it in key order, then takes them back in key order,
+    /// each checked against what it read before. One that changed meanwhile, or any failure once
+    /// a read is released, rolls the transaction back (`RolledBack`: `run` retries it): its
+    /// caller may hold a value the transaction can no longer vouch for. Until every read is taken
+    /// back, the released ones are kept in `st.released`, which refuses a commit.
+    pub(super) async fn lock_in_key_order(
+        &self,
+        st: &mut State,
+        r: &ItemRef,
+        first: Existence,
+    ) -> Result<LockInfo> {
+        let Some(above) = self.releasable_above(st, r) else {
+            return Err(Error::invariant("a reorder without reads to release"));
+        };
+        debug!(tx = %self.id, released = above.len(), "out of key order: releasing reads, taking them back in order");
+        crate::metrics::contention_yield();
+        match self.relock_in_order(st, r, first, &above).await {
+            Ok(lock) => {
+                st.released.clear();
+                Ok(lock)
+            }
+            Err(e) => {
+                debug!(tx = %self.id, error = %e, "reads taken back in key order failed; rolling back");
+                st.rollback_cause = Some(crate::metrics::READ_CHANGED);
+                self.rollback_locked(st).await?;
+                st.released.clear();
+                Err(match e {
+                    e @ Error::RolledBack { .. } => e,
+                    _ => self.rolled_back(),
+                })
+            }
+        }
+    }
+
+    async fn relock_in_order(
+        &self,
+        st: &mut State,
+        r: &ItemRef,
+        first: Existence,
+        above: &[ItemRef],
+    ) -> Result<LockInfo> {
+        for k in above {
+            let mut e = st.items[k].clone();
+            let read: Option<Item> = e.lock.as_ref().and_then(|l| l.current.clone());
+            st.released.insert(k.clone(), read);
+            crate::settle::release_unapplied_lock(&self.inner, &self.id, &mut e).await?;
+            st.items.get_mut(k).expect("entry exists").lock = None;
+        }
+        let (table, key) = (st.items[r].table.clone(), st.items[r].key.clone());
+        let lock = Box::pin(self.lock_one(&table, &key, first, false, Placement::InOrder)).await?;
+        st.items.get_mut(r).expect("entry exists").lock = Some(lock.clone());
+        for k in above {
+            let (table, key) = (st.items[k].table.clone(), st.items[k].key.clone());
+            let again = Box::pin(self.lock_one(
+                &table,
+                &key,
+                Existence::Present,
+                false,
+                Placement::InOrder,
+            ))
+            .await?;
+            st.items.get_mut(k).expect("entry exists").lock = Some(again.clone());
+            if again.transient || again.current != st.released[k] {
+                debug!(tx = %self.id, table, "a read taken back in key order changed meanwhile");
+                return Err(self.rolled_back());
+            }
+        }
+        Ok(lock)
+    }
+
+    /// Whether `run`'s first attempt gives its attempt up (`run` retries it, in the retries'
+    /// class) instead of waiting as `resolution` says; also true at once, for any transaction, when
+    /// its caller takes back the reads held above the item (`Placement::Reorderable`):
+    /// - out of key order (`Settings::yield_out_of_order`): it meets contention on an item below
+    ///   one it holds, where it may close a cycle of waits through the items it holds; its retry
+    ///   relocks what it read in key order, where no such cycle forms;
+    /// - past its patience (`Settings::first_attempt_patience`, since `waiting_since`), holding
+    ///   nothing else, behind a retry drawn after it: its retry goes ahead of the retries younger
+    ///   than its unit of work instead of behind every one that comes meanwhile.
+    pub(super) fn gives_up(
+        &self,
+        resolution: Resolution,
+        holds_others: bool,
+        order: Placement,
+        waiting_since: tokio::time::Instant,
+    ) -> bool {
+        let settings = &self.inner.settings;
+        let contended = matches!(resolution, Resolution::Wait { .. } | Resolution::Grace);
+        if order == Placement::Reorderable && contended {
+            return true;
+        }
+        if !self.in_run || self.retry {
+            return false;
+        }
+        let out_of_order =
+            settings.yield_out_of_order && order == Placement::BelowHeld && contended;
+        let past_patience = match resolution {
+            Resolution::Wait { on, .. } => {
+                !holds_others
+                    && waiting_since.elapsed() >= settings.first_attempt_patience
+                    && self
+                        .known_ticket()
+                        .is_some_and(|mine| crate::ticket::retry_drawn_after(on, mine))
+            }
+            _ => false,
+        };
+        if out_of_order {
+            debug!(tx = %self.id, "a first attempt meets contention out of key order; yielding");
+        } else if past_patience {
+            debug!(tx = %self.id, "a first attempt past its patience yields to a retry");
+        }
+        let gives_up = out_of_order || past_patience;
+        if gives_up {
+            crate::metrics::contention_yield();
+        }
+        gives_up
+    }
+}

@@ -1,0 +1,286 @@
+//! `Settings::reorder_held_reads`: a lock meeting contention on an item below items the
+//! transaction holds only for reading releases those reads, waits for the item, then takes them
+//! back in key order, checking each against what it read.
+
+use std::time::Duration;
+
+use dynamodb_transactions::{Error, TicketSource, Transaction, TransactionManager, TxState};
+
+use crate::common::*;
+use crate::retries::{read_values, write_values};
+use crate::{lock, ordered_with};
+
+fn reordering(env: &TestEnv) -> TransactionManager {
+    ordered_with(env, TicketSource::Counter, Duration::from_secs(30), |s| {
+        s.reorder_held_reads = true;
+        s.backoff_base = Duration::from_millis(1);
+        s.wound_grace = Duration::from_secs(60);
+        s.lock_wait = Duration::from_secs(60);
+    })
+}
+
+/// `a` and `b` at 10; a holder of `a` that sets it to 20 (buffered); a transaction that reads
+/// `b`, then `a`, started while the holder holds `a`.
+async fn staged(
+    env: &TestEnv,
+    m: &TransactionManager,
+) -> (
+    Transaction,
+    tokio::task::JoinHandle<(Transaction, Result<Vec<i64>, Error>)>,
+) {
+    for k in ["a", "b"] {
+        env.raw_put(&env.table, item(&[("Id", s(k)), ("v", n(10))]))
+            .await;
+    }
+    let holder = m.begin();
+    lock(&holder, &env.table, "a").await.unwrap();
+    holder
+        .update_item()
+        .table_name(&env.table)
+        .key("Id", s("a"))
+        .update_expression("SET v = :v")
+        .expression_attribute_values(":v", n(20))
+        .send()
+        .await
+        .unwrap();
+    let (m, table) = (m.clone(), env.table.clone());
+    let reader = tokio::spawn(async move {
+        let tx = m.begin();
+        let read = read_values(&tx, &table, ["b", "a"]).await;
+        (tx, read)
+    });
+    (holder, reader)
+}
+
+/// Waits until `b` was locked by someone and is unlocked again while the holder still holds `a`.
+async fn b_released_while_a_held(env: &TestEnv, holder: &Transaction) {
+    tokio::time::timeout(Duration::from_secs(20), async {
+        let mut locked_once = false;
+        loop {
+            let b = env.raw_get(&env.table, &key("b")).await.unwrap();
+            locked_once |= b.contains_key("_TxId");
+            if locked_once && !b.contains_key("_TxId") {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    })
+    .await
+    .expect("the reader kept `b` while it waited at `a`");
+    let a = env.raw_get(&env.table, &key("a")).await.unwrap();
+    assert_eq!(a["_TxId"], s(holder.id().as_str()), "{a:?}");
+}
+
+/// The reader releases `b` while it waits at `a` (with the setting off, it waited holding `b`),
+/// takes `a` once the holder commits, takes `b` back unchanged, and commits its transfer in one
+/// attempt: its reads are `b` as it first read it and `a` as the holder left it.
+#[tokio::test]
+async fn a_read_below_held_reads_releases_them_and_takes_them_back_in_key_order() {
+    let env = TestEnv::new("ct-reorder").await;
+    let m = reordering(&env);
+    let (holder, reader) = staged(&env, &m).await;
+    b_released_while_a_held(&env, &holder).await;
+    holder.commit().await.unwrap();
+    let (tx, read) = reader.await.unwrap();
+    assert_eq!(read.unwrap(), vec![10, 20]);
+    for k in ["a", "b"] {
+        let raw = env.raw_get(&env.table, &key(k)).await.unwrap();
+        assert_eq!(raw["_TxId"], s(tx.id().as_str()), "{k} held again: {raw:?}");
+    }
+    write_values(&tx, &env.table, [("b", 9), ("a", 21)])
+        .await
+        .unwrap();
+    let id = tx.id().clone();
+    tx.commit().await.unwrap();
+    assert_eq!(
+        env.tx_state(&id).await.map(|s| s.0),
+        Some(TxState::Committed)
+    );
+    assert_eq!(
+        env.raw_get(&env.table, &key("a")).await.unwrap(),
+        item(&[("Id", s("a")), ("v", n(21))])
+    );
+    assert_eq!(
+        env.raw_get(&env.table, &key("b")).await.unwrap(),
+        item(&[("Id", s("b")), ("v", n(9))])
+    );
+}
+
+/// While the reader waits at `a` with `b` released, another transaction changes `b` and commits.
+/// Taking `b` back, the reader finds it changed: its transaction is rolled back (`RolledBack`),
+/// it holds nothing, and `b` keeps the other transaction's value.
+#[tokio::test]
+async fn a_released_read_found_changed_rolls_the_transaction_back() {
+    let env = TestEnv::new("ct-reorder-changed").await;
+    let m = reordering(&env);
+    let (holder, reader) = staged(&env, &m).await;
+    b_released_while_a_held(&env, &holder).await;
+    let other = m.begin();
+    other
+        .update_item()
+        .table_name(&env.table)
+        .key("Id", s("b"))
+        .update_expression("SET v = :v")
+        .expression_attribute_values(":v", n(5))
+        .send()
+        .await
+        .unwrap();
+    other.commit().await.unwrap();
+    holder.commit().await.unwrap();
+    let (tx, read) = reader.await.unwrap();
+    assert!(matches!(read, Err(Error::RolledBack { .. })), "{read:?}");
+    assert_eq!(
+        env.tx_state(tx.id()).await,
+        Some((TxState::RolledBack, true))
+    );
+    assert!(
+        matches!(tx.commit().await, Err(Error::RolledBack { .. })),
+        "a commit after it stays refused"
+    );
+    assert_eq!(
+        env.raw_get(&env.table, &key("a")).await.unwrap(),
+        item(&[("Id", s("a")), ("v", n(20))])
+    );
+    assert_eq!(
+        env.raw_get(&env.table, &key("b")).await.unwrap(),
+        item(&[("Id", s("b")), ("v", n(5))])
+    );
+}
+
+/// A transaction that wrote an item above the one it waits for keeps it: only reads are released.
+#[tokio::test]
+async fn a_written_item_above_is_not_released() {
+    let env = TestEnv::new("ct-reorder-written").await;
+    let m = reordering(&env);
+    for k in ["a", "b"] {
+        env.raw_put(&env.table, item(&[("Id", s(k)), ("v", n(10))]))
+            .await;
+    }
+    let holder = m.begin();
+    lock(&holder, &env.table, "a").await.unwrap();
+    let (m2, table) = (m.clone(), env.table.clone());
+    let writer = tokio::spawn(async move {
+        let tx = m2.begin();
+        // Applied at once (ALL_NEW): `b` carries this transaction's write.
+        tx.update_item()
+            .table_name(&table)
+            .key("Id", s("b"))
+            .update_expression("SET v = :v")
+            .expression_attribute_values(":v", n(9))
+            .return_values(aws_sdk_dynamodb::types::ReturnValue::AllNew)
+            .send()
+            .await?;
+        let a = read_values(&tx, &table, ["a", "a"]).await?;
+        Ok::<_, Error>((tx, a))
+    });
+    // `b` stays locked by the writer while it waits at `a`.
+    let b_owner = tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            let b = env.raw_get(&env.table, &key("b")).await.unwrap();
+            if b.contains_key("_TxA") {
+                break b["_TxId"].clone();
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("the writer applied its write of b");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let b = env.raw_get(&env.table, &key("b")).await.unwrap();
+    assert_eq!(b["_TxId"], b_owner, "b kept while the writer waits: {b:?}");
+    holder.commit().await.unwrap();
+    let (tx, a) = writer.await.unwrap().unwrap();
+    assert_eq!(a, vec![10, 10]);
+    tx.commit().await.unwrap();
+    assert_eq!(
+        env.raw_get(&env.table, &key("b")).await.unwrap(),
+        item(&[("Id", s("b")), ("v", n(9))])
+    );
+}
+
+/// The reader's coordinator dies at each of its requests from its read of `a` on (before the
+/// request is sent, or after it landed): releasing `b`, the looks at `a`, taking `b` back. Once
+/// the holder commits and a sweep finishes everything, both items are unlocked with the
+/// holder's values, and the reader's record is rolled back or gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_dying_at_any_request_of_its_reorder_leaves_nothing_behind() {
+    use dynamodb_transactions::fault::{FaultInjector, FaultMode};
+    use dynamodb_transactions::sweeper::SweepOptions;
+    let env = TestEnv::new("ct-reorder-crash").await;
+    let faults = FaultInjector::new();
+    let readers = crate::ordered_on(&env, client_with(vec![shared(faults.clone())]), |s| {
+        s.reorder_held_reads = true;
+        s.backoff_base = Duration::from_millis(1);
+        s.wound_grace = Duration::from_secs(60);
+        s.lock_wait = Duration::from_secs(10);
+    });
+    let holders = reordering(&env);
+    let mut released = 0;
+    for mode in [FaultMode::BeforeSend, FaultMode::AfterSend] {
+        for at in 1..=6 {
+            let label = format!("{mode:?} at request {at}");
+            for k in ["a", "b"] {
+                env.raw_put(&env.table, item(&[("Id", s(k)), ("v", n(10))]))
+                    .await;
+            }
+            let holder = holders.begin();
+            lock(&holder, &env.table, "a").await.unwrap();
+            set_a(&holder, &env.table, 20).await;
+            let reader = readers.begin();
+            let rid = reader.id().clone();
+            read_values(&reader, &env.table, ["b", "b"]).await.unwrap();
+            faults.crash_at(at, mode);
+            let (table, tx) = (env.table.clone(), reader);
+            let waiting = tokio::spawn(async move {
+                let read = read_values(&tx, &table, ["a", "a"]).await;
+                tx.abandon();
+                read
+            });
+            // Commit the holder once `b` is released or the reader is gone.
+            let mut saw_release = false;
+            while !waiting.is_finished() {
+                let b = env.raw_get(&env.table, &key("b")).await.unwrap();
+                if !b.contains_key("_TxId") {
+                    saw_release = true;
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            released += u32::from(saw_release);
+            holder.commit().await.unwrap();
+            let read = waiting.await.unwrap();
+            assert!(read.is_err(), "{label}: the reader died: {read:?}");
+            faults.disarm();
+            let report = env
+                .manager
+                .sweep(&SweepOptions::finish_everything_now().tables_to_scan([env.table.clone()]))
+                .await
+                .unwrap();
+            assert!(report.errors.is_empty(), "{label}: {report:?}");
+            for (k, v) in [("a", 20), ("b", 10)] {
+                assert_eq!(
+                    env.raw_get(&env.table, &key(k)).await.unwrap(),
+                    item(&[("Id", s(k)), ("v", n(v))]),
+                    "{label}"
+                );
+            }
+            match env.tx_state(&rid).await {
+                None | Some((TxState::RolledBack, true)) => {}
+                other => panic!("{label}: the reader's record: {other:?}"),
+            }
+        }
+    }
+    assert!(released > 0, "no run reached the release of b");
+}
+
+/// Sets `a`'s `v` in `tx` (buffered).
+async fn set_a(tx: &Transaction, table: &str, v: i64) {
+    tx.update_item()
+        .table_name(table)
+        .key("Id", s("a"))
+        .update_expression("SET v = :v")
+        .expression_attribute_values(":v", n(v))
+        .send()
+        .await
+        .unwrap();
+}
