@@ -8,7 +8,7 @@ use dynamodb_transactions::{Error, TicketSource, Transaction, TransactionManager
 
 use crate::common::*;
 use crate::retries::{read_values, write_values};
-use crate::{lock, ordered_with};
+use crate::{held_by, lock, ordered_with};
 
 fn reordering(env: &TestEnv) -> TransactionManager {
     ordered_with(env, TicketSource::Counter, Duration::from_secs(30), |s| {
@@ -19,7 +19,7 @@ fn reordering(env: &TestEnv) -> TransactionManager {
     })
 }
 
-/// `a` and `b` at 10; a holder of `a` that sets it to 20 (buffered); a transaction that reads
+/// `b` at 10; a holder of `a` (at 1) that sets it to 2 (buffered); a transaction that reads
 /// `b`, then `a`, started while the holder holds `a`.
 async fn staged(
     env: &TestEnv,
@@ -28,21 +28,9 @@ async fn staged(
     Transaction,
     tokio::task::JoinHandle<(Transaction, Result<Vec<i64>, Error>)>,
 ) {
-    for k in ["a", "b"] {
-        env.raw_put(&env.table, item(&[("Id", s(k)), ("v", n(10))]))
-            .await;
-    }
-    let holder = m.begin();
-    lock(&holder, &env.table, "a").await.unwrap();
-    holder
-        .update_item()
-        .table_name(&env.table)
-        .key("Id", s("a"))
-        .update_expression("SET v = :v")
-        .expression_attribute_values(":v", n(20))
-        .send()
-        .await
-        .unwrap();
+    env.raw_put(&env.table, item(&[("Id", s("b")), ("v", n(10))]))
+        .await;
+    let holder = held_by(env, m, "a").await;
     let (m, table) = (m.clone(), env.table.clone());
     let reader = tokio::spawn(async move {
         let tx = m.begin();
@@ -82,12 +70,12 @@ async fn a_read_below_held_reads_releases_them_and_takes_them_back_in_key_order(
     b_released_while_a_held(&env, &holder).await;
     holder.commit().await.unwrap();
     let (tx, read) = reader.await.unwrap();
-    assert_eq!(read.unwrap(), vec![10, 20]);
+    assert_eq!(read.unwrap(), vec![10, 2]);
     for k in ["a", "b"] {
         let raw = env.raw_get(&env.table, &key(k)).await.unwrap();
         assert_eq!(raw["_TxId"], s(tx.id().as_str()), "{k} held again: {raw:?}");
     }
-    write_values(&tx, &env.table, [("b", 9), ("a", 21)])
+    write_values(&tx, &env.table, [("b", 9), ("a", 3)])
         .await
         .unwrap();
     let id = tx.id().clone();
@@ -98,7 +86,7 @@ async fn a_read_below_held_reads_releases_them_and_takes_them_back_in_key_order(
     );
     assert_eq!(
         env.raw_get(&env.table, &key("a")).await.unwrap(),
-        item(&[("Id", s("a")), ("v", n(21))])
+        item(&[("Id", s("a")), ("v", n(3))])
     );
     assert_eq!(
         env.raw_get(&env.table, &key("b")).await.unwrap(),
@@ -139,7 +127,7 @@ async fn a_released_read_found_changed_rolls_the_transaction_back() {
     );
     assert_eq!(
         env.raw_get(&env.table, &key("a")).await.unwrap(),
-        item(&[("Id", s("a")), ("v", n(20))])
+        item(&[("Id", s("a")), ("v", n(2))])
     );
     assert_eq!(
         env.raw_get(&env.table, &key("b")).await.unwrap(),
@@ -219,13 +207,9 @@ async fn a_reader_dying_at_any_request_of_its_reorder_leaves_nothing_behind() {
     for mode in [FaultMode::BeforeSend, FaultMode::AfterSend] {
         for at in 1..=6 {
             let label = format!("{mode:?} at request {at}");
-            for k in ["a", "b"] {
-                env.raw_put(&env.table, item(&[("Id", s(k)), ("v", n(10))]))
-                    .await;
-            }
-            let holder = holders.begin();
-            lock(&holder, &env.table, "a").await.unwrap();
-            set_a(&holder, &env.table, 20).await;
+            env.raw_put(&env.table, item(&[("Id", s("b")), ("v", n(10))]))
+                .await;
+            let holder = held_by(&env, &holders, "a").await;
             let reader = readers.begin();
             let rid = reader.id().clone();
             read_values(&reader, &env.table, ["b", "b"]).await.unwrap();
@@ -257,7 +241,7 @@ async fn a_reader_dying_at_any_request_of_its_reorder_leaves_nothing_behind() {
                 .await
                 .unwrap();
             assert!(report.errors.is_empty(), "{label}: {report:?}");
-            for (k, v) in [("a", 20), ("b", 10)] {
+            for (k, v) in [("a", 2), ("b", 10)] {
                 assert_eq!(
                     env.raw_get(&env.table, &key(k)).await.unwrap(),
                     item(&[("Id", s(k)), ("v", n(v))]),
@@ -271,16 +255,4 @@ async fn a_reader_dying_at_any_request_of_its_reorder_leaves_nothing_behind() {
         }
     }
     assert!(released > 0, "no run reached the release of b");
-}
-
-/// Sets `a`'s `v` in `tx` (buffered).
-async fn set_a(tx: &Transaction, table: &str, v: i64) {
-    tx.update_item()
-        .table_name(table)
-        .key("Id", s("a"))
-        .update_expression("SET v = :v")
-        .expression_attribute_values(":v", n(v))
-        .send()
-        .await
-        .unwrap();
 }
