@@ -131,6 +131,39 @@ pub(crate) async fn mark(
     Ok(matches!(w.send(client, None).await?, Written::Ok(_)))
 }
 
+/// The release of `me`'s unapplied lock on the existing item `table`/`key` that leaves `mark`
+/// on it, as one write: a transaction that lets a read go to take an item below it in key order
+/// (`Settings::reorder_held_reads`) and keeps its turn at the read's item, so that a younger
+/// transaction does not take and change it meanwhile. Conditional, beyond the release's own
+/// condition, on no live mark older than `mark` at `now`: where there is one, the caller
+/// releases without a mark.
+pub(crate) fn release_marking(
+    table: &str,
+    key: &Item,
+    me: &crate::TxId,
+    mark: HeadMark,
+    now: u64,
+) -> Write {
+    let mut w = super::release_write(table, key, false, false, me);
+    let cond = lock_condition(&mut w.ph, Some(mark.ticket), now);
+    let value = AttributeValue::M(
+        [
+            ("t".to_string(), AttributeValue::N(mark.ticket.to_string())),
+            ("e".to_string(), AttributeValue::N(mark.expiry.to_string())),
+        ]
+        .into(),
+    );
+    let set = format!(" SET {} = {}", w.ph.name(HEAD), w.ph.value("Head", value));
+    if let crate::ddb::WriteKind::Update { update, .. } = &mut w.kind {
+        update.push_str(&set);
+    }
+    w.condition = Some(match w.condition.take() {
+        Some(c) => format!("{c} AND {cond}"),
+        None => cond,
+    });
+    w
+}
+
 /// Removes the mark of ticket `mine` from `table`/`key`, if the item carries it (conditional on
 /// that). True when it was there.
 pub(crate) async fn unmark(client: &Client, table: &str, key: &Item, mine: u64) -> Result<bool> {

@@ -98,7 +98,13 @@ impl Transaction {
                 debug!(tx = %self.id, error = %e, "reads taken back in key order failed; rolling back");
                 st.rollback_cause = Some(crate::metrics::READ_CHANGED);
                 self.rollback_locked(st).await?;
-                st.released.clear();
+                // The turns kept at the released items, where no lock took them since.
+                let released: Vec<ItemRef> = std::mem::take(&mut st.released).into_keys().collect();
+                for k in released {
+                    if let Some(e) = st.items.get(&k) {
+                        self.unmark(&e.table, &e.key).await;
+                    }
+                }
                 Err(match e {
                     e @ Error::RolledBack { .. } => e,
                     _ => self.rolled_back(),
@@ -118,7 +124,9 @@ impl Transaction {
             let mut e = st.items[k].clone();
             let read: Option<Item> = e.lock.as_ref().and_then(|l| l.current.clone());
             st.released.insert(k.clone(), read);
-            crate::settle::release_unapplied_lock(&self.inner, &self.id, &mut e).await?;
+            if !self.release_keeping_turn(&e.table, &e.key).await? {
+                crate::settle::release_unapplied_lock(&self.inner, &self.id, &mut e).await?;
+            }
             st.items.get_mut(k).expect("entry exists").lock = None;
         }
         let (table, key) = (st.items[r].table.clone(), st.items[r].key.clone());
@@ -141,6 +149,31 @@ impl Transaction {
             }
         }
         Ok(lock)
+    }
+
+    /// Releases this handle's read lock on `table`/`key` leaving its mark there (the oldest
+    /// waiter's, `Settings::mark_oldest_waiter`), so that no younger transaction takes the item
+    /// before this one takes it back: true when that landed. False (nothing written) without
+    /// marks or a ticket, or when an older live mark is there.
+    async fn release_keeping_turn(&self, table: &str, key: &Item) -> Result<bool> {
+        let Some(mine) = self
+            .known_ticket()
+            .filter(|_| self.inner.settings.head_marks())
+        else {
+            return Ok(false);
+        };
+        let now = crate::ddb::now_millis();
+        let mark = crate::item_lock::head::HeadMark {
+            ticket: mine,
+            expiry: now + self.inner.settings.queue_ttl.as_millis() as u64,
+        };
+        let w = crate::item_lock::head::release_marking(table, key, &self.id, mark, now);
+        let landed = matches!(
+            w.send(&self.inner.client, None).await?,
+            crate::ddb::Written::Ok(_)
+        );
+        debug!(tx = %self.id, table, landed, "released a read keeping its turn at the item");
+        Ok(landed)
     }
 
     /// Whether `run`'s first attempt gives its attempt up (`run` retries it, in the retries'

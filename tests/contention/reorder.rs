@@ -57,6 +57,11 @@ async fn b_released_while_a_held(env: &TestEnv, holder: &Transaction) {
     .expect("the reader kept `b` while it waited at `a`");
     let a = env.raw_get(&env.table, &key("a")).await.unwrap();
     assert_eq!(a["_TxId"], s(holder.id().as_str()), "{a:?}");
+    let b = env.raw_get(&env.table, &key("b")).await.unwrap();
+    assert!(
+        b.contains_key("_TxH"),
+        "the reader keeps its turn at b: {b:?}"
+    );
 }
 
 /// The reader releases `b` while it waits at `a` (with the setting off, it waited holding `b`),
@@ -94,16 +99,56 @@ async fn a_read_below_held_reads_releases_them_and_takes_them_back_in_key_order(
     );
 }
 
-/// While the reader waits at `a` with `b` released, another transaction changes `b` and commits.
+/// A transaction younger than the reader that wants `b` while the reader waits at `a` with `b`
+/// released is held off by the turn the reader keeps there (its mark), so the reader takes `b`
+/// back unchanged and commits; the younger one takes `b` after it.
+#[tokio::test]
+async fn a_younger_transaction_waits_behind_the_turn_a_released_read_keeps() {
+    let env = TestEnv::new("ct-reorder-turn").await;
+    let m = reordering(&env);
+    let (holder, reader) = staged(&env, &m).await;
+    b_released_while_a_held(&env, &holder).await;
+    let (m2, table) = (m.clone(), env.table.clone());
+    let younger = tokio::spawn(async move {
+        let tx = m2.begin();
+        let v = read_values(&tx, &table, ["b", "b"]).await?;
+        tx.update_item()
+            .table_name(&table)
+            .key("Id", s("b"))
+            .update_expression("SET v = :v")
+            .expression_attribute_values(":v", n(v[0] * 100))
+            .send()
+            .await?;
+        tx.commit().await
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let b = env.raw_get(&env.table, &key("b")).await.unwrap();
+    assert!(!b.contains_key("_TxId"), "the younger one took b: {b:?}");
+    holder.commit().await.unwrap();
+    let (tx, read) = reader.await.unwrap();
+    assert_eq!(read.unwrap(), vec![10, 2]);
+    write_values(&tx, &env.table, [("b", 9), ("a", 3)])
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    younger.await.unwrap().unwrap();
+    assert_eq!(
+        env.raw_get(&env.table, &key("b")).await.unwrap(),
+        item(&[("Id", s("b")), ("v", n(900))])
+    );
+}
+
+/// While the reader waits at `a` with `b` released, an older transaction changes `b` and commits.
 /// Taking `b` back, the reader finds it changed: its transaction is rolled back (`RolledBack`),
 /// it holds nothing, and `b` keeps the other transaction's value.
 #[tokio::test]
 async fn a_released_read_found_changed_rolls_the_transaction_back() {
     let env = TestEnv::new("ct-reorder-changed").await;
     let m = reordering(&env);
+    // Older than the reader (tickets at begin): it passes the turn the reader keeps at `b`.
+    let other = m.begin();
     let (holder, reader) = staged(&env, &m).await;
     b_released_while_a_held(&env, &holder).await;
-    let other = m.begin();
     other
         .update_item()
         .table_name(&env.table)
