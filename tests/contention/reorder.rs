@@ -232,7 +232,8 @@ async fn a_written_item_above_is_not_released() {
 }
 
 /// The reader's coordinator dies at each of its requests from its read of `a` on (before the
-/// request is sent, or after it landed): releasing `b`, the looks at `a`, taking `b` back. Once
+/// request is sent, or after it landed): releasing `b`, the looks at `a`, taking `b` back (a
+/// reader done in fewer requests is abandoned holding both). Once
 /// the holder commits and a sweep finishes everything, both items are unlocked with the
 /// holder's values, and the reader's record is rolled back or gone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -278,7 +279,12 @@ async fn a_reader_dying_at_any_request_of_its_reorder_leaves_nothing_behind() {
             released += u32::from(saw_release);
             holder.commit().await.unwrap();
             let read = waiting.await.unwrap();
-            assert!(read.is_err(), "{label}: the reader died: {read:?}");
+            if faults.struck() {
+                assert!(read.is_err(), "{label}: the reader died: {read:?}");
+            } else {
+                // Done in fewer requests (the holder committed early): abandoned holding both.
+                assert_eq!(read.unwrap(), vec![2, 2], "{label}");
+            }
             faults.disarm();
             let report = env
                 .manager
