@@ -41,6 +41,17 @@ impl HeadMark {
         })
     }
 
+    /// The mark as an item carries it (`{t, e}`).
+    fn value(&self) -> AttributeValue {
+        AttributeValue::M(
+            [
+                ("t".to_string(), AttributeValue::N(self.ticket.to_string())),
+                ("e".to_string(), AttributeValue::N(self.expiry.to_string())),
+            ]
+            .into(),
+        )
+    }
+
     /// Whether the mark still counts at `now`.
     pub(crate) fn live(&self, now: u64) -> bool {
         self.expiry >= now
@@ -119,13 +130,7 @@ pub(crate) async fn mark(
         lock_condition(&mut ph, Some(mark.ticket), now)
     );
     let h = ph.name(HEAD);
-    let value = AttributeValue::M(
-        [
-            ("t".to_string(), AttributeValue::N(mark.ticket.to_string())),
-            ("e".to_string(), AttributeValue::N(mark.expiry.to_string())),
-        ]
-        .into(),
-    );
+    let value = mark.value();
     let update = format!("SET {h} = {}", ph.value("Head", value));
     let w = Write::update(table, key.clone(), update, cond, ph);
     Ok(matches!(w.send(client, None).await?, Written::Ok(_)))
@@ -146,13 +151,7 @@ pub(crate) fn release_marking(
 ) -> Write {
     let mut w = super::release_write(table, key, false, false, me);
     let cond = lock_condition(&mut w.ph, Some(mark.ticket), now);
-    let value = AttributeValue::M(
-        [
-            ("t".to_string(), AttributeValue::N(mark.ticket.to_string())),
-            ("e".to_string(), AttributeValue::N(mark.expiry.to_string())),
-        ]
-        .into(),
-    );
+    let value = mark.value();
     let set = format!(" SET {} = {}", w.ph.name(HEAD), w.ph.value("Head", value));
     if let crate::ddb::WriteKind::Update { update, .. } = &mut w.kind {
         update.push_str(&set);

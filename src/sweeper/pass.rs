@@ -337,7 +337,7 @@ impl Pass<'_> {
         self.note(|r| r.orphan_images_deleted += 1);
     }
 
-    /// One locked item of a user table.
+    /// One item of a user table the scan returned: locked, or carrying a waiter's mark (or both).
     async fn locked_item(&self, table: &str, schema: &crate::keys::KeySchema, item: Item) {
         let key = item_lock::key_of(schema, &item);
         if let Some(mark) = item_lock::head::HeadMark::of(&item) {
