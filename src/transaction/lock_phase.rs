@@ -214,7 +214,8 @@ impl Transaction {
             // Whether this look read our own record (with the holder's).
             let mut own_read = false;
             // This transaction asked for other locks: it may hold items others wait for.
-            let holds_others = self.lock_requests.load(Ordering::SeqCst) > 1;
+            let holds_others =
+                order != Placement::Released && self.lock_requests.load(Ordering::SeqCst) > 1;
             self.wrote.store(true, Ordering::SeqCst);
             // The marked waiter's look is conditional on its very mark: one that lands late (after
             // an ambiguous failure), when the waiter has taken the item since, takes nothing.

@@ -32,6 +32,11 @@ pub(super) enum Placement {
     /// Below held locks that are all reads the caller may release and take back
     /// ([`Transaction::lock_in_key_order`]): the attempt gives up at the first contention.
     Reorderable,
+    /// Taken after those reads were released, by a handle holding no other lock: it waits as a
+    /// handle holding nothing (a released read keeps only its turn, which older transactions
+    /// pass), not as one counting its released reads as held, which would give a first attempt up
+    /// at once behind a retry.
+    Released,
 }
 
 impl Transaction {
@@ -130,7 +135,12 @@ impl Transaction {
             st.items.get_mut(k).expect("entry exists").lock = None;
         }
         let (table, key) = (st.items[r].table.clone(), st.items[r].key.clone());
-        let lock = Box::pin(self.lock_one(&table, &key, first, false, Placement::InOrder)).await?;
+        let order = if st.items.values().any(|e| e.lock.is_some()) {
+            Placement::InOrder
+        } else {
+            Placement::Released
+        };
+        let lock = Box::pin(self.lock_one(&table, &key, first, false, order)).await?;
         st.items.get_mut(r).expect("entry exists").lock = Some(lock.clone());
         for k in above {
             let (table, key) = (st.items[k].table.clone(), st.items[k].key.clone());

@@ -41,7 +41,7 @@ async fn staged(
 }
 
 /// Waits until `b` was locked by someone and is unlocked again while the holder still holds `a`.
-async fn b_released_while_a_held(env: &TestEnv, holder: &Transaction) {
+async fn b_released_while_a_held(env: &TestEnv, holder: &str) {
     tokio::time::timeout(Duration::from_secs(20), async {
         let mut locked_once = false;
         loop {
@@ -56,7 +56,7 @@ async fn b_released_while_a_held(env: &TestEnv, holder: &Transaction) {
     .await
     .expect("the reader kept `b` while it waited at `a`");
     let a = env.raw_get(&env.table, &key("a")).await.unwrap();
-    assert_eq!(a["_TxId"], s(holder.id().as_str()), "{a:?}");
+    assert_eq!(a["_TxId"], s(holder), "{a:?}");
     let b = env.raw_get(&env.table, &key("b")).await.unwrap();
     assert!(
         b.contains_key("_TxH"),
@@ -72,7 +72,7 @@ async fn a_read_below_held_reads_releases_them_and_takes_them_back_in_key_order(
     let env = TestEnv::new("ct-reorder").await;
     let m = reordering(&env);
     let (holder, reader) = staged(&env, &m).await;
-    b_released_while_a_held(&env, &holder).await;
+    b_released_while_a_held(&env, holder.id().as_str()).await;
     holder.commit().await.unwrap();
     let (tx, read) = reader.await.unwrap();
     assert_eq!(read.unwrap(), vec![10, 2]);
@@ -107,7 +107,7 @@ async fn a_younger_transaction_waits_behind_the_turn_a_released_read_keeps() {
     let env = TestEnv::new("ct-reorder-turn").await;
     let m = reordering(&env);
     let (holder, reader) = staged(&env, &m).await;
-    b_released_while_a_held(&env, &holder).await;
+    b_released_while_a_held(&env, holder.id().as_str()).await;
     let (m2, table) = (m.clone(), env.table.clone());
     let younger = tokio::spawn(async move {
         let tx = m2.begin();
@@ -148,7 +148,7 @@ async fn a_released_read_found_changed_rolls_the_transaction_back() {
     // Older than the reader (tickets at begin): it passes the turn the reader keeps at `b`.
     let other = m.begin();
     let (holder, reader) = staged(&env, &m).await;
-    b_released_while_a_held(&env, &holder).await;
+    b_released_while_a_held(&env, holder.id().as_str()).await;
     other
         .update_item()
         .table_name(&env.table)
@@ -177,6 +177,88 @@ async fn a_released_read_found_changed_rolls_the_transaction_back() {
     assert_eq!(
         env.raw_get(&env.table, &key("b")).await.unwrap(),
         item(&[("Id", s("b")), ("v", n(5))])
+    );
+}
+
+/// Regression: a first attempt that released its reads holds no lock while it waits for the item
+/// below them, so it waits for a retry holding that item, as a first attempt holding nothing does.
+/// It used to count the released reads as held and give its attempt up at once (a first attempt
+/// holding other locks yields to a retry), which rolled back most reorders of the from-then-to
+/// transfers through the DynamoDB profile. Here the holder of `a` is `run`'s retry; the reader,
+/// a first attempt, reads `b`, then `a`: it releases `b` keeping its turn, waits, takes `a` once
+/// the retry commits and `b` back unchanged.
+#[tokio::test]
+async fn a_first_attempt_that_released_its_reads_waits_for_a_retry() {
+    let env = TestEnv::new("ct-reorder-retry").await;
+    let m = reordering(&env);
+    for (k, v) in [("a", 1), ("b", 10)] {
+        env.raw_put(&env.table, item(&[("Id", s(k)), ("v", n(v))]))
+            .await;
+    }
+    let (holding, go) = (tokio::sync::Notify::new(), tokio::sync::Notify::new());
+    let attempts = std::sync::atomic::AtomicU32::new(0);
+    let (table, other) = (env.table.clone(), env.manager.clone());
+    let retry = m.run(async |tx| {
+        let attempt = attempts.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+        let v = read_values(tx, &table, ["a", "a"]).await?;
+        if attempt == 1 {
+            // Rolled back by a competitor: the next attempt is a retry.
+            other.rollback_transaction(tx.id()).await.unwrap();
+        } else {
+            holding.notify_one();
+            go.notified().await;
+        }
+        tx.update_item()
+            .table_name(&table)
+            .key("Id", s("a"))
+            .update_expression("SET v = :v")
+            .expression_attribute_values(":v", n(v[0] + 1))
+            .send()
+            .await?;
+        Ok(tx.id().clone())
+    });
+    let driver = async {
+        holding.notified().await;
+        let holder = env.raw_get(&env.table, &key("a")).await.unwrap()["_TxId"]
+            .as_s()
+            .unwrap()
+            .clone();
+        let (m, table) = (m.clone(), env.table.clone());
+        let reader = tokio::spawn(async move {
+            let tx = m.begin();
+            let read = read_values(&tx, &table, ["b", "a"]).await;
+            (tx, read)
+        });
+        b_released_while_a_held(&env, &holder).await;
+        // Waiting, not given up: still pending, holding nothing but its turn at `b`.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(!reader.is_finished(), "the reader gave up at `a`");
+        go.notify_one();
+        (holder, reader.await.unwrap())
+    };
+    let (committed, (holder, (tx, read))) = tokio::join!(retry, driver);
+    assert_eq!(committed.unwrap().as_str(), holder);
+    assert_eq!(attempts.load(std::sync::atomic::Ordering::SeqCst), 2);
+    assert_eq!(
+        read.unwrap(),
+        vec![10, 2],
+        "b as first read, a as the retry left it"
+    );
+    for k in ["a", "b"] {
+        let raw = env.raw_get(&env.table, &key(k)).await.unwrap();
+        assert_eq!(raw["_TxId"], s(tx.id().as_str()), "{k} held: {raw:?}");
+    }
+    write_values(&tx, &env.table, [("b", 9), ("a", 3)])
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(
+        env.raw_get(&env.table, &key("a")).await.unwrap(),
+        item(&[("Id", s("a")), ("v", n(3))])
+    );
+    assert_eq!(
+        env.raw_get(&env.table, &key("b")).await.unwrap(),
+        item(&[("Id", s("b")), ("v", n(9))])
     );
 }
 
