@@ -357,19 +357,28 @@ impl TransactionManager {
         let mut relock: Vec<(String, Item)> = Vec::new();
         loop {
             attempt += 1;
+            let first_attempt = attempt == 1;
             let tx = Transaction::with_ticket(
                 self.inner.clone(),
                 TxId::new_random(),
                 ticket.clone(),
                 places.clone(),
-                attempt > 1,
+                !first_attempt,
             )
             .in_run();
             let id = tx.id().clone();
-            let worked = match tx.lock_reads(&relock).await {
+            let mut worked = match tx.lock_reads(&relock).await {
                 Ok(()) => work(&tx).await,
                 Err(e) => Err(e),
             };
+            // A read taken back in key order changed (`Settings::reorder_held_reads`): the work
+            // runs again in this transaction, which holds every lock it asked for.
+            while worked.is_err() && attempt < attempts && tx.take_restart().await {
+                attempt += 1;
+                tracing::debug!(tx = %id, attempt, "running the unit of work again in its transaction");
+                crate::metrics::retry(crate::metrics::RUN_ATTEMPT);
+                worked = work(&tx).await;
+            }
             if self.inner.settings.run_relocks_reads {
                 relock = tx.read_items().await;
             }
@@ -416,7 +425,7 @@ impl TransactionManager {
             {
                 let _ = crate::ticket::take_once(&self.inner, &ticket).await;
             }
-            if attempt == 1 {
+            if first_attempt {
                 // The retries record the ticket in another class: the places taken with the first
                 // attempt's ticket no longer say where this unit of work stands.
                 places.leave(&self.inner).await;

@@ -35,8 +35,9 @@ impl Transaction {
             }
             _ => {}
         }
-        if !st.released.is_empty() {
-            // A read released to take an item in key order was never taken back and checked.
+        if !st.released.is_empty() || st.restart {
+            // A read released to take an item in key order was never taken back and checked, or
+            // was found changed (and `run` did not run the work again).
             st.rollback_cause = Some(crate::metrics::READ_CHANGED);
             self.rollback_locked(&mut st).await?;
             st.released.clear();

@@ -220,6 +220,10 @@ struct State {
     /// each read, until they are all taken back and found unchanged: while any is here, a commit
     /// is refused (the caller may hold a value the transaction no longer vouches for).
     released: BTreeMap<ItemRef, Option<crate::error::Item>>,
+    /// `run`'s attempt runs its work again in this transaction: a read taken back in key order
+    /// changed, and the handle holds every lock it asked for, with nothing written. Until `run`
+    /// takes the flag, a commit is refused (the caller may hold the value that changed).
+    restart: bool,
 }
 
 impl State {
@@ -307,6 +311,12 @@ impl Transaction {
     pub(crate) fn in_run(mut self) -> Transaction {
         self.in_run = true;
         self
+    }
+
+    /// Whether `run` runs its work again in this transaction, holding its locks (a read taken
+    /// back in key order changed: see [`reorder`]); clears the request.
+    pub(crate) async fn take_restart(&self) -> bool {
+        std::mem::take(&mut self.state.lock().await.restart)
     }
 
     /// `Error::RolledBack` for this transaction: someone decided it while this handle worked.

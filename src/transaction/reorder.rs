@@ -81,8 +81,11 @@ impl Transaction {
     /// releases the reads above it, waits for it in key order, then takes them back in key order,
     /// each checked against what it read before. One that changed meanwhile, or any failure once
     /// a read is released, rolls the transaction back (`RolledBack`: `run` retries it): its
-    /// caller may hold a value the transaction can no longer vouch for. Until every read is taken
-    /// back, the released ones are kept in `st.released`, which refuses a commit.
+    /// caller may hold a value the transaction can no longer vouch for. Except in `run`, when
+    /// every lock was taken back and nothing is written: the call then returns `RolledBack`
+    /// with the transaction still pending and every lock held, and `run` runs its work again in
+    /// it (`State::restart`), as a retry that has relocked its reads would. Until every read is
+    /// taken back, the released ones are kept in `st.released`, which refuses a commit.
     pub(super) async fn lock_in_key_order(
         &self,
         st: &mut State,
@@ -94,37 +97,60 @@ impl Transaction {
         };
         debug!(tx = %self.id, released = above.len(), "out of key order: releasing reads, taking them back in order");
         crate::metrics::contention_yield();
-        match self.relock_in_order(st, r, first, &above).await {
-            Ok(lock) => {
+        let failed = match self.relock_in_order(st, r, first, &above).await {
+            Ok((lock, false)) => {
                 st.released.clear();
-                Ok(lock)
+                return Ok(lock);
             }
-            Err(e) => {
-                debug!(tx = %self.id, error = %e, "reads taken back in key order failed; rolling back");
-                st.rollback_cause = Some(crate::metrics::READ_CHANGED);
-                self.rollback_locked(st).await?;
-                // The turns kept at the released items, where no lock took them since.
-                let released: Vec<ItemRef> = std::mem::take(&mut st.released).into_keys().collect();
-                for k in released {
-                    if let Some(e) = st.items.get(&k) {
-                        self.unmark(&e.table, &e.key).await;
-                    }
-                }
-                Err(match e {
-                    e @ Error::RolledBack { .. } => e,
-                    _ => self.rolled_back(),
-                })
+            Ok((_, true)) if self.may_restart(st) => {
+                debug!(tx = %self.id, "a read taken back in key order changed; the work runs again holding every lock");
+                st.released.clear();
+                st.restart = true;
+                return Err(self.rolled_back());
+            }
+            Ok((_, true)) => self.rolled_back(),
+            Err(e) => e,
+        };
+        debug!(tx = %self.id, error = %failed, "reads taken back in key order failed; rolling back");
+        st.rollback_cause = Some(crate::metrics::READ_CHANGED);
+        self.rollback_locked(st).await?;
+        // The turns kept at the released items, where no lock took them since.
+        let released: Vec<ItemRef> = std::mem::take(&mut st.released).into_keys().collect();
+        for k in released {
+            if let Some(e) = st.items.get(&k) {
+                self.unmark(&e.table, &e.key).await;
             }
         }
+        Err(match failed {
+            e @ Error::RolledBack { .. } => e,
+            _ => self.rolled_back(),
+        })
     }
 
+    /// Whether `run` may run its work again in this transaction instead of a new attempt: every
+    /// item it asked for is locked, none written or applied, its record known and not in doubt.
+    /// Its work then reads every item again under locks it holds, so what it read before counts
+    /// for nothing.
+    fn may_restart(&self, st: &State) -> bool {
+        self.in_run
+            && st.meta.is_some()
+            && !st.record_in_doubt
+            && st.unfinished.is_empty()
+            && st.items.values().all(|e| {
+                e.write.is_none() && e.lock.as_ref().is_some_and(|l| !l.applied && !l.transient)
+            })
+    }
+
+    /// Releases the reads `above` `r`, waits for `r`'s item, then takes them back in key order:
+    /// the lock of `r`, and whether one of them changed since it was read (each is held again
+    /// either way).
     async fn relock_in_order(
         &self,
         st: &mut State,
         r: &ItemRef,
         first: Existence,
         above: &[ItemRef],
-    ) -> Result<LockInfo> {
+    ) -> Result<(LockInfo, bool)> {
         for k in above {
             let mut e = st.items[k].clone();
             let read: Option<Item> = e.lock.as_ref().and_then(|l| l.current.clone());
@@ -142,6 +168,7 @@ impl Transaction {
         };
         let lock = Box::pin(self.lock_one(&table, &key, first, false, order)).await?;
         st.items.get_mut(r).expect("entry exists").lock = Some(lock.clone());
+        let mut changed = false;
         for k in above {
             let (table, key) = (st.items[k].table.clone(), st.items[k].key.clone());
             let again = Box::pin(self.lock_one(
@@ -153,12 +180,15 @@ impl Transaction {
             ))
             .await?;
             st.items.get_mut(k).expect("entry exists").lock = Some(again.clone());
-            if again.transient || again.current != st.released[k] {
-                debug!(tx = %self.id, table, "a read taken back in key order changed meanwhile");
+            if again.transient {
                 return Err(self.rolled_back());
             }
+            if again.current != st.released[k] {
+                debug!(tx = %self.id, table, "a read taken back in key order changed meanwhile");
+                changed = true;
+            }
         }
-        Ok(lock)
+        Ok((lock, changed))
     }
 
     /// Releases this handle's read lock on `table`/`key` leaving its mark there (the oldest

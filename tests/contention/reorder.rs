@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use dynamodb_transactions::{Error, TicketSource, Transaction, TransactionManager, TxState};
+use dynamodb_transactions::{Error, TicketSource, Transaction, TransactionManager, TxId, TxState};
 
 use crate::common::*;
 use crate::retries::{read_values, write_values};
@@ -177,6 +177,95 @@ async fn a_released_read_found_changed_rolls_the_transaction_back() {
     assert_eq!(
         env.raw_get(&env.table, &key("b")).await.unwrap(),
         item(&[("Id", s("b")), ("v", n(5))])
+    );
+}
+
+/// The reader of [`a_released_read_found_changed_rolls_the_transaction_back`] as `run`'s work:
+/// it reads `b`, then `a`, and moves 1 from `b` to `a`, while an older transaction sets `b` to 5
+/// during its wait at `a`. With `swallow` the work ignores a failed read (it moves 1 from what it
+/// read of `b` before). Returns each run's transaction and its reads (`Err(true)`: failed
+/// `RolledBack`).
+async fn changed_in_run(env: &TestEnv, swallow: bool) -> Vec<(TxId, Result<Vec<i64>, bool>)> {
+    let m = reordering(env);
+    let other = m.begin();
+    env.raw_put(&env.table, item(&[("Id", s("b")), ("v", n(10))]))
+        .await;
+    let holder = held_by(env, &m, "a").await;
+    let runs = std::sync::Mutex::new(Vec::new());
+    let table = env.table.clone();
+    let reader = m.run(async |tx| {
+        let read = read_values(tx, &table, ["b", "a"]).await;
+        let seen = read
+            .as_ref()
+            .map(Clone::clone)
+            .map_err(|e| matches!(e, Error::RolledBack { .. }));
+        runs.lock().unwrap().push((tx.id().clone(), seen));
+        let v = match read {
+            Err(_) if swallow => vec![10, 2],
+            read => read?,
+        };
+        write_values(tx, &table, [("b", v[0] - 1), ("a", v[1] + 1)]).await
+    });
+    let driver = async {
+        b_released_while_a_held(env, holder.id().as_str()).await;
+        other
+            .update_item()
+            .table_name(&env.table)
+            .key("Id", s("b"))
+            .update_expression("SET v = :v")
+            .expression_attribute_values(":v", n(5))
+            .send()
+            .await
+            .unwrap();
+        other.commit().await.unwrap();
+        holder.commit().await.unwrap();
+    };
+    let (out, ()) = tokio::join!(reader, driver);
+    out.unwrap();
+    // Whichever way, the transfer took effect once, from `b` as the older transaction left it.
+    assert_eq!(
+        env.raw_get(&env.table, &key("a")).await.unwrap(),
+        item(&[("Id", s("a")), ("v", n(3))])
+    );
+    assert_eq!(
+        env.raw_get(&env.table, &key("b")).await.unwrap(),
+        item(&[("Id", s("b")), ("v", n(4))])
+    );
+    runs.into_inner().unwrap()
+}
+
+/// In `run`, the reader finds `b` changed once it holds both items again, in key order, with
+/// nothing written. Its work runs again in the same transaction, which keeps both locks (no new
+/// attempt relocks them): the second run reads `b` as the older transaction left it and `a` as
+/// the holder did, and commits.
+#[tokio::test]
+async fn in_run_a_changed_read_runs_the_work_again_holding_every_lock() {
+    let env = TestEnv::new("ct-reorder-rerun").await;
+    let runs = changed_in_run(&env, false).await;
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    assert_eq!(runs[0].1, Err(true), "{runs:?}");
+    assert_eq!(runs[1].0, runs[0].0, "the same transaction: {runs:?}");
+    assert_eq!(runs[1].1, Ok(vec![5, 2]));
+    assert_eq!(
+        env.tx_state(&runs[0].0).await.map(|s| s.0),
+        Some(TxState::Committed)
+    );
+}
+
+/// A work that ignores the failed read and writes from the stale value cannot commit it: the
+/// commit of the transaction waiting to run the work again is refused (rolled back), and `run`'s
+/// next attempt, a new transaction, reads `b` as it is.
+#[tokio::test]
+async fn in_run_a_work_ignoring_the_changed_read_does_not_commit_it() {
+    let env = TestEnv::new("ct-reorder-swallow").await;
+    let runs = changed_in_run(&env, true).await;
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    assert_eq!(runs[0].1, Err(true), "{runs:?}");
+    assert_ne!(runs[1].0, runs[0].0, "a new attempt: {runs:?}");
+    assert_eq!(runs[1].1, Ok(vec![5, 2]));
+    assert_eq!(
+        env.tx_state(&runs[0].0).await,
+        Some((TxState::RolledBack, true))
     );
 }
 
