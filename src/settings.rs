@@ -135,10 +135,14 @@ pub struct Settings {
     /// the values its caller already has are still true once the transaction holds every lock, so
     /// a transaction that read from then to waits in key order without a retry. A read found
     /// changed (or any failure once a read is released) rolls the transaction back
-    /// (`Error::RolledBack`, which `run` retries). It goes before
-    /// [`yield_out_of_order`](Self::yield_out_of_order) where both apply, and applies to every
-    /// transaction, not only `run`'s. Not with [`wait_in_ticket_order`](Self::wait_in_ticket_order).
-    /// Off by default while it is measured (docs/PROTOCOL.md "Reads taken back in key order").
+    /// (`Error::RolledBack`, which `run` retries); in `run`, a read found changed with every
+    /// lock held again and nothing written runs the work again in the same transaction instead,
+    /// holding its locks. It goes before [`yield_out_of_order`](Self::yield_out_of_order) where
+    /// both apply, and applies to every transaction, not only `run`'s. Not with
+    /// [`wait_in_ticket_order`](Self::wait_in_ticket_order). On by default: through the DynamoDB
+    /// profile transfers read from then to move about a fifth more and their tail halves on
+    /// DynamoDB Local (docs/PERFORMANCE.md "Reads taken back in key order"); off, such a lock
+    /// waits holding the reads, or `run`'s first attempt gives itself up.
     pub reorder_held_reads: bool,
     /// When set, finalized TX records get a TTL attribute (`_TxE`, epoch seconds) this far in the
     /// future, so DynamoDB deletes them for free once TTL is enabled on the table.
@@ -331,7 +335,7 @@ impl Default for Settings {
             wait_for_running_holders: false,
             first_attempt_patience: Duration::from_secs(2),
             yield_out_of_order: true,
-            reorder_held_reads: false,
+            reorder_held_reads: true,
             record_ttl: None,
             batch_locks: true,
             roll_forward: true,

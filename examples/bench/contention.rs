@@ -271,7 +271,7 @@ pub async fn measure(
     let grace = args.wound_grace_ms.map(Duration::from_millis);
     let patience = args.first_attempt_patience_ms.map(Duration::from_millis);
     let out_of_order = !args.no_yield_out_of_order;
-    let reorder = args.reorder_held_reads;
+    let reorder = !args.no_reorder_held_reads;
     let wait_for_running = args.wait_for_running_holders;
     let mgr = |c| {
         TransactionManager::builder(c)

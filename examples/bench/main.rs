@@ -127,11 +127,11 @@ pub struct Args {
     /// holding its items.
     #[arg(long)]
     no_yield_out_of_order: bool,
-    /// Contention: every library run releases reads held above an item it meets contention on,
-    /// waits for the item, then takes them back in key order (`Settings::reorder_held_reads`; off
-    /// by default).
+    /// Contention: no library run releases the reads held above an item it meets contention on
+    /// (`Settings::reorder_held_reads` off; on by default): it waits holding them, or its first
+    /// attempt gives itself up (`Settings::yield_out_of_order`).
     #[arg(long)]
-    reorder_held_reads: bool,
+    no_reorder_held_reads: bool,
     /// Contention: every library run waits for younger running holders
     /// (`Settings::wait_for_running_holders`).
     #[arg(long)]

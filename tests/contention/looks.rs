@@ -264,7 +264,7 @@ async fn held(
 async fn a_waiter_rolled_back_before_the_look_that_takes_the_item_learns_it_as_it_clears_its_wait()
 {
     let env = TestEnv::new("ct-look-late").await;
-    for k in ["k", "x"] {
+    for k in ["k", "c"] {
         env.raw_put(&env.table, item(&[("Id", s(k)), ("v", n(1))]))
             .await;
     }
@@ -292,11 +292,12 @@ async fn a_waiter_rolled_back_before_the_look_that_takes_the_item_learns_it_as_i
         s.lock_wait = Duration::from_secs(20);
     });
     let waiter = m2.begin();
-    lock(&waiter, &env.table, "x").await.unwrap();
+    lock(&waiter, &env.table, "c").await.unwrap();
     *waiter_id.lock().unwrap() = Some(waiter.id().clone());
     let record = item(&[("_TxId", s(waiter.id().as_str())), ("_TxN", n(0))]);
     let arm = async {
-        // Younger, holding `x`, it waits for the holder and records so.
+        // Younger, holding `c` (below `k`: a read above it would be released while it waits),
+        // it waits for the holder and records so.
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         loop {
             let raw = env
@@ -327,8 +328,8 @@ async fn a_waiter_rolled_back_before_the_look_that_takes_the_item_learns_it_as_i
             .state,
         TxState::Committed
     );
-    // Neither item stays locked: `x` released by the rollback, `k` by the waiter itself.
-    for k in ["k", "x"] {
+    // Neither item stays locked: `c` released by the rollback, `k` by the waiter itself.
+    for k in ["k", "c"] {
         let raw = env.raw_get(&env.table, &key(k)).await.unwrap();
         assert_eq!(raw, item(&[("Id", s(k)), ("v", n(1))]), "{k}");
     }

@@ -23,6 +23,8 @@ async fn a_first_attempt_meeting_contention_below_an_item_it_holds_yields_at_onc
     }
     let m = ordered_with(&env, TicketSource::Counter, Duration::from_secs(30), |s| {
         s.yield_out_of_order = true;
+        // Held reads would be released and taken back instead (tests/contention/reorder.rs).
+        s.reorder_held_reads = false;
         s.backoff_base = Duration::from_millis(1);
         // The retry waits for the holder (younger, running) until it commits.
         s.wound_grace = Duration::from_secs(60);
