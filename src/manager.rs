@@ -304,7 +304,11 @@ impl TransactionManager {
     /// attempt, and among retries the tickets' order holds), and first takes locked reads of the
     /// items the failed attempt read, in key order ([`Settings::run_relocks_reads`]), before it
     /// runs `work` again; an attempt rolled back while it relocked (by an older transaction it
-    /// waited beside) ends there, without running `work` on it.
+    /// waited beside) ends there, without running `work` on it. An attempt whose read, released
+    /// to take an item below it in key order, changed before it was taken back
+    /// ([`Settings::reorder_held_reads`]) holds every lock it asked for and has written nothing:
+    /// `work` then runs again in the same transaction (the read returned `RolledBack` to it),
+    /// reading under the locks it holds; that run counts as an attempt.
     ///
     /// # Errors
     /// The last error when it is not retryable or attempts ran out. After a failed commit `run`
