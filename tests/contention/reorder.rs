@@ -183,17 +183,24 @@ async fn a_released_read_found_changed_rolls_the_transaction_back() {
 /// The reader of [`a_released_read_found_changed_rolls_the_transaction_back`] as `run`'s work:
 /// it reads `b`, then `a`, and moves 1 from `b` to `a`, while an older transaction sets `b` to 5
 /// during its wait at `a`. With `swallow` the work ignores a failed read (it moves 1 from what it
-/// read of `b` before). Returns each run's transaction and its reads (`Err(true)`: failed
-/// `RolledBack`).
-async fn changed_in_run(env: &TestEnv, swallow: bool) -> Vec<(TxId, Result<Vec<i64>, bool>)> {
+/// read of `b` before). With `rolled_back`, an operator rolls the reader back while it waits at
+/// `a`, just before the holder commits. Returns each run's transaction and its reads
+/// (`Err(true)`: failed `RolledBack`).
+async fn changed_in_run(
+    env: &TestEnv,
+    swallow: bool,
+    rolled_back: bool,
+) -> Vec<(TxId, Result<Vec<i64>, bool>)> {
     let m = reordering(env);
     let other = m.begin();
     env.raw_put(&env.table, item(&[("Id", s("b")), ("v", n(10))]))
         .await;
     let holder = held_by(env, &m, "a").await;
     let runs = std::sync::Mutex::new(Vec::new());
+    let first: std::sync::Mutex<Option<TxId>> = Default::default();
     let table = env.table.clone();
     let reader = m.run(async |tx| {
+        first.lock().unwrap().get_or_insert_with(|| tx.id().clone());
         let read = read_values(tx, &table, ["b", "a"]).await;
         let seen = read
             .as_ref()
@@ -218,6 +225,10 @@ async fn changed_in_run(env: &TestEnv, swallow: bool) -> Vec<(TxId, Result<Vec<i
             .await
             .unwrap();
         other.commit().await.unwrap();
+        if rolled_back {
+            let reader = first.lock().unwrap().clone().unwrap();
+            env.manager.rollback_transaction(&reader).await.unwrap();
+        }
         holder.commit().await.unwrap();
     };
     let (out, ()) = tokio::join!(reader, driver);
@@ -241,7 +252,7 @@ async fn changed_in_run(env: &TestEnv, swallow: bool) -> Vec<(TxId, Result<Vec<i
 #[tokio::test]
 async fn in_run_a_changed_read_runs_the_work_again_holding_every_lock() {
     let env = TestEnv::new("ct-reorder-rerun").await;
-    let runs = changed_in_run(&env, false).await;
+    let runs = changed_in_run(&env, false, false).await;
     assert_eq!(runs.len(), 2, "{runs:?}");
     assert_eq!(runs[0].1, Err(true), "{runs:?}");
     assert_eq!(runs[1].0, runs[0].0, "the same transaction: {runs:?}");
@@ -258,7 +269,25 @@ async fn in_run_a_changed_read_runs_the_work_again_holding_every_lock() {
 #[tokio::test]
 async fn in_run_a_work_ignoring_the_changed_read_does_not_commit_it() {
     let env = TestEnv::new("ct-reorder-swallow").await;
-    let runs = changed_in_run(&env, true).await;
+    let runs = changed_in_run(&env, true, false).await;
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    assert_eq!(runs[0].1, Err(true), "{runs:?}");
+    assert_ne!(runs[1].0, runs[0].0, "a new attempt: {runs:?}");
+    assert_eq!(runs[1].1, Ok(vec![5, 2]));
+    assert_eq!(
+        env.tx_state(&runs[0].0).await,
+        Some((TxState::RolledBack, true))
+    );
+}
+
+/// A reader rolled back while it waits at `a` (by an operator, just before the holder commits),
+/// whose next look takes `a` before it reads its own record, learns it once it holds both items
+/// again, before its work would run again: that attempt ends there and `run`'s next attempt, a
+/// new transaction, runs the work a second time, not a third.
+#[tokio::test]
+async fn in_run_a_transaction_rolled_back_meanwhile_does_not_run_the_work_again() {
+    let env = TestEnv::new("ct-reorder-rerun-late").await;
+    let runs = changed_in_run(&env, false, true).await;
     assert_eq!(runs.len(), 2, "{runs:?}");
     assert_eq!(runs[0].1, Err(true), "{runs:?}");
     assert_ne!(runs[1].0, runs[0].0, "a new attempt: {runs:?}");
