@@ -169,9 +169,10 @@ impl SweepOptions {
     }
 
     /// User tables to scan for orphaned locks (locks of transactions whose record is gone, or that
-    /// are decided and finalized), and for waiters' marks left by waiters that died
-    /// ([`SweepReport::marks_removed`](super::SweepReport::marks_removed)). Scanning reads the
-    /// whole table, so it is opt-in; the default is none. Locks taken without a record are also found in the tables listed for them (see
+    /// are decided and finalized), and for waiters' marks and expired queue entries left by
+    /// waiters that died ([`SweepReport::marks_removed`](super::SweepReport::marks_removed),
+    /// [`SweepReport::queue_entries_removed`](super::SweepReport::queue_entries_removed)).
+    /// Scanning reads the whole table, so it is opt-in; the default is none. Locks taken without a record are also found in the tables listed for them (see
     /// [`scan_unrecorded_tables`](Self::scan_unrecorded_tables)), without naming them here.
     pub fn tables_to_scan<I, S>(mut self, tables: I) -> Self
     where

@@ -337,7 +337,8 @@ impl Pass<'_> {
         self.note(|r| r.orphan_images_deleted += 1);
     }
 
-    /// One item of a user table the scan returned: locked, or carrying a waiter's mark (or both).
+    /// One item of a user table the scan returned: locked, or carrying a waiter's mark or queue
+    /// (or several of these).
     async fn locked_item(&self, table: &str, schema: &crate::keys::KeySchema, item: Item) {
         let key = item_lock::key_of(schema, &item);
         if let Some(mark) = item_lock::head::HeadMark::of(&item) {
@@ -345,6 +346,7 @@ impl Pass<'_> {
         }
         let obs = Observed::of(Some(&item));
         let Some(owner) = obs.owner.clone() else {
+            self.queue(table, &key, &item).await;
             return;
         };
         self.note(|r| r.items_scanned += 1);
@@ -431,6 +433,35 @@ impl Pass<'_> {
         }
     }
 
+    /// The queue of an unlocked item: rewritten without its expired entries (conditional on the
+    /// item still unlocked and its queue as read). A live waiter renews its entry well before it
+    /// expires, so an expired one is a waiter's that died or stopped waiting. A locked item's
+    /// queue is its holder's to write back: its unlock drops the expired entries.
+    async fn queue(&self, table: &str, key: &Item, item: &Item) {
+        let was = item_lock::queue::ItemQueue::of(item);
+        let now = crate::ddb::now_millis();
+        let expired = was.entries.values().filter(|e| **e <= now).count() as u64;
+        if expired == 0 {
+            return;
+        }
+        if self.opts.dry_run {
+            self.note(|r| r.queue_entries_removed += expired);
+            return;
+        }
+        match item_lock::queue::rewrite(self.client(), table, key, &was, now, None).await {
+            Ok(true) => {
+                debug!(
+                    table,
+                    expired, "sweep: took expired queue entries off an item"
+                );
+                self.note(|r| r.queue_entries_removed += expired);
+            }
+            // Locked, rewritten or gone meanwhile.
+            Ok(false) => {}
+            Err(e) => self.fail(None, table, &e),
+        }
+    }
+
     /// The lock was taken less than `rollback_after` ago (by its stamp).
     fn young(&self, obs: &Observed) -> bool {
         let locked = obs.locked_ms().unwrap_or(0);
@@ -454,7 +485,7 @@ impl Pass<'_> {
             names.insert(format!("#k{i}"), k.to_string());
             projection.push(format!("#k{i}"));
         }
-        for a in [
+        for a in item_lock::queue::QUEUE_ATTRS.into_iter().chain([
             item_lock::head::HEAD,
             item_lock::OWNER,
             item_lock::APPLIED,
@@ -462,7 +493,7 @@ impl Pass<'_> {
             item_lock::IMAGE_REF,
             item_lock::LOCK_DATE,
             item_lock::TICKET,
-        ] {
+        ]) {
             names.insert(format!("#{a}"), a.to_string());
             projection.push(format!("#{a}"));
         }
@@ -474,13 +505,14 @@ impl Pass<'_> {
         let spec = ScanSpec {
             table,
             phase: ScanPhase::Items,
-            // The tables named are also where waiters' marks are looked for.
+            // The tables named are also where waiters' marks and queues are looked for.
             filter: Some(if unrecorded_only {
                 format!("attribute_exists(#{marker})")
             } else {
                 format!(
-                    "attribute_exists(#{marker}) OR attribute_exists(#{})",
-                    item_lock::head::HEAD
+                    "attribute_exists(#{marker}) OR attribute_exists(#{}) OR attribute_exists(#{})",
+                    item_lock::head::HEAD,
+                    item_lock::queue::QUEUE
                 )
             }),
             projection: Some(projection.join(", ")),
@@ -641,6 +673,7 @@ impl TransactionManager {
             images_deleted = report.orphan_images_deleted,
             locks_released = report.orphan_locks_released,
             marks_removed = report.marks_removed,
+            queue_entries_removed = report.queue_entries_removed,
             stale_locks_completed = report.stale_locks_completed,
             applied_orphans = report.applied_orphans.len(),
             errors = report.errors.len(),

@@ -93,6 +93,14 @@ pub struct SweepReport {
     /// [`SweepOptions::tables_to_scan`]: super::SweepOptions::tables_to_scan
     /// [`SweepOptions::rollback_after`]: super::SweepOptions::rollback_after
     pub marks_removed: u64,
+    /// Expired entries of waiters' queues (`_TxQ`, [`Settings::wait_in_ticket_order`]) taken off
+    /// unlocked items of [`SweepOptions::tables_to_scan`]: left by waiters that died or gave up
+    /// on items nobody has locked since. They no longer count once expired; this takes their
+    /// attributes off.
+    ///
+    /// [`Settings::wait_in_ticket_order`]: crate::Settings::wait_in_ticket_order
+    /// [`SweepOptions::tables_to_scan`]: super::SweepOptions::tables_to_scan
+    pub queue_entries_removed: u64,
     /// Locks of decided transactions found on items, whose transaction was completed.
     pub stale_locks_completed: u64,
     /// Applied locks of transactions whose record is gone: they need an operator.
@@ -120,6 +128,7 @@ impl SweepReport {
         self.unrecorded_slice = other.unrecorded_slice.or(self.unrecorded_slice);
         self.orphan_locks_released += other.orphan_locks_released;
         self.marks_removed += other.marks_removed;
+        self.queue_entries_removed += other.queue_entries_removed;
         self.stale_locks_completed += other.stale_locks_completed;
         self.applied_orphans.extend(other.applied_orphans);
         self.errors.extend(other.errors);
@@ -134,6 +143,7 @@ impl SweepReport {
             + self.orphan_images_deleted
             + self.orphan_locks_released
             + self.marks_removed
+            + self.queue_entries_removed
             + self.stale_locks_completed
     }
 
@@ -154,6 +164,7 @@ impl SweepReport {
             ("orphan_chunks_deleted", self.orphan_chunks_deleted),
             ("orphan_images_deleted", self.orphan_images_deleted),
             ("marks_removed", self.marks_removed),
+            ("queue_entries_removed", self.queue_entries_removed),
             ("stale_locks_completed", self.stale_locks_completed),
         ];
         for (action, n) in actions {

@@ -8,6 +8,7 @@ mod finishing;
 mod inspect;
 mod marks;
 mod orphans;
+mod queues;
 mod running;
 mod unrecorded;
 

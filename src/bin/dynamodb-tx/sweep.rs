@@ -77,6 +77,7 @@ fn report_json(r: &SweepReport) -> Value {
         "unrecorded_slice": r.unrecorded_slice.map(|(i, k)| json!({"index": i, "count": k})),
         "orphan_locks_released": r.orphan_locks_released,
         "marks_removed": r.marks_removed,
+        "queue_entries_removed": r.queue_entries_removed,
         "stale_locks_completed": r.stale_locks_completed,
         "applied_orphans": r.applied_orphans.iter().map(|o| json!({
             "table": o.table,
@@ -145,6 +146,14 @@ fn print_report(ctx: &Ctx, r: &SweepReport) {
         (
             verb("waiters' marks taken off", "waiters' marks to take off").into(),
             r.marks_removed,
+        ),
+        (
+            verb(
+                "expired queue entries taken off",
+                "expired queue entries to take off",
+            )
+            .into(),
+            r.queue_entries_removed,
         ),
         (
             verb(
