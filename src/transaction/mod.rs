@@ -360,20 +360,27 @@ impl Transaction {
                 .map_err(|e| e.in_transaction(&self.id))?;
         }
         if self.met_contention.load(Ordering::SeqCst) {
-            let c = &self.inner.client;
-            let header = record::load_header(c, &self.inner.tx_table, &self.id).await?;
-            let decided = match header.map(|h| h.state) {
-                Some(TxState::Pending) => false,
-                // No record (`Settings::record_on_demand`) and no tombstone: nothing decided it.
-                None => self.state.lock().await.meta.is_some(),
-                Some(_) => true,
-            };
-            if decided {
+            let record_known = self.state.lock().await.meta.is_some();
+            if self.decided_meanwhile(record_known).await? {
                 tracing::debug!(tx = %self.id, "rolled back while relocking; the closure does not run");
                 return Err(self.rolled_back());
             }
         }
         Ok(())
+    }
+
+    /// Whether this transaction's record, read now, shows it decided by someone else while this
+    /// handle waited (a look that then took an item does not learn it). `record_known`: this
+    /// handle knows its record exists; without it, no record (`Settings::record_on_demand`) and
+    /// no tombstone means nothing decided it.
+    async fn decided_meanwhile(&self, record_known: bool) -> Result<bool> {
+        let c = &self.inner.client;
+        let header = record::load_header(c, &self.inner.tx_table, &self.id).await?;
+        Ok(match header.map(|h| h.state) {
+            Some(TxState::Pending) => false,
+            None => record_known,
+            Some(_) => true,
+        })
     }
 
     pub(crate) fn from_record(inner: Arc<Inner>, id: TxId, rec: record::Record) -> Transaction {

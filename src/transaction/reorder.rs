@@ -104,7 +104,7 @@ impl Transaction {
             }
             // An older transaction may have rolled this one back while it waited, which the
             // looks that took the items do not learn: the work would run again for nothing.
-            Ok((_, true)) if self.may_restart(st) && self.still_pending().await? => {
+            Ok((_, true)) if self.may_restart(st) && !self.decided_meanwhile(true).await? => {
                 debug!(tx = %self.id, "a read taken back in key order changed; the work runs again holding every lock");
                 st.released.clear();
                 st.restart = true;
@@ -141,13 +141,6 @@ impl Transaction {
             && st.items.values().all(|e| {
                 e.write.is_none() && e.lock.as_ref().is_some_and(|l| !l.applied && !l.transient)
             })
-    }
-
-    /// Whether this transaction's record is still pending, read now.
-    async fn still_pending(&self) -> Result<bool> {
-        let c = &self.inner.client;
-        let header = crate::record::load_header(c, &self.inner.tx_table, &self.id).await?;
-        Ok(header.is_some_and(|h| h.state == crate::record::TxState::Pending))
     }
 
     /// Releases the reads `above` `r`, waits for `r`'s item, then takes them back in key order:

@@ -245,6 +245,19 @@ async fn changed_in_run(
     runs.into_inner().unwrap()
 }
 
+/// The runs of [`changed_in_run`] when its first attempt is rolled back: the work ran twice, the
+/// second time in a new transaction that read `b` as the older transaction left it.
+async fn a_new_attempt_reads_b_as_changed(env: &TestEnv, runs: &[(TxId, Result<Vec<i64>, bool>)]) {
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    assert_eq!(runs[0].1, Err(true), "{runs:?}");
+    assert_ne!(runs[1].0, runs[0].0, "a new attempt: {runs:?}");
+    assert_eq!(runs[1].1, Ok(vec![5, 2]));
+    assert_eq!(
+        env.tx_state(&runs[0].0).await,
+        Some((TxState::RolledBack, true))
+    );
+}
+
 /// In `run`, the reader finds `b` changed once it holds both items again, in key order, with
 /// nothing written. Its work runs again in the same transaction, which keeps both locks (no new
 /// attempt relocks them): the second run reads `b` as the older transaction left it and `a` as
@@ -270,14 +283,7 @@ async fn in_run_a_changed_read_runs_the_work_again_holding_every_lock() {
 async fn in_run_a_work_ignoring_the_changed_read_does_not_commit_it() {
     let env = TestEnv::new("ct-reorder-swallow").await;
     let runs = changed_in_run(&env, true, false).await;
-    assert_eq!(runs.len(), 2, "{runs:?}");
-    assert_eq!(runs[0].1, Err(true), "{runs:?}");
-    assert_ne!(runs[1].0, runs[0].0, "a new attempt: {runs:?}");
-    assert_eq!(runs[1].1, Ok(vec![5, 2]));
-    assert_eq!(
-        env.tx_state(&runs[0].0).await,
-        Some((TxState::RolledBack, true))
-    );
+    a_new_attempt_reads_b_as_changed(&env, &runs).await;
 }
 
 /// A reader rolled back while it waits at `a` (by an operator, just before the holder commits),
@@ -288,14 +294,7 @@ async fn in_run_a_work_ignoring_the_changed_read_does_not_commit_it() {
 async fn in_run_a_transaction_rolled_back_meanwhile_does_not_run_the_work_again() {
     let env = TestEnv::new("ct-reorder-rerun-late").await;
     let runs = changed_in_run(&env, false, true).await;
-    assert_eq!(runs.len(), 2, "{runs:?}");
-    assert_eq!(runs[0].1, Err(true), "{runs:?}");
-    assert_ne!(runs[1].0, runs[0].0, "a new attempt: {runs:?}");
-    assert_eq!(runs[1].1, Ok(vec![5, 2]));
-    assert_eq!(
-        env.tx_state(&runs[0].0).await,
-        Some((TxState::RolledBack, true))
-    );
+    a_new_attempt_reads_b_as_changed(&env, &runs).await;
 }
 
 /// Regression: a first attempt that released its reads holds no lock while it waits for the item
