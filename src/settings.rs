@@ -267,7 +267,10 @@ pub struct Settings {
     /// uncontended path, whose lock only adds the mark to its condition.
     ///
     /// A waiter that holds no other lock and meets a holder behind an older live mark waits
-    /// for that mark without judging the holder: it reads no record.
+    /// for that mark without judging the holder: it reads no record. A waiter behind an older
+    /// live mark puts its entry in the item's line behind the mark (`_TxHL`, one more write on
+    /// the item per waiter), and the lock that takes the item makes the line's next waiter the
+    /// mark in the same write: the next holder is marked before the item is free again.
     ///
     /// On by default (docs/PROTOCOL.md "The oldest waiter's mark"; model-checked at one item
     /// and across items inside wound-wait). Through the DynamoDB profile it cuts hot items'

@@ -92,6 +92,8 @@ mod deadlock;
 mod fifo;
 #[path = "model_contention/judge.rs"]
 mod judge;
+#[path = "model_contention/line.rs"]
+mod line;
 #[path = "model_contention/lock_tickets.rs"]
 mod lock_tickets;
 #[path = "model_contention/marked.rs"]

@@ -10,7 +10,7 @@ use crate::ddb::{Placeholders, Write, WriteKind, Written};
 use crate::error::{Error, Item, Result};
 use crate::keys::KeySchema;
 
-use super::head::{self, HeadMark};
+use super::head::{self, HeadMark, Line, LineStep};
 use super::{
     LOCK_DATE, LockInfo, OWNER, Observed, PAD, RECORDED_TICKET, ROLL, TICKET, TRANSIENT, new_stamp,
     strip,
@@ -26,18 +26,27 @@ pub(crate) enum Guard {
     /// see [`queue::lock_condition`](super::queue::lock_condition).
     Queue(Option<u64>),
     /// The oldest waiter's mark (`Settings::mark_oldest_waiter`): see [`head`]. A lock that
-    /// passes it removes it.
-    Head(Option<u64>),
+    /// passes it removes it, or replaces it with the line's next waiter ([`LineStep`]).
+    Head(Option<u64>, LineStep),
     /// The marked waiter's own mark, exactly as it wrote it: see [`head::own_mark_condition`].
-    /// The lock that passes it removes it. Only the lock of an existing item: an absent one
-    /// carries no mark, and the attempt fails instead of inserting a placeholder.
-    OwnMark(HeadMark),
+    /// The lock that passes it removes it (or replaces it, as [`Guard::Head`]). Only the lock of
+    /// an existing item: an absent one carries no mark, and the attempt fails instead of
+    /// inserting a placeholder.
+    OwnMark(HeadMark, LineStep),
 }
 
 impl Guard {
     /// Whether the guard reads the oldest waiter's mark (and a lock passing it removes it).
     fn marks(self) -> bool {
-        matches!(self, Guard::Head(_) | Guard::OwnMark(_))
+        matches!(self, Guard::Head(..) | Guard::OwnMark(..))
+    }
+
+    /// What the lock does to the line behind the mark.
+    fn line_step(self) -> LineStep {
+        match self {
+            Guard::Head(_, s) | Guard::OwnMark(_, s) => s,
+            _ => LineStep::default(),
+        }
     }
 
     /// The queue's ticket, when the guard is the queue.
@@ -64,6 +73,7 @@ pub(crate) enum LockOutcome {
         own_entry: Option<u64>,
         lock_ticket: Option<HolderTicket>,
         head: Option<HeadMark>,
+        line: Line,
     },
     /// Unlocked, but its queue's oldest entry is older than the attempt's ticket (or the attempt
     /// had none): refused by the queue (`Settings::wait_in_ticket_order`), as the item carries it.
@@ -74,6 +84,7 @@ pub(crate) enum LockOutcome {
     /// the attempt had none): refused by it (`Settings::mark_oldest_waiter`).
     Marked {
         head: HeadMark,
+        line: Line,
     },
 }
 
@@ -175,7 +186,7 @@ pub(crate) async fn lock(
         }
         // The item is not what the write assumed (created or deleted in between): the other form.
         // A look that needs its own mark does not insert a placeholder: the mark went with the item.
-        if matches!(guard, Guard::OwnMark(_)) {
+        if matches!(guard, Guard::OwnMark(..)) {
             break;
         }
         existence = existence.other();
@@ -186,6 +197,7 @@ pub(crate) async fn lock(
         own_entry: None,
         lock_ticket: None,
         head: None,
+        line: Line::default(),
     })
 }
 
@@ -278,12 +290,12 @@ pub(crate) fn lock_item_write(
             let extra = match guard {
                 Guard::Free => None,
                 Guard::Queue(mine) => Some(super::queue::lock_condition(&mut ph, mine)),
-                Guard::Head(mine) => Some(head::lock_condition(
+                Guard::Head(mine, _) => Some(head::lock_condition(
                     &mut ph,
                     mine,
                     crate::ddb::now_millis(),
                 )),
-                Guard::OwnMark(own) => Some(head::own_mark_condition(&mut ph, own)),
+                Guard::OwnMark(own, _) => Some(head::own_mark_condition(&mut ph, own)),
             };
             if let Some(extra) = extra {
                 cond.push_str(" AND ");
@@ -311,16 +323,32 @@ async fn lock_write(
     let absent = existence == Existence::Absent;
     let queue = guard.queue();
     let (mut w, stamp) = lock_item_write(table, key, schema, me, existence, 0, None, guard);
-    if let Write { kind, ph, .. } = &mut w
+    if let Write {
+        kind,
+        ph,
+        condition,
+        ..
+    } = &mut w
         && let WriteKind::Update { update, .. } = kind
     {
         if let Some((attr, t)) = ticket.attribute() {
             let t = ph.value("Ticket", AttributeValue::N(t.to_string()));
             update.push_str(&format!(", {} = {t}", ph.name(attr)));
         }
-        // The mark passed is taken off: its waiter has the item, or an older one does.
+        // The mark passed is taken off: its waiter has the item, or an older one does. Or it
+        // goes to the line's next waiter, marked before the item is free again.
         if guard.marks() && !absent {
-            update.push_str(&format!(" REMOVE {}", ph.name(head::HEAD)));
+            let (set, removes, cond) = guard.line_step().parts(ph);
+            if let Some(set) = set {
+                update.push_str(&format!(", {set}"));
+            }
+            update.push_str(&format!(" REMOVE {}", removes.join(", ")));
+            if let Some(cond) = cond {
+                *condition = Some(match condition.take() {
+                    Some(c) => format!("{c} AND {cond}"),
+                    None => cond,
+                });
+            }
         }
     }
     match w.send(client, Some(ReturnValue::AllOld)).await {
@@ -370,18 +398,24 @@ async fn lock_write(
                         own_entry,
                         lock_ticket: HolderTicket::of(&obs),
                         head: HeadMark::of(&found),
+                        line: Line::of(&found),
                     }))
                 }
                 None if guard.marks() && obs.exists => {
                     Ok(Some(match HeadMark::of(&found) {
-                        Some(head) => LockOutcome::Marked { head },
-                        // Refused by a mark that expired or went since: try again.
+                        Some(head) => LockOutcome::Marked {
+                            head,
+                            line: Line::of(&found),
+                        },
+                        // Refused by a mark that expired or went since, or by the line the
+                        // lock would have changed: try again.
                         None => LockOutcome::Held {
                             owner: TxId(String::new()),
                             ahead: 0,
                             own_entry: None,
                             lock_ticket: None,
                             head: None,
+                            line: Line::of(&found),
                         },
                     }))
                 }
@@ -396,6 +430,7 @@ async fn lock_write(
                         own_entry: None,
                         lock_ticket: None,
                         head: None,
+                        line: Line::default(),
                     }))
                 }
                 None => Ok(Some(LockOutcome::Held {
@@ -404,6 +439,7 @@ async fn lock_write(
                     own_entry: None,
                     lock_ticket: None,
                     head: None,
+                    line: Line::of(&found),
                 })),
             }
         }

@@ -20,6 +20,138 @@ use crate::error::{Item, Result};
 use crate::keys::KeySchema;
 
 pub(crate) const HEAD: &str = "_TxH";
+/// The line behind the mark: the waiters that found an older live mark, by ticket.
+pub(crate) const LINE: &str = "_TxHL";
+
+/// The line behind the mark as an item carries it: ticket → expiry (epoch ms, the waiter's
+/// clock), and whether the item carries the map at all (a write into it needs it there).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Line {
+    pub entries: std::collections::BTreeMap<u64, u64>,
+    pub exists: bool,
+}
+
+impl Line {
+    /// The line `raw` carries (empty, and not there, when it carries none).
+    pub(crate) fn of(raw: &Item) -> Line {
+        let Some(m) = raw.get(LINE).and_then(|v| v.as_m().ok()) else {
+            return Line::default();
+        };
+        let entries = m
+            .iter()
+            .filter_map(|(k, v)| Some((k.parse().ok()?, v.as_n().ok()?.parse().ok()?)))
+            .collect();
+        Line {
+            entries,
+            exists: true,
+        }
+    }
+
+    /// The oldest live entry other than `mine`'s, as the mark it becomes when promoted.
+    pub(crate) fn next(&self, mine: Option<u64>, now: u64) -> Option<HeadMark> {
+        self.entries
+            .iter()
+            .find(|&(&t, &e)| e >= now && Some(t) != mine)
+            .map(|(&t, &e)| HeadMark {
+                ticket: t,
+                expiry: e,
+            })
+    }
+
+    /// Live entries older than `mine`.
+    pub(crate) fn ahead_of(&self, mine: u64, now: u64) -> usize {
+        self.entries
+            .iter()
+            .filter(|&(&t, &e)| t < mine && e >= now)
+            .count()
+    }
+
+    /// `mine`'s entry's expiry, if the line holds it.
+    pub(crate) fn own(&self, mine: Option<u64>) -> Option<u64> {
+        self.entries.get(&mine?).copied()
+    }
+}
+
+/// What a lock that passes the mark does to the line behind it, decided from the line the
+/// locker's last look found (its *view*; a first attempt has none).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct LineStep {
+    /// The view's oldest live entry other than the locker's: the lock makes it the mark (and
+    /// takes it out of the line), so that the next waiter is marked before the item is free.
+    pub promote: Option<HeadMark>,
+    /// The locker's own entry (it joined the line): the lock takes it out.
+    pub own: Option<u64>,
+    /// The view holds live entries beside those two: the lock takes out only those two
+    /// entries. Otherwise it removes the whole line (expired entries with it), so that an item
+    /// whose contention is over carries none; an entry that joined since the view is lost, and
+    /// its waiter joins again at its next look.
+    pub keep_others: bool,
+}
+
+impl LineStep {
+    /// The step of a lock by `mine` (its ticket, if any) from the view `line` at `now`;
+    /// `joined`: the locker joined the line, so its entry may be there whatever the view shows
+    /// (a join whose answer was lost).
+    pub(crate) fn from_view(line: &Line, mine: Option<u64>, joined: bool, now: u64) -> LineStep {
+        let promote = line.next(mine, now);
+        let own = mine.filter(|&m| line.exists && (joined || line.entries.contains_key(&m)));
+        let keep_others = line
+            .entries
+            .iter()
+            .any(|(&t, &e)| e >= now && Some(t) != mine && Some(t) != promote.map(|p| p.ticket));
+        LineStep {
+            promote,
+            own,
+            keep_others,
+        }
+    }
+
+    /// Whether the lock taking this step is conditional on the line (it can fail for the line
+    /// alone, on a free item).
+    pub(crate) fn conditional(self) -> bool {
+        self.promote.is_some() || (self.keep_others && self.own.is_some())
+    }
+
+    /// The update's parts and the condition a lock taking this step adds: a `SET` assignment
+    /// (the promoted mark), the `REMOVE` paths (the mark unless it is replaced, and the line or
+    /// the two entries), and a condition (the promoted entry still in the line, or the line
+    /// there when only the own entry is taken out, since DynamoDB refuses a path into a missing
+    /// map).
+    pub(crate) fn parts(
+        self,
+        ph: &mut Placeholders,
+    ) -> (Option<String>, Vec<String>, Option<String>) {
+        let h = ph.name(HEAD);
+        let l = ph.name(LINE);
+        let mut removes = Vec::new();
+        let mut set = None;
+        let mut cond = None;
+        match self.promote {
+            Some(p) => {
+                let k = format!("#_TxHLp{}", p.ticket);
+                ph.names.insert(k.clone(), p.ticket.to_string());
+                set = Some(format!("{h} = {}", ph.value("Promoted", p.value())));
+                cond = Some(format!("attribute_exists({l}.{k})"));
+                if self.keep_others {
+                    removes.push(format!("{l}.{k}"));
+                }
+            }
+            None => removes.push(h),
+        }
+        if !self.keep_others {
+            removes.push(l);
+        } else if let Some(o) = self
+            .own
+            .filter(|&o| Some(o) != self.promote.map(|p| p.ticket))
+        {
+            let k = format!("#_TxHLo{o}");
+            ph.names.insert(k.clone(), o.to_string());
+            removes.push(format!("{l}.{k}"));
+            cond.get_or_insert_with(|| format!("attribute_exists({l})"));
+        }
+        (set, removes, cond)
+    }
+}
 
 /// A mark as an item carries it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,7 +174,7 @@ impl HeadMark {
     }
 
     /// The mark as an item carries it (`{t, e}`).
-    fn value(&self) -> AttributeValue {
+    pub(crate) fn value(&self) -> AttributeValue {
         AttributeValue::M(
             [
                 ("t".to_string(), AttributeValue::N(self.ticket.to_string())),
@@ -163,6 +295,67 @@ pub(crate) fn release_marking(
     w
 }
 
+/// Puts `me`'s entry (ticket `mine`, expiring at `expiry`) in the line behind the mark of
+/// `table`/`key`: into the line if the item carries one (`exists`), else as a new line. Conditional
+/// on the item existing and `me` not holding it. True when it landed.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn join_line(
+    client: &Client,
+    table: &str,
+    key: &Item,
+    schema: &KeySchema,
+    me: &crate::TxId,
+    mine: u64,
+    expiry: u64,
+    exists: bool,
+) -> Result<bool> {
+    let mut ph = Placeholders::default();
+    let hk = ph.name_for_user(&schema.hash.0);
+    let owner = ph.name(super::OWNER);
+    let me = ph.value("Me", AttributeValue::S(me.0.clone()));
+    let l = ph.name(LINE);
+    let e = AttributeValue::N(expiry.to_string());
+    let (update, there) = if exists {
+        ph.names.insert("#_TxHLm".into(), mine.to_string());
+        (
+            format!("SET {l}.#_TxHLm = {}", ph.value("Entry", e)),
+            format!("attribute_exists({l})"),
+        )
+    } else {
+        let m = AttributeValue::M([(mine.to_string(), e)].into());
+        (
+            format!("SET {l} = {}", ph.value("Line", m)),
+            format!("attribute_not_exists({l})"),
+        )
+    };
+    let cond = format!(
+        "attribute_exists({hk}) AND (attribute_not_exists({owner}) OR {owner} <> {me}) AND {there}"
+    );
+    let w = Write::update(table, key.clone(), update, cond, ph);
+    Ok(matches!(w.send(client, None).await?, Written::Ok(_)))
+}
+
+/// Takes ticket `mine`'s entry out of the line of `table`/`key`, if the line holds it. True when
+/// it was there.
+pub(crate) async fn leave_line(
+    client: &Client,
+    table: &str,
+    key: &Item,
+    mine: u64,
+) -> Result<bool> {
+    let mut ph = Placeholders::default();
+    let l = ph.name(LINE);
+    ph.names.insert("#_TxHLm".into(), mine.to_string());
+    let w = Write::update(
+        table,
+        key.clone(),
+        format!("REMOVE {l}.#_TxHLm"),
+        format!("attribute_exists({l}.#_TxHLm)"),
+        ph,
+    );
+    Ok(matches!(w.send(client, None).await?, Written::Ok(_)))
+}
+
 /// Removes the mark of ticket `mine` from `table`/`key`, if the item carries it (conditional on
 /// that). True when it was there.
 pub(crate) async fn unmark(client: &Client, table: &str, key: &Item, mine: u64) -> Result<bool> {
@@ -190,6 +383,37 @@ pub(crate) async fn take_off(
     let mut ph = Placeholders::default();
     let cond = own_mark_condition(&mut ph, mark);
     let update = format!("REMOVE {}", ph.name(HEAD));
+    let w = Write::update(table, key.clone(), update, cond, ph);
+    Ok(matches!(w.send(client, None).await?, Written::Ok(_)))
+}
+
+/// Takes the stale entries (`stale`) out of the line `seen` of `table`/`key`, conditional on
+/// the line being exactly as read: the whole line when every entry is stale (or none is left).
+/// True when it landed.
+pub(crate) async fn take_off_line(
+    client: &Client,
+    table: &str,
+    key: &Item,
+    seen: &AttributeValue,
+    stale: &[u64],
+    whole: bool,
+) -> Result<bool> {
+    let mut ph = Placeholders::default();
+    let l = ph.name(LINE);
+    let cond = format!("{l} = {}", ph.value("Seen", seen.clone()));
+    let update = if whole {
+        format!("REMOVE {l}")
+    } else {
+        let paths: Vec<String> = stale
+            .iter()
+            .map(|t| {
+                let k = format!("#_TxHLs{t}");
+                ph.names.insert(k.clone(), t.to_string());
+                format!("{l}.{k}")
+            })
+            .collect();
+        format!("REMOVE {}", paths.join(", "))
+    };
     let w = Write::update(table, key.clone(), update, cond, ph);
     Ok(matches!(w.send(client, None).await?, Written::Ok(_)))
 }
@@ -235,6 +459,113 @@ mod tests {
         // Its own: renewed below two thirds of the ttl (600 ms) left.
         assert!(!HeadMark::should_mark(mark_of(7, 1_000), 7, 300, ttl));
         assert!(HeadMark::should_mark(mark_of(7, 1_000), 7, 500, ttl));
+    }
+
+    fn line_of(entries: &[(u64, u64)]) -> Line {
+        Line {
+            entries: entries.iter().copied().collect(),
+            exists: true,
+        }
+    }
+
+    #[test]
+    fn a_line_reads_from_the_item_and_names_its_next_waiter() {
+        let mut raw = Item::new();
+        assert_eq!(Line::of(&raw), Line::default());
+        raw.insert(
+            LINE.into(),
+            AttributeValue::M(
+                [
+                    ("7".to_string(), AttributeValue::N("100".into())),
+                    ("3".to_string(), AttributeValue::N("50".into())),
+                    ("x".to_string(), AttributeValue::N("1".into())),
+                ]
+                .into(),
+            ),
+        );
+        let line = Line::of(&raw);
+        assert_eq!(
+            line,
+            line_of(&[(3, 50), (7, 100)]),
+            "unreadable entries left out"
+        );
+        // The oldest live entry other than the caller's.
+        let next = |mine, now| line.next(mine, now).map(|h| h.ticket);
+        assert_eq!(next(None, 0), Some(3));
+        assert_eq!(next(Some(3), 0), Some(7));
+        assert_eq!(next(None, 60), Some(7), "3 expired");
+        assert_eq!(next(None, 101), None);
+        assert_eq!(line.ahead_of(7, 0), 1);
+        assert_eq!(line.ahead_of(7, 60), 0);
+        assert_eq!(line.own(Some(7)), Some(100));
+        assert_eq!(line.own(Some(8)), None);
+    }
+
+    #[test]
+    fn a_lock_promotes_the_next_waiter_and_takes_out_its_own_entry() {
+        let step = |line: &Line, mine, joined| LineStep::from_view(line, mine, joined, 10);
+        // No view (a first attempt): the mark and the whole line go.
+        assert_eq!(step(&Line::default(), Some(5), false), LineStep::default());
+        // Only the next waiter: promoted, and the line goes with the locker's entry.
+        let two = line_of(&[(5, 100), (9, 100)]);
+        let s = step(&two, Some(5), true);
+        assert_eq!(s.promote.map(|h| (h.ticket, h.expiry)), Some((9, 100)));
+        assert_eq!((s.own, s.keep_others), (Some(5), false));
+        // Others behind: only the two entries go.
+        let more = line_of(&[(5, 100), (9, 100), (12, 100), (14, 5)]);
+        let s = step(&more, Some(5), true);
+        assert_eq!(s.promote.map(|h| h.ticket), Some(9));
+        assert!(s.keep_others);
+        // Only expired others: the line goes.
+        let s = step(&line_of(&[(9, 100), (14, 5)]), Some(5), false);
+        assert_eq!((s.own, s.keep_others), (None, false));
+        // A joined locker's entry is taken out where the line is, whatever the view shows.
+        let s = step(&line_of(&[(9, 100), (12, 100)]), Some(5), true);
+        assert_eq!(s.own, Some(5));
+        assert_eq!(step(&Line::default(), Some(5), true).own, None);
+    }
+
+    #[test]
+    fn a_steps_expression_sets_the_promoted_mark_and_removes_the_rest() {
+        let parts = |s: LineStep| {
+            let mut ph = Placeholders::default();
+            let (set, removes, cond) = s.parts(&mut ph);
+            (set.is_some(), removes, cond, ph.names.len())
+        };
+        let mark = |t| HeadMark {
+            ticket: t,
+            expiry: 100,
+        };
+        assert_eq!(
+            parts(LineStep::default()),
+            (false, vec!["#_TxH".into(), "#_TxHL".into()], None, 2)
+        );
+        let (set, removes, cond, _) = parts(LineStep {
+            promote: Some(mark(9)),
+            own: Some(5),
+            keep_others: false,
+        });
+        assert!(set);
+        assert_eq!(removes, vec!["#_TxHL".to_string()]);
+        assert_eq!(cond.as_deref(), Some("attribute_exists(#_TxHL.#_TxHLp9)"));
+        let (_, removes, cond, _) = parts(LineStep {
+            promote: Some(mark(9)),
+            own: Some(5),
+            keep_others: true,
+        });
+        assert_eq!(
+            removes,
+            vec!["#_TxHL.#_TxHLp9".to_string(), "#_TxHL.#_TxHLo5".into()]
+        );
+        assert_eq!(cond.as_deref(), Some("attribute_exists(#_TxHL.#_TxHLp9)"));
+        let (set, removes, cond, _) = parts(LineStep {
+            promote: None,
+            own: Some(5),
+            keep_others: true,
+        });
+        assert!(!set);
+        assert_eq!(removes, vec!["#_TxH".to_string(), "#_TxHL.#_TxHLo5".into()]);
+        assert_eq!(cond.as_deref(), Some("attribute_exists(#_TxHL)"));
     }
 
     #[test]

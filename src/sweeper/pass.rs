@@ -344,6 +344,9 @@ impl Pass<'_> {
         if let Some(mark) = item_lock::head::HeadMark::of(&item) {
             self.mark(table, &key, mark).await;
         }
+        if let Some(seen) = item.get(item_lock::head::LINE) {
+            self.line(table, &key, seen).await;
+        }
         let obs = Observed::of(Some(&item));
         let Some(owner) = obs.owner.clone() else {
             self.queue(table, &key, &item).await;
@@ -433,6 +436,52 @@ impl Pass<'_> {
         }
     }
 
+    /// The line behind a mark found on an item: its entries that no longer count or were
+    /// written `rollback_after` ago taken out (the whole line when none is left), conditional
+    /// on the line as read. Counted with the marks: each entry is a waiter's place. A waiter
+    /// that dies in the line leaves its entry, which the next lock that reads the line takes
+    /// out; this is for the items no lock takes again.
+    async fn line(&self, table: &str, key: &Item, seen: &AttributeValue) {
+        let ttl = millis(self.mgr.inner.settings.queue_ttl);
+        let now = crate::ddb::now_millis();
+        let mut raw = Item::new();
+        raw.insert(item_lock::head::LINE.to_string(), seen.clone());
+        let line = item_lock::head::Line::of(&raw);
+        let stale: Vec<u64> = line
+            .entries
+            .iter()
+            .filter(|&(&t, &e)| {
+                let entry = item_lock::head::HeadMark {
+                    ticket: t,
+                    expiry: e,
+                };
+                item_lock::head::stale(entry, now, ttl, millis(self.opts.rollback_after))
+            })
+            .map(|(&t, _)| t)
+            .collect();
+        let whole = stale.len() == line.entries.len();
+        if stale.is_empty() && !whole {
+            return;
+        }
+        if self.opts.dry_run {
+            self.note(|r| r.marks_removed += stale.len() as u64);
+            return;
+        }
+        match item_lock::head::take_off_line(self.client(), table, key, seen, &stale, whole).await {
+            Ok(true) => {
+                debug!(
+                    table,
+                    entries = stale.len(),
+                    "sweep: took stale entries out of the line behind a mark"
+                );
+                self.note(|r| r.marks_removed += stale.len() as u64);
+            }
+            // Changed by a waiter or a lock meanwhile.
+            Ok(false) => {}
+            Err(e) => self.fail(None, table, &e),
+        }
+    }
+
     /// The queue of an unlocked item: rewritten without its expired entries (conditional on the
     /// item still unlocked and its queue as read). A live waiter renews its entry well before it
     /// expires, so an expired one is a waiter's that died or stopped waiting. A locked item's
@@ -487,6 +536,7 @@ impl Pass<'_> {
         }
         for a in item_lock::queue::QUEUE_ATTRS.into_iter().chain([
             item_lock::head::HEAD,
+            item_lock::head::LINE,
             item_lock::OWNER,
             item_lock::APPLIED,
             item_lock::TRANSIENT,
@@ -510,8 +560,9 @@ impl Pass<'_> {
                 format!("attribute_exists(#{marker})")
             } else {
                 format!(
-                    "attribute_exists(#{marker}) OR attribute_exists(#{}) OR attribute_exists(#{})",
+                    "attribute_exists(#{marker}) OR attribute_exists(#{}) OR attribute_exists(#{}) OR attribute_exists(#{})",
                     item_lock::head::HEAD,
+                    item_lock::head::LINE,
                     item_lock::queue::QUEUE
                 )
             }),

@@ -84,10 +84,10 @@ pub struct SweepReport {
     pub unrecorded_slice: Option<(u32, u32)>,
     /// Unapplied locks of transactions whose record is gone, released.
     pub orphan_locks_released: u64,
-    /// Waiters' marks (`_TxH`, [`Settings::mark_oldest_waiter`]) taken off items of
-    /// [`SweepOptions::tables_to_scan`]: marks that no longer count, or were written
-    /// [`SweepOptions::rollback_after`] ago, left by waiters that died on items no lock has taken
-    /// since.
+    /// Waiters' marks (`_TxH`, [`Settings::mark_oldest_waiter`]) and entries of the line behind
+    /// them (`_TxHL`) taken off items of [`SweepOptions::tables_to_scan`]: marks and entries
+    /// that no longer count, or were written [`SweepOptions::rollback_after`] ago, left by
+    /// waiters that died on items no lock has taken since.
     ///
     /// [`Settings::mark_oldest_waiter`]: crate::Settings::mark_oldest_waiter
     /// [`SweepOptions::tables_to_scan`]: super::SweepOptions::tables_to_scan

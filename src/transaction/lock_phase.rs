@@ -208,6 +208,12 @@ impl Transaction {
         // This waiter's mark on the item, as it wrote or last found it, while it is the marked
         // waiter: its next look is conditional on it.
         let mut own_mark: Option<item_lock::head::HeadMark> = None;
+        // The line behind the mark as the last look found it: the next lock promotes its oldest
+        // waiter to the mark and takes this waiter's own entry out.
+        let mut line = item_lock::head::Line::default();
+        let mut line_pace = super::marks::LinePace::default();
+        // Whether this waiter put its entry in the line (or may have).
+        let mut joined_line = false;
         loop {
             // The oldest waiter's mark the look found on the item.
             let mut found_head = None;
@@ -220,9 +226,16 @@ impl Transaction {
             // The marked waiter's look is conditional on its very mark: one that lands late (after
             // an ambiguous failure), when the waiter has taken the item since, takes nothing.
             let own_look = own_mark.take();
-            let (guard, at) = match own_look {
-                Some(own) => (item_lock::Guard::OwnMark(own), Existence::Present),
-                None => (self.lock_guard(), first),
+            let step = item_lock::head::LineStep::from_view(
+                &line,
+                self.known_ticket(),
+                joined_line,
+                crate::ddb::now_millis(),
+            );
+            let (guard, at) = match (own_look, self.lock_guard()) {
+                (Some(own), _) => (item_lock::Guard::OwnMark(own, step), Existence::Present),
+                (None, item_lock::Guard::Head(t, _)) => (item_lock::Guard::Head(t, step), first),
+                (None, g) => (g, first),
             };
             // A lock without record carries the ticket its unit of work has by now (0: none yet),
             // by which whoever meets it judges us until our record exists; a lock of a record
@@ -233,9 +246,12 @@ impl Transaction {
                 (false, Some(&t)) => item_lock::LockTicket::Recorded(t),
                 (false, None) => item_lock::LockTicket::None,
             };
-            let attempt = item_lock::lock(c, table, key, &schema, &self.id, at, guard, ticket);
             let sent = tokio::time::Instant::now();
-            let out = match attempt.await {
+            let answered =
+                item_lock::lock(c, table, key, &schema, &self.id, at, guard, ticket).await;
+            // How long a look takes: the line's waiters pace by it.
+            let look_rtt = sent.elapsed();
+            let out = match answered {
                 Ok(o) => o,
                 Err(
                     e @ Error::DynamoDb {
@@ -260,6 +276,8 @@ impl Transaction {
             }
             let (owner, resolution) = match out {
                 LockOutcome::Locked(l) => {
+                    let promoted = step.promote.map(|p| p.ticket);
+                    debug!(tx = %self.id, table, ?promoted, "took the item");
                     // Its own entry, if any, goes with the unlock.
                     self.places.locked(table, key);
                     // No longer blocked: others must not think we are. Decided meanwhile (an
@@ -276,7 +294,18 @@ impl Transaction {
                     return Ok(l);
                 }
                 // The mark the look needed went (a put, an expiry): look again as any waiter.
-                LockOutcome::Held { owner, .. } if owner.0.is_empty() && own_look.is_some() => {
+                LockOutcome::Held { owner, line: l, .. }
+                    if owner.0.is_empty() && own_look.is_some() =>
+                {
+                    line = l;
+                    continue;
+                }
+                // The line the lock would have changed changed (the entry it promoted, or the
+                // line itself, went): look again with the line as it is. Not a failed attempt.
+                LockOutcome::Held { owner, line: l, .. }
+                    if owner.0.is_empty() && step.conditional() && line != l =>
+                {
+                    line = l;
                     continue;
                 }
                 LockOutcome::Held { owner, .. } if owner.0.is_empty() => {
@@ -334,13 +363,18 @@ impl Transaction {
                         }
                     }
                 }
-                LockOutcome::Marked { head } => {
+                LockOutcome::Marked { head, line: l } => {
+                    line = l;
                     // Refused by an older waiter's live mark (or we had no ticket: take one now).
                     let mine = me.ticket(&self.inner).await?;
                     if !head.refuses(Some(mine), crate::ddb::now_millis()) {
                         continue;
                     }
-                    ahead = 1;
+                    found_head = Some(head);
+                    joined_line |= self
+                        .join_line(table, key, &schema, &mut line, mine, marked)
+                        .await;
+                    ahead = 1 + line.ahead_of(mine, crate::ddb::now_millis());
                     (
                         None,
                         Resolution::Wait {
@@ -355,8 +389,10 @@ impl Transaction {
                     own_entry: o,
                     lock_ticket,
                     head,
+                    line: l,
                 } => {
                     found_head = head;
+                    line = l;
                     debug!(tx = %self.id, other = %owner, table, "item locked by another transaction");
                     ahead = 1 + a;
                     own_entry = o;
@@ -448,8 +484,18 @@ impl Transaction {
                 && matches!(resolution, Resolution::Wait { .. } | Resolution::Grace)
             {
                 let mine = me.ticket(&self.inner).await?;
-                self.mark_as_waiter(table, key, &schema, found_head, mine, marked)
-                    .await
+                let own = self
+                    .mark_as_waiter(table, key, &schema, found_head, mine, marked)
+                    .await;
+                // Behind an older live mark: take a place in the line behind it.
+                if own.is_none()
+                    && found_head.is_some_and(|h| h.refuses(Some(mine), crate::ddb::now_millis()))
+                {
+                    joined_line |= self
+                        .join_line(table, key, &schema, &mut line, mine, marked)
+                        .await;
+                }
+                own
             } else {
                 None
             };
@@ -585,6 +631,13 @@ impl Transaction {
                     if own_read {
                         last_check = tokio::time::Instant::now();
                     }
+                    let line_place = self
+                        .known_ticket()
+                        .filter(|&m| line.own(Some(m)).is_some())
+                        .map(|m| line.ahead_of(m, crate::ddb::now_millis()));
+                    if let Some(p) = line_place {
+                        line_pace.observe(p, tokio::time::Instant::now());
+                    }
                     let every = if holds_others {
                         OWN_RECORD_EVERY
                     } else {
@@ -602,6 +655,14 @@ impl Transaction {
                             }
                             // The oldest waiter looks again at once: the item is its next.
                             None if marked_head => {}
+                            // Behind an older waiter's mark, in its line: the next in line looks
+                            // at once (the lock that takes the item marks it), the others by
+                            // their place and the holds measured.
+                            None if found_head.is_some() && line_place.is_some() => {
+                                let ahead = line_place.unwrap_or(0);
+                                let d = line_pace.sleep(ahead, look_rtt, settings.queue_ttl / 3);
+                                tokio::time::sleep(d).await;
+                            }
                             // Behind an older waiter's mark: the item is not ours next.
                             None if found_head.is_some() => {
                                 crate::settings::backoff(settings, 3).await

@@ -11,6 +11,51 @@ use crate::keys::KeySchema;
 
 use super::Transaction;
 
+/// How fast the line behind a mark moves, as a waiter in it sees its place fall.
+#[derive(Debug, Default)]
+pub(super) struct LinePace {
+    last: Option<(tokio::time::Instant, usize)>,
+    /// Mean time per place gained.
+    hold: Option<std::time::Duration>,
+}
+
+impl LinePace {
+    pub(super) fn observe(&mut self, place: usize, now: tokio::time::Instant) {
+        if let Some((t, p)) = self.last
+            && p > place
+        {
+            let sample = (now - t) / (p - place) as u32;
+            self.hold = Some(match self.hold {
+                Some(h) => h.mul_f64(0.7) + sample.mul_f64(0.3),
+                None => sample,
+            });
+        }
+        if self.last.is_none_or(|(_, p)| p != place) {
+            self.last = Some((now, place));
+        }
+    }
+
+    /// How long a waiter with `ahead` live entries before its own sleeps before its next look:
+    /// none for the next in line (the lock that takes the item marks it), else half its place
+    /// times the time a place takes, never more than two looks' time per place (`look`: how
+    /// long its last look took; a waiter that oversleeps its promotion leaves the item free),
+    /// and never more than `cap` (its entry's renewal).
+    pub(super) fn sleep(
+        &self,
+        ahead: usize,
+        look: std::time::Duration,
+        cap: std::time::Duration,
+    ) -> std::time::Duration {
+        if ahead == 0 {
+            return std::time::Duration::ZERO;
+        }
+        let place = self.hold.unwrap_or(look).min(look * 2);
+        (place * ahead as u32)
+            .mul_f64(0.5 * rand::random_range(0.9..1.1))
+            .min(cap)
+    }
+}
+
 impl Transaction {
     /// Whether the mark `found` is this transaction's (with the ticket it contends with).
     pub(super) fn is_marked_head(&self, found: Option<HeadMark>) -> bool {
@@ -66,13 +111,91 @@ impl Transaction {
         }
     }
 
-    /// Takes this transaction's mark off `table`/`key`, if the item still carries it: a waiter
-    /// that stops waiting without the lock. Best effort: a mark left behind expires.
+    /// Waiting at `table`/`key` behind an older live mark: puts this waiter (ticket `mine`) in
+    /// the line behind it, as the last look found it (`line`), unless it is there with more
+    /// than two thirds of its life left. Best effort: a write that fails is left to the next
+    /// look. `maybe_marked` is set as by [`Transaction::mark_as_waiter`]: the waiter then takes
+    /// its entry off when it stops waiting. True when the line holds (or may hold) its entry.
+    pub(super) async fn join_line(
+        &self,
+        table: &str,
+        key: &Item,
+        schema: &KeySchema,
+        line: &mut head::Line,
+        mine: u64,
+        maybe_marked: &mut bool,
+    ) -> bool {
+        let now = crate::ddb::now_millis();
+        let ttl = self.inner.settings.queue_ttl.as_millis() as u64;
+        if line
+            .own(Some(mine))
+            .is_some_and(|e| e.saturating_sub(now) >= ttl * 2 / 3)
+        {
+            return true;
+        }
+        let c = &self.inner.client;
+        *maybe_marked = true;
+        let joined = head::join_line(
+            c,
+            table,
+            key,
+            schema,
+            &self.id,
+            mine,
+            now + ttl,
+            line.exists,
+        )
+        .await;
+        debug!(tx = %self.id, table, mine, ?joined, "joined the line behind the mark");
+        // Joined (or maybe: a lost answer): the lock that takes the item takes the entry out.
+        if !matches!(joined, Ok(false)) {
+            line.entries.insert(mine, now + ttl);
+            line.exists = true;
+            return true;
+        }
+        false
+    }
+
+    /// Takes this transaction's mark off `table`/`key`, if the item still carries it, and its
+    /// entry out of the line behind it: a waiter that stops waiting without the lock. Best
+    /// effort: a mark or entry left behind expires.
     pub(super) async fn unmark(&self, table: &str, key: &Item) {
         let Some(mine) = self.known_ticket() else {
             return;
         };
-        let taken = head::unmark(&self.inner.client, table, key, mine).await;
-        debug!(tx = %self.id, table, ?taken, "took its mark off the item");
+        let c = &self.inner.client;
+        let (taken, left) = tokio::join!(
+            head::unmark(c, table, key, mine),
+            head::leave_line(c, table, key, mine)
+        );
+        debug!(tx = %self.id, table, ?taken, ?left, "took its mark off the item");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::LinePace;
+    use std::time::Duration;
+
+    #[test]
+    fn a_waiter_in_the_line_sleeps_by_its_place_and_the_pace_it_measured() {
+        let ms = Duration::from_millis;
+        let cap = ms(1_000);
+        let mut p = LinePace::default();
+        assert_eq!(p.sleep(0, ms(10), cap), Duration::ZERO, "the next in line");
+        // No pace measured: a place takes a look's time.
+        let d = p.sleep(4, ms(10), cap);
+        assert!(d >= ms(18) && d <= ms(22), "{d:?}");
+        let t0 = tokio::time::Instant::now();
+        p.observe(10, t0);
+        p.observe(10, t0 + ms(50));
+        p.observe(6, t0 + ms(80));
+        // Four places in 80 ms: 20 ms a place, capped at two looks' time.
+        assert_eq!(p.hold, Some(ms(20)));
+        let d = p.sleep(4, ms(5), cap);
+        assert!(d >= ms(18) && d <= ms(22), "{d:?}");
+        let d = p.sleep(4, ms(30), cap);
+        assert!(d >= ms(36) && d <= ms(44), "{d:?}");
+        assert_eq!(p.sleep(1_000, ms(30), cap), cap);
     }
 }

@@ -77,7 +77,7 @@ impl Transaction {
         if s.queues() {
             item_lock::Guard::Queue(self.ticket_recorded.get().copied())
         } else if s.head_marks() {
-            item_lock::Guard::Head(self.known_ticket())
+            item_lock::Guard::Head(self.known_ticket(), Default::default())
         } else {
             item_lock::Guard::Free
         }

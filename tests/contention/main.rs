@@ -3,6 +3,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod line;
 mod lock_tickets;
 mod looks;
 mod marks;

@@ -12,18 +12,22 @@ use crate::queue::crashed_waiter::{dead_waiter_returned, start_dying_waiter, swe
 use crate::{held_by, lock, ordered_on, set_v, ticket_of};
 
 /// A manager over the env's tables on `client` that marks (tickets at begin, from the counter).
-fn marking(env: &TestEnv, client: aws_sdk_dynamodb::Client) -> TransactionManager {
+pub(crate) fn marking(env: &TestEnv, client: aws_sdk_dynamodb::Client) -> TransactionManager {
     let m = &env.manager;
     marking_over(m.transactions_table(), m.images_table(), client)
 }
 
 /// [`marking`] over the tables named.
-fn marking_over(txt: &str, imgt: &str, client: aws_sdk_dynamodb::Client) -> TransactionManager {
+pub(crate) fn marking_over(
+    txt: &str,
+    imgt: &str,
+    client: aws_sdk_dynamodb::Client,
+) -> TransactionManager {
     marking_tuned(txt, imgt, client, |_| {})
 }
 
 /// [`marking_over`], then `more`.
-fn marking_tuned(
+pub(crate) fn marking_tuned(
     txt: &str,
     imgt: &str,
     client: aws_sdk_dynamodb::Client,
@@ -48,7 +52,7 @@ fn marking_tuned(
 }
 
 /// The mark `k` carries: (ticket, expiry).
-async fn mark_on(env: &TestEnv, k: &str) -> Option<(u64, u64)> {
+pub(crate) async fn mark_on(env: &TestEnv, k: &str) -> Option<(u64, u64)> {
     let raw = env.raw_get(&env.table, &key(k)).await?;
     let m = raw.get("_TxH")?.as_m().ok()?;
     let num = |f: &str| m[f].as_n().unwrap().parse().unwrap();
@@ -56,7 +60,7 @@ async fn mark_on(env: &TestEnv, k: &str) -> Option<(u64, u64)> {
 }
 
 /// Waits until `k` carries a mark, and checks that it is `waiter`'s.
-async fn marked_by(env: &TestEnv, k: &str, waiter: &dynamodb_transactions::TxId) {
+pub(crate) async fn marked_by(env: &TestEnv, k: &str, waiter: &dynamodb_transactions::TxId) {
     let mine = loop {
         if let Some((t, _)) = mark_on(env, k).await {
             break t;
@@ -68,7 +72,10 @@ async fn marked_by(env: &TestEnv, k: &str, waiter: &dynamodb_transactions::TxId)
 
 /// The mark of `ticket` expiring `in_ms` from now (negative: expired), as an item carries it,
 /// and its expiry (epoch ms).
-fn mark_value(ticket: u64, in_ms: i64) -> (aws_sdk_dynamodb::types::AttributeValue, i64) {
+pub(crate) fn mark_value(
+    ticket: u64,
+    in_ms: i64,
+) -> (aws_sdk_dynamodb::types::AttributeValue, i64) {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -79,13 +86,13 @@ fn mark_value(ticket: u64, in_ms: i64) -> (aws_sdk_dynamodb::types::AttributeVal
 }
 
 /// `k` with `v`, carrying the mark of `ticket` expiring `in_ms` from now (negative: expired).
-fn marked_item(k: &str, v: i64, ticket: u64, in_ms: i64) -> Item {
+pub(crate) fn marked_item(k: &str, v: i64, ticket: u64, in_ms: i64) -> Item {
     let mut i = item(&[("Id", s(k)), ("v", n(v))]);
     i.insert("_TxH".into(), mark_value(ticket, in_ms).0);
     i
 }
 
-async fn read_v(tx: &Transaction, table: &str, k: &str) -> i64 {
+pub(crate) async fn read_v(tx: &Transaction, table: &str, k: &str) -> i64 {
     let out = tx
         .get_item()
         .table_name(table)
@@ -97,7 +104,7 @@ async fn read_v(tx: &Transaction, table: &str, k: &str) -> i64 {
 }
 
 /// Sets `v` of `k` in `tx` (buffered).
-async fn set_i(tx: &Transaction, table: &str, k: &str, v: i64) {
+pub(crate) async fn set_i(tx: &Transaction, table: &str, k: &str, v: i64) {
     set_v(tx, table, k, v as u64).await.unwrap();
 }
 
