@@ -657,9 +657,10 @@ impl Transaction {
                             None if marked_head => {}
                             // Behind an older waiter's mark, in its line: the next in line looks
                             // at once (the lock that takes the item marks it), the others by
-                            // their place and the holds measured.
+                            // their place and the holds measured. One holding other locks judges
+                            // the holder at every look (a read): it looks as if two places back.
                             None if found_head.is_some() && line_place.is_some() => {
-                                let ahead = line_place.unwrap_or(0);
+                                let ahead = line_place.unwrap_or(0) + 2 * usize::from(holds_others);
                                 let d = line_pace.sleep(ahead, look_rtt, settings.queue_ttl / 3);
                                 tokio::time::sleep(d).await;
                             }
