@@ -76,16 +76,15 @@ impl Line {
 /// locker's last look found (its *view*; a first attempt has none).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct LineStep {
-    /// The view's oldest live entry other than the locker's: the lock makes it the mark (and
-    /// takes it out of the line), so that the next waiter is marked before the item is free.
+    /// The view's oldest live entry other than the locker's: the lock makes it the mark and
+    /// takes it out of the line (with the locker's own entry), so that the next waiter is
+    /// marked before the item is free. None: the lock removes the mark and the whole line
+    /// (expired entries with it), so that an item whose contention is over carries neither; an
+    /// entry that joined since the view is lost then, and its waiter joins again at its next
+    /// look.
     pub promote: Option<HeadMark>,
-    /// The locker's own entry (it joined the line): the lock takes it out.
+    /// The locker's own entry (it joined the line), taken out with the promoted one.
     pub own: Option<u64>,
-    /// The view holds live entries beside those two: the lock takes out only those two
-    /// entries. Otherwise it removes the whole line (expired entries with it), so that an item
-    /// whose contention is over carries none; an entry that joined since the view is lost, and
-    /// its waiter joins again at its next look.
-    pub keep_others: bool,
 }
 
 impl LineStep {
@@ -93,63 +92,44 @@ impl LineStep {
     /// `joined`: the locker joined the line, so its entry may be there whatever the view shows
     /// (a join whose answer was lost).
     pub(crate) fn from_view(line: &Line, mine: Option<u64>, joined: bool, now: u64) -> LineStep {
-        let promote = line.next(mine, now);
-        let own = mine.filter(|&m| line.exists && (joined || line.entries.contains_key(&m)));
-        let keep_others = line
-            .entries
-            .iter()
-            .any(|(&t, &e)| e >= now && Some(t) != mine && Some(t) != promote.map(|p| p.ticket));
         LineStep {
-            promote,
-            own,
-            keep_others,
+            promote: line.next(mine, now),
+            own: mine.filter(|&m| line.exists && (joined || line.entries.contains_key(&m))),
         }
     }
 
     /// Whether the lock taking this step is conditional on the line (it can fail for the line
-    /// alone, on a free item).
+    /// alone, on a free item): a promotion is.
     pub(crate) fn conditional(self) -> bool {
-        self.promote.is_some() || (self.keep_others && self.own.is_some())
+        self.promote.is_some()
     }
 
     /// The update's parts and the condition a lock taking this step adds: a `SET` assignment
-    /// (the promoted mark), the `REMOVE` paths (the mark unless it is replaced, and the line or
-    /// the two entries), and a condition (the promoted entry still in the line, or the line
-    /// there when only the own entry is taken out, since DynamoDB refuses a path into a missing
-    /// map).
+    /// (the promoted mark), the `REMOVE` paths (the promoted and own entries, or the mark and
+    /// the whole line), and a condition (the promoted entry still in the line).
     pub(crate) fn parts(
         self,
         ph: &mut Placeholders,
     ) -> (Option<String>, Vec<String>, Option<String>) {
         let h = ph.name(HEAD);
         let l = ph.name(LINE);
-        let mut removes = Vec::new();
-        let mut set = None;
-        let mut cond = None;
-        match self.promote {
-            Some(p) => {
-                let k = format!("#_TxHLp{}", p.ticket);
-                ph.names.insert(k.clone(), p.ticket.to_string());
-                set = Some(format!("{h} = {}", ph.value("Promoted", p.value())));
-                cond = Some(format!("attribute_exists({l}.{k})"));
-                if self.keep_others {
-                    removes.push(format!("{l}.{k}"));
-                }
-            }
-            None => removes.push(h),
-        }
-        if !self.keep_others {
-            removes.push(l);
-        } else if let Some(o) = self
-            .own
-            .filter(|&o| Some(o) != self.promote.map(|p| p.ticket))
-        {
+        let Some(p) = self.promote else {
+            return (None, vec![h, l], None);
+        };
+        let k = format!("#_TxHLp{}", p.ticket);
+        ph.names.insert(k.clone(), p.ticket.to_string());
+        let set = format!("{h} = {}", ph.value("Promoted", p.value()));
+        let mut removes = vec![format!("{l}.{k}")];
+        if let Some(o) = self.own.filter(|&o| o != p.ticket) {
             let k = format!("#_TxHLo{o}");
             ph.names.insert(k.clone(), o.to_string());
             removes.push(format!("{l}.{k}"));
-            cond.get_or_insert_with(|| format!("attribute_exists({l})"));
         }
-        (set, removes, cond)
+        (
+            Some(set),
+            removes,
+            Some(format!("attribute_exists({l}.{k})")),
+        )
     }
 }
 
@@ -506,19 +486,15 @@ mod tests {
         let step = |line: &Line, mine, joined| LineStep::from_view(line, mine, joined, 10);
         // No view (a first attempt): the mark and the whole line go.
         assert_eq!(step(&Line::default(), Some(5), false), LineStep::default());
-        // Only the next waiter: promoted, and the line goes with the locker's entry.
-        let two = line_of(&[(5, 100), (9, 100)]);
-        let s = step(&two, Some(5), true);
+        // The next waiter promoted, the locker's entry taken out.
+        let s = step(&line_of(&[(5, 100), (9, 100), (12, 100)]), Some(5), true);
         assert_eq!(s.promote.map(|h| (h.ticket, h.expiry)), Some((9, 100)));
-        assert_eq!((s.own, s.keep_others), (Some(5), false));
-        // Others behind: only the two entries go.
-        let more = line_of(&[(5, 100), (9, 100), (12, 100), (14, 5)]);
-        let s = step(&more, Some(5), true);
-        assert_eq!(s.promote.map(|h| h.ticket), Some(9));
-        assert!(s.keep_others);
-        // Only expired others: the line goes.
-        let s = step(&line_of(&[(9, 100), (14, 5)]), Some(5), false);
-        assert_eq!((s.own, s.keep_others), (None, false));
+        assert_eq!(s.own, Some(5));
+        assert!(s.conditional());
+        // Only expired others: nobody to promote, the line goes.
+        let s = step(&line_of(&[(9, 5), (14, 5)]), Some(5), false);
+        assert_eq!((s.promote, s.own), (None, None));
+        assert!(!s.conditional());
         // A joined locker's entry is taken out where the line is, whatever the view shows.
         let s = step(&line_of(&[(9, 100), (12, 100)]), Some(5), true);
         assert_eq!(s.own, Some(5));
@@ -529,8 +505,7 @@ mod tests {
     fn a_steps_expression_sets_the_promoted_mark_and_removes_the_rest() {
         let parts = |s: LineStep| {
             let mut ph = Placeholders::default();
-            let (set, removes, cond) = s.parts(&mut ph);
-            (set.is_some(), removes, cond, ph.names.len())
+            s.parts(&mut ph)
         };
         let mark = |t| HeadMark {
             ticket: t,
@@ -538,34 +513,23 @@ mod tests {
         };
         assert_eq!(
             parts(LineStep::default()),
-            (false, vec!["#_TxH".into(), "#_TxHL".into()], None, 2)
+            (None, vec!["#_TxH".into(), "#_TxHL".into()], None)
         );
-        let (set, removes, cond, _) = parts(LineStep {
+        let (set, removes, cond) = parts(LineStep {
             promote: Some(mark(9)),
             own: Some(5),
-            keep_others: false,
         });
-        assert!(set);
-        assert_eq!(removes, vec!["#_TxHL".to_string()]);
-        assert_eq!(cond.as_deref(), Some("attribute_exists(#_TxHL.#_TxHLp9)"));
-        let (_, removes, cond, _) = parts(LineStep {
-            promote: Some(mark(9)),
-            own: Some(5),
-            keep_others: true,
-        });
+        assert_eq!(set.as_deref(), Some("#_TxH = :_TxPromoted"));
         assert_eq!(
             removes,
             vec!["#_TxHL.#_TxHLp9".to_string(), "#_TxHL.#_TxHLo5".into()]
         );
         assert_eq!(cond.as_deref(), Some("attribute_exists(#_TxHL.#_TxHLp9)"));
-        let (set, removes, cond, _) = parts(LineStep {
-            promote: None,
-            own: Some(5),
-            keep_others: true,
+        let (_, removes, _) = parts(LineStep {
+            promote: Some(mark(9)),
+            own: None,
         });
-        assert!(!set);
-        assert_eq!(removes, vec!["#_TxH".to_string(), "#_TxHL.#_TxHLo5".into()]);
-        assert_eq!(cond.as_deref(), Some("attribute_exists(#_TxHL)"));
+        assert_eq!(removes, vec!["#_TxHL.#_TxHLp9".to_string()]);
     }
 
     #[test]

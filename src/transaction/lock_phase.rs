@@ -141,20 +141,21 @@ impl Transaction {
         without_record: bool,
         order: Placement,
     ) -> Result<LockInfo> {
-        let mut marked = false;
+        let mut placed = super::marks::Placed::default();
         // Boxed: the wait's future is large, and callers nest lock waits deep (a wound completes
         // another transaction from inside a wait); on a debug build's test thread the stack
         // overflowed.
         let locked =
-            Box::pin(self.lock_waiting(table, key, first, without_record, order, &mut marked))
+            Box::pin(self.lock_waiting(table, key, first, without_record, order, &mut placed))
                 .await;
-        if locked.is_err() && marked {
-            self.unmark(table, key).await;
+        if locked.is_err() {
+            self.leave(table, key, placed).await;
         }
         locked
     }
 
-    /// [`Transaction::lock_one`]'s wait; `marked`: set once this waiter's mark is on the item.
+    /// [`Transaction::lock_one`]'s wait; `placed`: where this waiter (may have) put its mark or
+    /// its entry in the line behind it.
     async fn lock_waiting(
         &self,
         table: &str,
@@ -162,7 +163,7 @@ impl Transaction {
         first: Existence,
         without_record: bool,
         order: Placement,
-        marked: &mut bool,
+        placed: &mut super::marks::Placed,
     ) -> Result<LockInfo> {
         use crate::contention::{Contender, Resolution};
         let schema = self.schema(table).await?;
@@ -300,8 +301,8 @@ impl Transaction {
                     line = l;
                     continue;
                 }
-                // The line the lock would have changed changed (the entry it promoted, or the
-                // line itself, went): look again with the line as it is. Not a failed attempt.
+                // The entry the lock would have promoted went (its waiter took the item, or
+                // left): look again with the line as it is. Not a failed attempt.
                 LockOutcome::Held { owner, line: l, .. }
                     if owner.0.is_empty() && step.conditional() && line != l =>
                 {
@@ -372,7 +373,7 @@ impl Transaction {
                     }
                     found_head = Some(head);
                     joined_line |= self
-                        .join_line(table, key, &schema, &mut line, mine, marked)
+                        .join_line(table, key, &schema, &mut line, mine, placed)
                         .await;
                     ahead = 1 + line.ahead_of(mine, crate::ddb::now_millis());
                     (
@@ -485,14 +486,14 @@ impl Transaction {
             {
                 let mine = me.ticket(&self.inner).await?;
                 let own = self
-                    .mark_as_waiter(table, key, &schema, found_head, mine, marked)
+                    .mark_as_waiter(table, key, &schema, found_head, mine, &mut placed.marked)
                     .await;
                 // Behind an older live mark: take a place in the line behind it.
                 if own.is_none()
                     && found_head.is_some_and(|h| h.refuses(Some(mine), crate::ddb::now_millis()))
                 {
                     joined_line |= self
-                        .join_line(table, key, &schema, &mut line, mine, marked)
+                        .join_line(table, key, &schema, &mut line, mine, placed)
                         .await;
                 }
                 own
@@ -500,7 +501,7 @@ impl Transaction {
                 None
             };
             let marked_head = own_mark.is_some();
-            *marked |= marked_head;
+            placed.marked |= marked_head;
             let resolved_before = owner.is_some() && last_resolved == owner;
             if resolution == Resolution::Retry {
                 last_resolved = owner.clone();

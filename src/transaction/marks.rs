@@ -11,6 +11,14 @@ use crate::keys::KeySchema;
 
 use super::Transaction;
 
+/// Where a waiter (may have) put its place on the item it waits for: its mark, or its entry in
+/// the line behind the mark. A write whose answer was lost counts: it may have landed.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Placed {
+    pub marked: bool,
+    pub joined: bool,
+}
+
 /// How fast the line behind a mark moves, as a waiter in it sees its place fall.
 #[derive(Debug, Default)]
 pub(super) struct LinePace {
@@ -114,8 +122,9 @@ impl Transaction {
     /// Waiting at `table`/`key` behind an older live mark: puts this waiter (ticket `mine`) in
     /// the line behind it, as the last look found it (`line`), unless it is there with more
     /// than two thirds of its life left. Best effort: a write that fails is left to the next
-    /// look. `maybe_marked` is set as by [`Transaction::mark_as_waiter`]: the waiter then takes
-    /// its entry off when it stops waiting. True when the line holds (or may hold) its entry.
+    /// look. `placed.joined` is set when the line may hold its entry, as `maybe_marked` is by
+    /// [`Transaction::mark_as_waiter`]: the waiter then takes its entry out when it stops
+    /// waiting. True when the line holds (or may hold) its entry.
     pub(super) async fn join_line(
         &self,
         table: &str,
@@ -123,7 +132,7 @@ impl Transaction {
         schema: &KeySchema,
         line: &mut head::Line,
         mine: u64,
-        maybe_marked: &mut bool,
+        placed: &mut Placed,
     ) -> bool {
         let now = crate::ddb::now_millis();
         let ttl = self.inner.settings.queue_ttl.as_millis() as u64;
@@ -134,7 +143,7 @@ impl Transaction {
             return true;
         }
         let c = &self.inner.client;
-        *maybe_marked = true;
+        placed.joined = true;
         let joined = head::join_line(
             c,
             table,
@@ -156,19 +165,45 @@ impl Transaction {
         false
     }
 
-    /// Takes this transaction's mark off `table`/`key`, if the item still carries it, and its
-    /// entry out of the line behind it: a waiter that stops waiting without the lock. Best
-    /// effort: a mark or entry left behind expires.
+    /// Takes this transaction's mark off `table`/`key`, if the item still carries it: a waiter
+    /// that stops waiting without the lock. Best effort: a mark left behind expires.
     pub(super) async fn unmark(&self, table: &str, key: &Item) {
+        self.leave(
+            table,
+            key,
+            Placed {
+                marked: true,
+                joined: false,
+            },
+        )
+        .await;
+    }
+
+    /// Takes this transaction's places at `table`/`key` off the item, as far as it put them
+    /// there (`placed`): its mark, if the item still carries it (one that joined the line may
+    /// have been promoted to it), and its entry in the line behind it. A waiter that stops
+    /// waiting without the lock. Best effort: a mark or an entry left behind expires.
+    pub(super) async fn leave(&self, table: &str, key: &Item, placed: Placed) {
         let Some(mine) = self.known_ticket() else {
             return;
         };
         let c = &self.inner.client;
-        let (taken, left) = tokio::join!(
-            head::unmark(c, table, key, mine),
-            head::leave_line(c, table, key, mine)
-        );
-        debug!(tx = %self.id, table, ?taken, ?left, "took its mark off the item");
+        let unmark = async {
+            if placed.marked || placed.joined {
+                Some(head::unmark(c, table, key, mine).await)
+            } else {
+                None
+            }
+        };
+        let leave_line = async {
+            if placed.joined {
+                Some(head::leave_line(c, table, key, mine).await)
+            } else {
+                None
+            }
+        };
+        let (taken, left) = tokio::join!(unmark, leave_line);
+        debug!(tx = %self.id, table, ?taken, ?left, "took its places off the item");
     }
 }
 

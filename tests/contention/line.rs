@@ -115,9 +115,10 @@ async fn a_waiter_behind_an_older_mark_joins_the_line_and_leaves_it_when_it_give
 
 /// Three transactions on one item, in ticket order: a holder, an older waiter that marks the
 /// item, and a younger one that joins the line behind that mark. The lock with which the marked
-/// waiter takes the item makes the younger one the mark in the same write (and, the line then
-/// empty, removes it): the younger waiter is marked while the item is still held, before anyone
-/// can take it. It takes the item next, and the last lock leaves neither mark nor line.
+/// waiter takes the item makes the younger one the mark in the same write, and takes its entry
+/// out of the line: the younger waiter is marked while the item is still held, before anyone can
+/// take it. It takes the item next, and its lock, with nobody left to promote, leaves neither
+/// mark nor line.
 #[tokio::test]
 async fn the_lock_that_takes_the_item_marks_the_next_waiter_in_the_line() {
     let env = TestEnv::new("ct-line-promote").await;
@@ -143,8 +144,8 @@ async fn the_lock_that_takes_the_item_marks_the_next_waiter_in_the_line() {
         );
         assert_eq!(
             line_on(&env, "k").await,
-            None,
-            "the line, now empty, stayed"
+            Some(BTreeMap::new()),
+            "the younger waiter's entry stayed in the line"
         );
         set_i(&older, &table, "k", v + 10).await;
         older.commit().await.unwrap();
