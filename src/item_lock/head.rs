@@ -85,6 +85,11 @@ pub(crate) struct LineStep {
     pub promote: Option<HeadMark>,
     /// The locker's own entry (it joined the line), taken out with the promoted one.
     pub own: Option<u64>,
+    /// The view holds entries besides the promoted and own ones: the lock takes those two out
+    /// of the line and leaves the rest; otherwise it removes the line whole. Either way the
+    /// lock is conditional on the line's size agreeing, so that the line never stays as an
+    /// empty map (litter on the item, and a value of no type in DynamoDB Local's stream).
+    pub rest: bool,
 }
 
 impl LineStep {
@@ -92,9 +97,16 @@ impl LineStep {
     /// `joined`: the locker joined the line, so its entry may be there whatever the view shows
     /// (a join whose answer was lost).
     pub(crate) fn from_view(line: &Line, mine: Option<u64>, joined: bool, now: u64) -> LineStep {
+        let promote = line.next(mine, now);
+        let own = mine.filter(|&m| line.exists && (joined || line.entries.contains_key(&m)));
+        let rest = line
+            .entries
+            .keys()
+            .any(|&t| Some(t) != promote.map(|p| p.ticket) && Some(t) != own);
         LineStep {
-            promote: line.next(mine, now),
-            own: mine.filter(|&m| line.exists && (joined || line.entries.contains_key(&m))),
+            promote,
+            own,
+            rest: promote.is_some() && rest,
         }
     }
 
@@ -105,8 +117,10 @@ impl LineStep {
     }
 
     /// The update's parts and the condition a lock taking this step adds: a `SET` assignment
-    /// (the promoted mark), the `REMOVE` paths (the promoted and own entries, or the mark and
-    /// the whole line), and a condition (the promoted entry still in the line).
+    /// (the promoted mark), the `REMOVE` paths (the promoted and own entries, the line whole
+    /// when nothing else is in it, or the mark and the whole line), and a condition (the
+    /// promoted entry still in the line, and the line holding others exactly when the view
+    /// did).
     pub(crate) fn parts(
         self,
         ph: &mut Placeholders,
@@ -120,16 +134,32 @@ impl LineStep {
         ph.names.insert(k.clone(), p.ticket.to_string());
         let set = format!("{h} = {}", ph.value("Promoted", p.value()));
         let mut removes = vec![format!("{l}.{k}")];
-        if let Some(o) = self.own.filter(|&o| o != p.ticket) {
+        let cond = format!("attribute_exists({l}.{k})");
+        // Entries that stay once the promoted and own ones are out: `size(line)` less one, less
+        // one more if the own entry is there (a join whose answer was lost may or may not be).
+        let own = self.own.filter(|&o| o != p.ticket).map(|o| {
             let k = format!("#_TxHLo{o}");
             ph.names.insert(k.clone(), o.to_string());
             removes.push(format!("{l}.{k}"));
-        }
-        (
-            Some(set),
-            removes,
-            Some(format!("attribute_exists({l}.{k})")),
-        )
+            k
+        });
+        let mut n = |label: &str, v: u8| ph.value(label, AttributeValue::N(v.to_string()));
+        let size = match (own, self.rest) {
+            (None, false) => format!("size({l}) = {}", n("One", 1)),
+            (None, true) => format!("size({l}) > {}", n("One", 1)),
+            (Some(o), false) => {
+                let (one, two) = (n("One", 1), n("Two", 2));
+                format!("(size({l}) = {one} OR (size({l}) = {two} AND attribute_exists({l}.{o})))")
+            }
+            (Some(o), true) => {
+                let two = n("Two", 2);
+                format!(
+                    "(size({l}) > {two} OR (size({l}) = {two} AND attribute_not_exists({l}.{o})))"
+                )
+            }
+        };
+        let removes = if self.rest { removes } else { vec![l] };
+        (Some(set), removes, Some(format!("{cond} AND {size}")))
     }
 }
 
@@ -316,24 +346,53 @@ pub(crate) async fn join_line(
 }
 
 /// Takes ticket `mine`'s entry out of the line of `table`/`key`, if the line holds it. True when
-/// it was there.
+/// it was there. The last entry takes the line with it (conditional on the line being just that
+/// entry), so that no empty map stays on the item; an empty line found on the way goes too.
 pub(crate) async fn leave_line(
     client: &Client,
     table: &str,
     key: &Item,
     mine: u64,
 ) -> Result<bool> {
-    let mut ph = Placeholders::default();
-    let l = ph.name(LINE);
-    ph.names.insert("#_TxHLm".into(), mine.to_string());
-    let w = Write::update(
-        table,
-        key.clone(),
-        format!("REMOVE {l}.#_TxHLm"),
-        format!("attribute_exists({l}.#_TxHLm)"),
-        ph,
-    );
-    Ok(matches!(w.send(client, None).await?, Written::Ok(_)))
+    let entry = mine.to_string();
+    // Each failed attempt answers with the line as it was: only a line that changed between
+    // two attempts sends a third. A line that keeps changing is left to its next lock or sweep.
+    for _ in 0..4 {
+        let mut ph = Placeholders::default();
+        let l = ph.name(LINE);
+        ph.names.insert("#_TxHLm".into(), entry.clone());
+        let one = ph.value("One", AttributeValue::N("1".into()));
+        let w = Write::update(
+            table,
+            key.clone(),
+            format!("REMOVE {l}.#_TxHLm"),
+            format!("attribute_exists({l}.#_TxHLm) AND size({l}) > {one}"),
+            ph,
+        );
+        let found = match w.send(client, None).await? {
+            Written::Ok(_) => return Ok(true),
+            Written::ConditionFailed(found) => found,
+        };
+        // The line as it is: gone, holding others but not `mine`, or just `mine` (or nothing).
+        let Some(seen) = found.as_ref().and_then(|f| f.get(LINE)) else {
+            return Ok(false);
+        };
+        let Ok(m) = seen.as_m() else {
+            return Ok(false);
+        };
+        let was_there = m.contains_key(&entry);
+        if m.len() > usize::from(was_there) {
+            return Ok(false);
+        }
+        let mut ph = Placeholders::default();
+        let l = ph.name(LINE);
+        let cond = format!("{l} = {}", ph.value("Seen", seen.clone()));
+        let w = Write::update(table, key.clone(), format!("REMOVE {l}"), cond, ph);
+        if let Written::Ok(_) = w.send(client, None).await? {
+            return Ok(was_there);
+        }
+    }
+    Ok(false)
 }
 
 /// Removes the mark of ticket `mine` from `table`/`key`, if the item carries it (conditional on
@@ -490,7 +549,13 @@ mod tests {
         let s = step(&line_of(&[(5, 100), (9, 100), (12, 100)]), Some(5), true);
         assert_eq!(s.promote.map(|h| (h.ticket, h.expiry)), Some((9, 100)));
         assert_eq!(s.own, Some(5));
+        assert!(s.rest, "12 stays in the line");
         assert!(s.conditional());
+        // Nobody else: the line goes whole with the promotion.
+        assert!(!step(&line_of(&[(5, 100), (9, 100)]), Some(5), true).rest);
+        assert!(!step(&line_of(&[(9, 100)]), Some(5), true).rest);
+        // An expired entry stays (a later lock or a sweep takes it out).
+        assert!(step(&line_of(&[(3, 5), (9, 100)]), Some(5), false).rest);
         // Only expired others: nobody to promote, the line goes.
         let s = step(&line_of(&[(9, 5), (14, 5)]), Some(5), false);
         assert_eq!((s.promote, s.own), (None, None));
@@ -518,18 +583,54 @@ mod tests {
         let (set, removes, cond) = parts(LineStep {
             promote: Some(mark(9)),
             own: Some(5),
+            rest: true,
         });
         assert_eq!(set.as_deref(), Some("#_TxH = :_TxPromoted"));
         assert_eq!(
             removes,
             vec!["#_TxHL.#_TxHLp9".to_string(), "#_TxHL.#_TxHLo5".into()]
         );
-        assert_eq!(cond.as_deref(), Some("attribute_exists(#_TxHL.#_TxHLp9)"));
-        let (_, removes, _) = parts(LineStep {
+        assert_eq!(
+            cond.as_deref(),
+            Some(
+                "attribute_exists(#_TxHL.#_TxHLp9) AND (size(#_TxHL) > :_TxTwo OR \
+                 (size(#_TxHL) = :_TxTwo AND attribute_not_exists(#_TxHL.#_TxHLo5)))"
+            )
+        );
+        // Nobody else in the line: it goes whole, if it holds no more than the two.
+        let (_, removes, cond) = parts(LineStep {
+            promote: Some(mark(9)),
+            own: Some(5),
+            rest: false,
+        });
+        assert_eq!(removes, vec!["#_TxHL".to_string()]);
+        assert_eq!(
+            cond.as_deref(),
+            Some(
+                "attribute_exists(#_TxHL.#_TxHLp9) AND (size(#_TxHL) = :_TxOne OR \
+                 (size(#_TxHL) = :_TxTwo AND attribute_exists(#_TxHL.#_TxHLo5)))"
+            )
+        );
+        let (_, removes, cond) = parts(LineStep {
             promote: Some(mark(9)),
             own: None,
+            rest: true,
         });
         assert_eq!(removes, vec!["#_TxHL.#_TxHLp9".to_string()]);
+        assert_eq!(
+            cond.as_deref(),
+            Some("attribute_exists(#_TxHL.#_TxHLp9) AND size(#_TxHL) > :_TxOne")
+        );
+        let (_, removes, cond) = parts(LineStep {
+            promote: Some(mark(9)),
+            own: None,
+            rest: false,
+        });
+        assert_eq!(removes, vec!["#_TxHL".to_string()]);
+        assert_eq!(
+            cond.as_deref(),
+            Some("attribute_exists(#_TxHL.#_TxHLp9) AND size(#_TxHL) = :_TxOne")
+        );
     }
 
     #[test]

@@ -12,8 +12,10 @@
 //!   (`wipe`: entries that joined since its last look are lost, and their waiters join again)
 //!   or only those two entries. Which entry, and which form: the implementation promotes the
 //!   oldest live entry of the line as its last look found it, which may be stale, and wipes the
-//!   line only when it promotes nobody; the model lets it promote **any** entry the line holds,
-//!   or none, in either form, a stronger check;
+//!   line when it promotes nobody, or when the line holds nothing but the promoted and own
+//!   entries (a condition on the line's size, so that no empty line stays on the item); the
+//!   model lets it promote **any** entry the line holds, or none, in either form, a stronger
+//!   check;
 //! - **mark** (`Mark`): as in `marked.rs`: the taker's ticket into the one slot, whether the item
 //!   is locked or not, conditional on the slot holding no mark that counts and is older;
 //! - **join** (`Join`): a waiter that found a live mark older than itself puts its entry in the
