@@ -10,7 +10,8 @@ use crate::ddb::{Placeholders, Write, WriteKind, Written};
 use crate::error::{Error, Item, Result};
 use crate::keys::KeySchema;
 
-use super::head::{self, HeadMark, Line, LineStep};
+use super::head::{self, HeadMark};
+use super::line::{Line, LineStep};
 use super::{
     LOCK_DATE, LockInfo, OWNER, Observed, PAD, RECORDED_TICKET, ROLL, TICKET, TRANSIENT, new_stamp,
     strip,

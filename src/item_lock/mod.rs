@@ -42,6 +42,7 @@ mod acquire;
 mod apply;
 pub(crate) mod head;
 mod image;
+pub(crate) mod line;
 pub(crate) mod queue;
 mod release;
 

@@ -344,8 +344,9 @@ impl Pass<'_> {
         if let Some(mark) = item_lock::head::HeadMark::of(&item) {
             self.mark(table, &key, mark).await;
         }
-        if let Some(seen) = item.get(item_lock::head::LINE) {
-            self.line(table, &key, seen).await;
+        if let Some(seen) = item.get(item_lock::line::LINE) {
+            self.line(table, &key, seen, item_lock::line::Line::of(&item))
+                .await;
         }
         let obs = Observed::of(Some(&item));
         let Some(owner) = obs.owner.clone() else {
@@ -436,17 +437,20 @@ impl Pass<'_> {
         }
     }
 
-    /// The line behind a mark found on an item: its entries that no longer count or were
-    /// written `rollback_after` ago taken out (the whole line when none is left), conditional
-    /// on the line as read. Counted with the marks: each entry is a waiter's place. A waiter
+    /// The line behind a mark found on an item (`seen` as the item carries it, `line` read from
+    /// it): its entries that no longer count or were written `rollback_after` ago taken out (the
+    /// whole line when none is left), conditional on the line as read. Counted with the marks: each entry is a waiter's place. A waiter
     /// that dies in the line leaves its entry, which the next lock that reads the line takes
     /// out; this is for the items no lock takes again.
-    async fn line(&self, table: &str, key: &Item, seen: &AttributeValue) {
+    async fn line(
+        &self,
+        table: &str,
+        key: &Item,
+        seen: &AttributeValue,
+        line: item_lock::line::Line,
+    ) {
         let ttl = millis(self.mgr.inner.settings.queue_ttl);
         let now = crate::ddb::now_millis();
-        let mut raw = Item::new();
-        raw.insert(item_lock::head::LINE.to_string(), seen.clone());
-        let line = item_lock::head::Line::of(&raw);
         let stale: Vec<u64> = line
             .entries
             .iter()
@@ -467,7 +471,7 @@ impl Pass<'_> {
             self.note(|r| r.marks_removed += stale.len() as u64);
             return;
         }
-        match item_lock::head::take_off_line(self.client(), table, key, seen, &stale, whole).await {
+        match item_lock::line::take_off_line(self.client(), table, key, seen, &stale, whole).await {
             Ok(true) => {
                 debug!(
                     table,
@@ -536,7 +540,7 @@ impl Pass<'_> {
         }
         for a in item_lock::queue::QUEUE_ATTRS.into_iter().chain([
             item_lock::head::HEAD,
-            item_lock::head::LINE,
+            item_lock::line::LINE,
             item_lock::OWNER,
             item_lock::APPLIED,
             item_lock::TRANSIENT,
@@ -562,7 +566,7 @@ impl Pass<'_> {
                 format!(
                     "attribute_exists(#{marker}) OR attribute_exists(#{}) OR attribute_exists(#{}) OR attribute_exists(#{})",
                     item_lock::head::HEAD,
-                    item_lock::head::LINE,
+                    item_lock::line::LINE,
                     item_lock::queue::QUEUE
                 )
             }),

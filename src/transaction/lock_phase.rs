@@ -211,7 +211,7 @@ impl Transaction {
         let mut own_mark: Option<item_lock::head::HeadMark> = None;
         // The line behind the mark as the last look found it: the next lock promotes its oldest
         // waiter to the mark and takes this waiter's own entry out.
-        let mut line = item_lock::head::Line::default();
+        let mut line = item_lock::line::Line::default();
         let mut line_pace = super::marks::LinePace::default();
         // Whether this waiter put its entry in the line (or may have).
         let mut joined_line = false;
@@ -227,7 +227,7 @@ impl Transaction {
             // The marked waiter's look is conditional on its very mark: one that lands late (after
             // an ambiguous failure), when the waiter has taken the item since, takes nothing.
             let own_look = own_mark.take();
-            let step = item_lock::head::LineStep::from_view(
+            let step = item_lock::line::LineStep::from_view(
                 &line,
                 self.known_ticket(),
                 joined_line,

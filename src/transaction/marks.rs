@@ -7,6 +7,7 @@ use tracing::debug;
 
 use crate::error::Item;
 use crate::item_lock::head::{self, HeadMark};
+use crate::item_lock::line::{self, Line};
 use crate::keys::KeySchema;
 
 use super::Transaction;
@@ -130,7 +131,7 @@ impl Transaction {
         table: &str,
         key: &Item,
         schema: &KeySchema,
-        line: &mut head::Line,
+        line: &mut Line,
         mine: u64,
         placed: &mut Placed,
     ) -> bool {
@@ -144,7 +145,7 @@ impl Transaction {
         }
         let c = &self.inner.client;
         placed.joined = true;
-        let joined = head::join_line(
+        let joined = line::join_line(
             c,
             table,
             key,
@@ -197,7 +198,7 @@ impl Transaction {
         };
         let leave_line = async {
             if placed.joined {
-                Some(head::leave_line(c, table, key, mine).await)
+                Some(line::leave_line(c, table, key, mine).await)
             } else {
                 None
             }
