@@ -6,11 +6,14 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use dynamodb_transactions::fault::{FaultInjector, FaultMode};
+use dynamodb_transactions::fault::FaultMode;
 use dynamodb_transactions::sweeper::SweepOptions;
 
 use crate::common::*;
-use crate::oldest_mark::{mark_on, mark_value, marked_by, marking, marking_tuned, read_v, set_i};
+use crate::oldest_mark::{
+    DyingCast, mark_on, mark_value, marked_by, marking, marking_tuned, newcomer_increments, read_v,
+    set_i,
+};
 use crate::queue::crashed_waiter::{dead_waiter_returned, start_dying_waiter, sweep_settles};
 use crate::{held_by, ticket_of};
 
@@ -187,28 +190,12 @@ const CRASH_POINTS: u64 = 10;
 async fn a_waiter_in_the_line_dying_at_every_request(mode: FaultMode, prefix: &str) {
     let env = TestEnv::new(prefix).await;
     let table = env.table.clone();
-    let (txt, imgt) = (
-        env.manager.transactions_table().to_string(),
-        env.manager.images_table().to_string(),
-    );
-    let short = |s: &mut dynamodb_transactions::Settings| {
-        s.queue_ttl = Duration::from_millis(800);
-    };
-    let holders = marking_tuned(&txt, &imgt, client(), short);
-    let faults = FaultInjector::new();
-    let waiters = marking_tuned(
-        &txt,
-        &imgt,
-        client_with(vec![shared(faults.clone())]),
-        short,
-    );
-    let newcomers = marking_tuned(&txt, &imgt, client(), |s| {
-        short(s);
-        s.contention = dynamodb_transactions::ContentionPolicy::Ordered {
-            dead_after: Duration::from_secs(1),
-            ticket_at_begin: true,
-        };
-    });
+    let DyingCast {
+        holders,
+        waiters,
+        faults,
+        newcomers,
+    } = DyingCast::new(&env);
     let mut joined = 0;
     for k in 1..=CRASH_POINTS {
         let label = format!("{mode:?} at request {k}");
@@ -233,18 +220,7 @@ async fn a_waiter_in_the_line_dying_at_every_request(mode: FaultMode, prefix: &s
         // The staged mark and the dead waiter's entry expire.
         tokio::time::sleep(Duration::from_millis(1_600)).await;
 
-        let newcomer = newcomers.begin();
-        let v = read_v(&newcomer, &table, "k").await;
-        set_i(&newcomer, &table, "k", v + 1).await;
-        newcomer
-            .commit()
-            .await
-            .unwrap_or_else(|e| panic!("{label}: newcomer's commit: {e}"));
-        assert_eq!(
-            env.raw_get(&table, &key("k")).await.unwrap(),
-            item(&[("Id", s("k")), ("v", n(3))]),
-            "{label}: the holder's and the newcomer's increments, no lock, no mark, no line"
-        );
+        newcomer_increments(&env, &newcomers, &label).await;
         sweep_settles(&env, &wid, &label).await;
     }
     println!("{mode:?}: {joined} runs of {CRASH_POINTS} left the dead waiter's entry");

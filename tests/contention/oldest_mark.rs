@@ -291,6 +291,68 @@ async fn a_waiter_that_gives_up_takes_its_mark_off() {
     holder.commit().await.unwrap();
 }
 
+/// The coordinators of a run in which a waiter dies: holders, waiters whose requests `faults`
+/// strikes, and newcomers that judge a dead transaction whose lock they meet within a second;
+/// marks (and entries in the line) live 800 ms.
+pub(crate) struct DyingCast {
+    pub holders: TransactionManager,
+    pub waiters: TransactionManager,
+    pub faults: FaultInjector,
+    pub newcomers: TransactionManager,
+}
+
+impl DyingCast {
+    pub(crate) fn new(env: &TestEnv) -> DyingCast {
+        let (txt, imgt) = (
+            env.manager.transactions_table().to_string(),
+            env.manager.images_table().to_string(),
+        );
+        let short = |s: &mut dynamodb_transactions::Settings| {
+            s.queue_ttl = Duration::from_millis(800);
+        };
+        let faults = FaultInjector::new();
+        DyingCast {
+            holders: marking_tuned(&txt, &imgt, client(), short),
+            waiters: marking_tuned(
+                &txt,
+                &imgt,
+                client_with(vec![shared(faults.clone())]),
+                short,
+            ),
+            faults,
+            newcomers: marking_tuned(&txt, &imgt, client(), |s| {
+                short(s);
+                s.contention = dynamodb_transactions::ContentionPolicy::Ordered {
+                    dead_after: Duration::from_secs(1),
+                    ticket_at_begin: true,
+                };
+            }),
+        }
+    }
+}
+
+/// A newcomer increments `k` (at 2: the holder's increment over 1) and commits; the item ends at
+/// 3 with neither lock, mark nor line.
+pub(crate) async fn newcomer_increments(
+    env: &TestEnv,
+    newcomers: &TransactionManager,
+    label: &str,
+) {
+    let table = &env.table;
+    let newcomer = newcomers.begin();
+    let v = read_v(&newcomer, table, "k").await;
+    set_i(&newcomer, table, "k", v + 1).await;
+    newcomer
+        .commit()
+        .await
+        .unwrap_or_else(|e| panic!("{label}: newcomer's commit: {e}"));
+    assert_eq!(
+        env.raw_get(table, &key("k")).await.unwrap(),
+        item(&[("Id", s("k")), ("v", n(3))]),
+        "{label}: the holder's and the newcomer's increments, no lock, no mark, no line"
+    );
+}
+
 /// Requests of the waiter at which it dies, one run each.
 const CRASH_POINTS: u64 = 10;
 
@@ -302,29 +364,12 @@ const CRASH_POINTS: u64 = 10;
 async fn a_marked_waiter_dying_at_every_request(mode: FaultMode, prefix: &str) {
     let env = TestEnv::new(prefix).await;
     let table = env.table.clone();
-    let (txt, imgt) = (
-        env.manager.transactions_table().to_string(),
-        env.manager.images_table().to_string(),
-    );
-    let short = |s: &mut dynamodb_transactions::Settings| {
-        s.queue_ttl = Duration::from_millis(800);
-    };
-    let holders = marking_tuned(&txt, &imgt, client(), short);
-    let faults = FaultInjector::new();
-    let waiters = marking_tuned(
-        &txt,
-        &imgt,
-        client_with(vec![shared(faults.clone())]),
-        short,
-    );
-    // Judges a dead transaction whose lock it meets within a second.
-    let newcomers = marking_tuned(&txt, &imgt, client(), |s| {
-        short(s);
-        s.contention = dynamodb_transactions::ContentionPolicy::Ordered {
-            dead_after: Duration::from_secs(1),
-            ticket_at_begin: true,
-        };
-    });
+    let DyingCast {
+        holders,
+        waiters,
+        faults,
+        newcomers,
+    } = DyingCast::new(&env);
     let mut marked = 0;
     for k in 1..=CRASH_POINTS {
         let label = format!("{mode:?} at request {k}");
@@ -345,18 +390,7 @@ async fn a_marked_waiter_dying_at_every_request(mode: FaultMode, prefix: &str) {
             marked += 1;
         }
 
-        let newcomer = newcomers.begin();
-        let v = read_v(&newcomer, &table, "k").await;
-        set_i(&newcomer, &table, "k", v + 1).await;
-        newcomer
-            .commit()
-            .await
-            .unwrap_or_else(|e| panic!("{label}: newcomer's commit: {e}"));
-        assert_eq!(
-            env.raw_get(&table, &key("k")).await.unwrap(),
-            item(&[("Id", s("k")), ("v", n(3))]),
-            "{label}: the holder's and the newcomer's increments, no lock, no mark"
-        );
+        newcomer_increments(&env, &newcomers, &label).await;
         sweep_settles(&env, &wid, &label).await;
     }
     println!("{mode:?}: {marked} runs of {CRASH_POINTS} left the mark");
