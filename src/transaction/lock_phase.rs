@@ -485,18 +485,9 @@ impl Transaction {
                 && matches!(resolution, Resolution::Wait { .. } | Resolution::Grace)
             {
                 let mine = me.ticket(&self.inner).await?;
-                let own = self
-                    .mark_as_waiter(table, key, &schema, found_head, mine, &mut placed.marked)
-                    .await;
-                // Behind an older live mark: take a place in the line behind it.
-                if own.is_none()
-                    && found_head.is_some_and(|h| h.refuses(Some(mine), crate::ddb::now_millis()))
-                {
-                    joined_line |= self
-                        .join_line(table, key, &schema, &mut line, mine, placed)
-                        .await;
-                }
-                own
+                let at = (table, key, &*schema);
+                self.mark_or_join(at, found_head, mine, &mut line, placed, &mut joined_line)
+                    .await
             } else {
                 None
             };
@@ -632,13 +623,16 @@ impl Transaction {
                     if own_read {
                         last_check = tokio::time::Instant::now();
                     }
-                    let line_place = self
-                        .known_ticket()
-                        .filter(|&m| line.own(Some(m)).is_some())
-                        .map(|m| line.ahead_of(m, crate::ddb::now_millis()));
-                    if let Some(p) = line_place {
-                        line_pace.observe(p, tokio::time::Instant::now());
-                    }
+                    // In the line behind a mark, how long until the next look: the next in line
+                    // looks at once (the lock that takes the item marks it), the others by their
+                    // place and the holds measured.
+                    let line_sleep = line_pace.in_line(
+                        &line,
+                        self.known_ticket(),
+                        holds_others,
+                        look_rtt,
+                        settings.queue_ttl / 3,
+                    );
                     let every = if holds_others {
                         OWN_RECORD_EVERY
                     } else {
@@ -656,14 +650,9 @@ impl Transaction {
                             }
                             // The oldest waiter looks again at once: the item is its next.
                             None if marked_head => {}
-                            // Behind an older waiter's mark, in its line: the next in line looks
-                            // at once (the lock that takes the item marks it), the others by
-                            // their place and the holds measured. One holding other locks judges
-                            // the holder at every look (a read): it looks as if two places back.
-                            None if found_head.is_some() && line_place.is_some() => {
-                                let ahead = line_place.unwrap_or(0) + 2 * usize::from(holds_others);
-                                let d = line_pace.sleep(ahead, look_rtt, settings.queue_ttl / 3);
-                                tokio::time::sleep(d).await;
+                            // Behind an older waiter's mark, in its line.
+                            None if found_head.is_some() && line_sleep.is_some() => {
+                                tokio::time::sleep(line_sleep.unwrap_or_default()).await;
                             }
                             // Behind an older waiter's mark: the item is not ours next.
                             None if found_head.is_some() => {

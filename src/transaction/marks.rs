@@ -63,6 +63,24 @@ impl LinePace {
             .mul_f64(0.5 * rand::random_range(0.9..1.1))
             .min(cap)
     }
+
+    /// How long a waiter whose ticket is `mine` sleeps before its next look when the `line`
+    /// behind a mark, as its last look found it, holds its entry (None when it does not); the
+    /// place it sees is observed for the pace. One holding other locks (`holds_others`) judges
+    /// the holder at every look (a read): it looks as if two places back.
+    pub(super) fn in_line(
+        &mut self,
+        line: &Line,
+        mine: Option<u64>,
+        holds_others: bool,
+        look: std::time::Duration,
+        cap: std::time::Duration,
+    ) -> Option<std::time::Duration> {
+        let mine = mine.filter(|&m| line.own(Some(m)).is_some())?;
+        let place = line.ahead_of(mine, crate::ddb::now_millis());
+        self.observe(place, tokio::time::Instant::now());
+        Some(self.sleep(place + 2 * usize::from(holds_others), look, cap))
+    }
 }
 
 impl Transaction {
@@ -118,6 +136,30 @@ impl Transaction {
                 None
             }
         }
+    }
+
+    /// Waiting for a holder at `table`/`key` (`at`, with its key schema), whose last look found
+    /// the mark `found` and the `line` behind it: marks the item as its oldest waiter
+    /// ([`Transaction::mark_as_waiter`]), or, behind an older live mark, takes a place in the
+    /// line ([`Transaction::join_line`]; `joined` is set when the line may hold its entry).
+    /// The mark the item carries for this waiter, if any.
+    pub(super) async fn mark_or_join(
+        &self,
+        at: (&str, &Item, &KeySchema),
+        found: Option<HeadMark>,
+        mine: u64,
+        line: &mut Line,
+        placed: &mut Placed,
+        joined: &mut bool,
+    ) -> Option<HeadMark> {
+        let (table, key, schema) = at;
+        let own = self
+            .mark_as_waiter(table, key, schema, found, mine, &mut placed.marked)
+            .await;
+        if own.is_none() && found.is_some_and(|h| h.refuses(Some(mine), crate::ddb::now_millis())) {
+            *joined |= self.join_line(table, key, schema, line, mine, placed).await;
+        }
+        own
     }
 
     /// Waiting at `table`/`key` behind an older live mark: puts this waiter (ticket `mine`) in
