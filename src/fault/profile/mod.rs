@@ -428,7 +428,9 @@ impl Shared {
             } else {
                 Duration::ZERO
             };
+        let reached = std::time::SystemTime::now();
         let mut answer = inner.call(request).await?;
+        trace_request(&op, &body, reached, answer.status().as_u16());
         if self.settings.throttling
             && matches!(op.as_str(), "Query" | "Scan")
             && answer.status().is_success()
@@ -657,4 +659,35 @@ async fn read_body(answer: &mut HttpResponse) -> Result<Vec<u8>, ConnectorError>
         .await
         .map_err(|e| ConnectorError::io(e.into()))?
         .to_vec())
+}
+
+/// One event per request that reached DynamoDB Local, at trace level
+/// (`RUST_LOG=dynamodb_transactions::fault::profile=trace`), for timelines of who wrote an item
+/// when, as DynamoDB Local saw it: when the request reached Local and when Local answered (µs
+/// since the Unix epoch, before the profile's service time and return trip), the answer's status,
+/// and the request's table, update, condition and values (the last cut at 400 characters).
+fn trace_request(op: &str, body: &Value, reached: std::time::SystemTime, status: u16) {
+    if !tracing::enabled!(tracing::Level::TRACE) {
+        return;
+    }
+    let us = |t: std::time::SystemTime| {
+        t.duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros())
+    };
+    let text = |k: &str| body.get(k).and_then(Value::as_str).unwrap_or("");
+    let values = body
+        .get("ExpressionAttributeValues")
+        .map(Value::to_string)
+        .unwrap_or_default();
+    tracing::trace!(
+        op,
+        reached_us = us(reached) as u64,
+        answered_us = us(std::time::SystemTime::now()) as u64,
+        status,
+        table = text("TableName"),
+        update = text("UpdateExpression"),
+        condition = text("ConditionExpression"),
+        values = values.chars().take(400).collect::<String>(),
+        "request at DynamoDB Local"
+    );
 }
