@@ -5,8 +5,10 @@
 //! `TransactWriteItems`, retry), the baseline a user would write instead. Then the hot items: the
 //! transfers with default settings in both read orders (lowest key first, and from-then-to as a
 //! user writes it first), and a hot counter (one item, read-modify-write in `run`) beside its
-//! native optimistic increment, each with its FIFO ideal and physical bound. With `--profile`, each
-//! run again right after through a fresh profile.
+//! native optimistic increment and a sketch of a handover lock without the library
+//! (`drivers::handover_increment`: what handing the item over in the releasing write moves),
+//! each with its FIFO ideal and physical bound. With `--profile`, each run again right after
+//! through a fresh profile.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -19,7 +21,7 @@ use rand::{Rng, SeedableRng};
 
 use crate::Args;
 use crate::common;
-use crate::drivers::{optimistic_increment, optimistic_transfer};
+use crate::drivers::{HandoverPace, handover_increment, optimistic_increment, optimistic_transfer};
 use crate::profile::{Counts, Target};
 use crate::recorder::Recorder;
 use crate::stats::Dist;
@@ -153,6 +155,11 @@ pub const HOT: &[Hot] = &[
         how: How::Native,
         workload: Workload::Counter,
     },
+    Hot {
+        name: "hot counter, native handover",
+        how: How::Handover,
+        workload: Workload::Counter,
+    },
 ];
 
 /// The name of the baseline without the library, in the report and JSON.
@@ -184,6 +191,8 @@ pub enum How {
     Library(Mode),
     /// [`optimistic_transfer`], without the library.
     Native,
+    /// [`handover_increment`], without the library (the counter only).
+    Handover,
 }
 
 /// One coordinator.
@@ -259,7 +268,7 @@ pub async fn measure(
     } = run;
     let configure: fn(&mut Settings) = match how {
         How::Library((_, c)) => c,
-        How::Native => |_: &mut Settings| {},
+        How::Native | How::Handover => |_: &mut Settings| {},
     };
     let prefix = format!("{prefix}-c{}", mode.replace([' ', ','], "-"));
     let table = format!("{prefix}-accounts");
@@ -343,7 +352,7 @@ pub async fn measure(
         let client = target.client(vec![common::shared(recorder.clone())]).await;
         coordinators.push(match how {
             How::Library(_) => Worker::Library(mgr(client)),
-            How::Native => Worker::Native(client),
+            How::Native | How::Handover => Worker::Native(client),
         });
     }
     let before = target.counts();
@@ -393,6 +402,20 @@ pub async fn measure(
                                     (&account(from), &account(to), amount),
                                     args.native_attempts,
                                     &mut jitter,
+                                )
+                                .await
+                            }
+                            Workload::Counter if matches!(how, How::Handover) => {
+                                handover_increment(
+                                    client,
+                                    &table,
+                                    (COUNTER, "n"),
+                                    &format!("w{w}-{}", next.load(Ordering::SeqCst)),
+                                    HandoverPace {
+                                        width: args.handover_width,
+                                        racers: args.handover_racers,
+                                        per_place: Duration::from_millis(args.handover_pace_ms),
+                                    },
                                 )
                                 .await
                             }
@@ -640,13 +663,13 @@ pub async fn bench_contention(
         let name = match (run.how, tuned) {
             (How::Library((mode, _)), true) => format!("tickets from {mode}"),
             (How::Native, true) => format!("{NATIVE} (at most {} attempts)", args.native_attempts),
-            (_, false) => run.name.to_string(),
+            (_, _) => run.name.to_string(),
         };
         eprintln!("  contention: {name}");
         let store = |out: &mut ContentionResults, f| match (run.how, tuned) {
             (How::Library(_), true) => out.modes.push(f),
             (How::Native, true) => out.native = Some(f),
-            (_, false) => out.hot.push(f),
+            (_, _) => out.hot.push(f),
         };
         let f = measure(args, prefix, run, tuned, &Target::raw()).await;
         store(&mut raw, f);

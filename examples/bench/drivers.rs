@@ -361,3 +361,153 @@ pub async fn optimistic_increment(
     }
     out
 }
+
+/// How the handover sketch's queued workers read ([`handover_increment`]).
+#[derive(Debug, Clone, Copy)]
+pub struct HandoverPace {
+    /// Reads on the way at once, a `width`th of a read apart, for each of the first `racers`.
+    pub width: u32,
+    pub racers: usize,
+    /// A worker further back reads one at a time, sleeping this long per place before each.
+    pub per_place: Duration,
+}
+
+/// A sketch of an increment under a handover lock, without the library, to measure what handing
+/// a hot item over in the releasing write could move: the worker takes the item's holder
+/// attribute `h` when it is free, else appends its id `me` to the item's queue `q`; a queued
+/// worker learns that the holder handed it the item by consistent reads (paced by `pace`); the
+/// holder writes the value read + 1 and hands `h` to the first in `q` in the same write (or
+/// removes `h` when `q` is empty). No crash handling: a measure, not a lock.
+pub async fn handover_increment(
+    client: &Client,
+    table: &str,
+    (key, attr): (&str, &str),
+    me: &str,
+    pace: HandoverPace,
+) -> Optimistic {
+    let HandoverPace {
+        width,
+        racers,
+        per_place,
+    } = pace;
+    use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
+    use futures::StreamExt;
+    let mut out = Optimistic {
+        attempts: 1,
+        ..Optimistic::default()
+    };
+    let item = loop {
+        let took = client
+            .update_item()
+            .table_name(table)
+            .key("Id", s(key))
+            .update_expression("SET h = :me")
+            .condition_expression("attribute_not_exists(h)")
+            .expression_attribute_values(":me", s(me))
+            .return_values(ReturnValue::AllNew)
+            .send()
+            .await;
+        if let Ok(o) = took {
+            break o.attributes().cloned().unwrap_or_default();
+        }
+        let queued = client
+            .update_item()
+            .table_name(table)
+            .key("Id", s(key))
+            .update_expression("SET q = list_append(if_not_exists(q, :none), :me)")
+            .condition_expression("attribute_exists(h)")
+            .expression_attribute_values(":me", AttributeValue::L(vec![s(me)]))
+            .expression_attribute_values(":none", AttributeValue::L(vec![]))
+            .send()
+            .await;
+        if queued.is_err() {
+            out.other += 1;
+            continue;
+        }
+        // Queued: read until the item is ours.
+        let read = || async {
+            let sent = std::time::Instant::now();
+            let r = client
+                .get_item()
+                .table_name(table)
+                .key("Id", s(key))
+                .consistent_read(true)
+                .send()
+                .await;
+            (sent.elapsed(), r)
+        };
+        let mut rtt = Duration::from_millis(10);
+        let mut on_the_way = futures::stream::FuturesUnordered::new();
+        let mut last = std::time::Instant::now();
+        let mut place = usize::MAX;
+        on_the_way.push(read());
+        let item = loop {
+            let spacing = rtt / width.max(1);
+            let next = tokio::time::Instant::from_std(last + spacing);
+            tokio::select! {
+                biased;
+                Some((took, r)) = on_the_way.next() => {
+                    rtt = rtt.mul_f64(0.8) + took.mul_f64(0.2);
+                    let Ok(r) = r else { continue };
+                    let item = r.item().cloned().unwrap_or_default();
+                    if item.get("h").and_then(|v| v.as_s().ok()).map(String::as_str) == Some(me) {
+                        break item;
+                    }
+                    // Further back in the queue: one read at a time, paced by the place.
+                    place = item
+                        .get("q")
+                        .and_then(|v| v.as_l().ok())
+                        .and_then(|q| q.iter().position(|e| e.as_s().ok().map(String::as_str) == Some(me)))
+                        .unwrap_or(0);
+                    if place >= racers && on_the_way.is_empty() {
+                        tokio::time::sleep(per_place * place as u32).await;
+                    }
+                    if on_the_way.is_empty() {
+                        on_the_way.push(read());
+                        last = std::time::Instant::now();
+                    }
+                }
+                _ = tokio::time::sleep_until(next), if place < racers && on_the_way.len() < width as usize => {
+                    on_the_way.push(read());
+                    last = std::time::Instant::now();
+                }
+            }
+        };
+        break item;
+    };
+    out.read_at = Some(std::time::Instant::now());
+    let n = item
+        .get(attr)
+        .and_then(|v| v.as_n().ok())
+        .and_then(|n| n.parse::<i64>().ok())
+        .unwrap_or(0);
+    let handed = client
+        .update_item()
+        .table_name(table)
+        .key("Id", s(key))
+        .update_expression("SET #v = :new, h = q[0] REMOVE q[0]")
+        .condition_expression("h = :me AND size(q) > :zero")
+        .expression_attribute_names("#v", attr)
+        .expression_attribute_values(":new", n_val(n + 1))
+        .expression_attribute_values(":me", s(me))
+        .expression_attribute_values(":zero", AttributeValue::N("0".into()))
+        .send()
+        .await;
+    if handed.is_ok() {
+        out.committed = true;
+        return out;
+    }
+    let freed = client
+        .update_item()
+        .table_name(table)
+        .key("Id", s(key))
+        .update_expression("SET #v = :new REMOVE h")
+        .condition_expression("h = :me")
+        .expression_attribute_names("#v", attr)
+        .expression_attribute_values(":new", n_val(n + 1))
+        .expression_attribute_values(":me", s(me))
+        .send()
+        .await;
+    out.committed = freed.is_ok();
+    out
+}

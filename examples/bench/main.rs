@@ -186,6 +186,16 @@ pub struct Args {
     /// transfer gives up (0: no such run in the contention part).
     #[arg(long, default_value_t = 20)]
     native_attempts: u32,
+    /// The hot counter's handover sketch (beside native optimistic): reads on the way at once
+    /// for each of the first `--handover-racers` waiters in its queue.
+    #[arg(long, default_value_t = 3)]
+    handover_width: u32,
+    /// The handover sketch: how many of the first waiters in its queue read at full pace.
+    #[arg(long, default_value_t = 2)]
+    handover_racers: usize,
+    /// The handover sketch: a waiter further back sleeps this many ms per place before a read.
+    #[arg(long, default_value_t = 3)]
+    handover_pace_ms: u64,
     /// Also run every scenario through this profile of DynamoDB, and report both.
     #[arg(long, value_enum)]
     profile: Option<profile::ProfileName>,
