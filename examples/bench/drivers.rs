@@ -481,33 +481,29 @@ pub async fn handover_increment(
         .and_then(|v| v.as_n().ok())
         .and_then(|n| n.parse::<i64>().ok())
         .unwrap_or(0);
-    let handed = client
-        .update_item()
-        .table_name(table)
-        .key("Id", s(key))
-        .update_expression("SET #v = :new, h = q[0] REMOVE q[0]")
-        .condition_expression("h = :me AND size(q) > :zero")
-        .expression_attribute_names("#v", attr)
-        .expression_attribute_values(":new", n_val(n + 1))
-        .expression_attribute_values(":me", s(me))
-        .expression_attribute_values(":zero", AttributeValue::N("0".into()))
-        .send()
-        .await;
-    if handed.is_ok() {
-        out.committed = true;
-        return out;
-    }
-    let freed = client
-        .update_item()
-        .table_name(table)
-        .key("Id", s(key))
-        .update_expression("SET #v = :new REMOVE h")
-        .condition_expression("h = :me")
-        .expression_attribute_names("#v", attr)
-        .expression_attribute_values(":new", n_val(n + 1))
-        .expression_attribute_values(":me", s(me))
-        .send()
-        .await;
-    out.committed = freed.is_ok();
+    // The value read + 1, and the item to the first in the queue; or freed when nobody queues.
+    let release = |update: &str, condition: &str| {
+        client
+            .update_item()
+            .table_name(table)
+            .key("Id", s(key))
+            .update_expression(update)
+            .condition_expression(condition)
+            .expression_attribute_names("#v", attr)
+            .expression_attribute_values(":new", n_val(n + 1))
+            .expression_attribute_values(":me", s(me))
+    };
+    let handed = release(
+        "SET #v = :new, h = q[0] REMOVE q[0]",
+        "h = :me AND size(q) > :zero",
+    )
+    .expression_attribute_values(":zero", AttributeValue::N("0".into()))
+    .send()
+    .await;
+    out.committed = handed.is_ok()
+        || release("SET #v = :new REMOVE h", "h = :me")
+            .send()
+            .await
+            .is_ok();
     out
 }
