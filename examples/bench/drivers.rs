@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::operation::get_item::builders::GetItemFluentBuilder;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{Delete, Put, TransactWriteItem, Update};
 use dynamodb_transactions::{Settings, TransactionManager};
@@ -209,6 +210,15 @@ fn backoff(attempt: u32, rng: &mut impl Rng) -> Duration {
     Duration::from_micros(rng.random_range(0..=cap * 1000))
 }
 
+/// A strongly consistent `GetItem` of the bench item `key` (its `Id`), ready to send.
+fn consistent_get(client: &Client, table: &str, key: &str) -> GetItemFluentBuilder {
+    client
+        .get_item()
+        .table_name(table)
+        .key("Id", s(key))
+        .consistent_read(true)
+}
+
 fn number(
     item: Option<&std::collections::HashMap<String, aws_sdk_dynamodb::types::AttributeValue>>,
     attr: &str,
@@ -234,14 +244,7 @@ pub async fn optimistic_transfer(
         if attempt > 1 {
             tokio::time::sleep(backoff(attempt - 1, rng)).await;
         }
-        let read = |k: &str| {
-            client
-                .get_item()
-                .table_name(table)
-                .key("Id", s(k))
-                .consistent_read(true)
-                .send()
-        };
+        let read = |k: &str| consistent_get(client, table, k).send();
         let (a, b) = tokio::join!(read(from), read(to));
         let (Some(a), Some(b)) = (
             a.ok().and_then(|o| number(o.item(), attr)),
@@ -318,13 +321,7 @@ pub async fn optimistic_increment(
         if attempt > 1 {
             tokio::time::sleep(backoff(attempt - 1, rng)).await;
         }
-        let read = client
-            .get_item()
-            .table_name(table)
-            .key("Id", s(key))
-            .consistent_read(true)
-            .send()
-            .await;
+        let read = consistent_get(client, table, key).send().await;
         let Ok(read) = read else {
             out.other += 1;
             continue;
@@ -427,13 +424,7 @@ pub async fn handover_increment(
         // Queued: read until the item is ours.
         let read = || async {
             let sent = std::time::Instant::now();
-            let r = client
-                .get_item()
-                .table_name(table)
-                .key("Id", s(key))
-                .consistent_read(true)
-                .send()
-                .await;
+            let r = consistent_get(client, table, key).send().await;
             (sent.elapsed(), r)
         };
         let mut rtt = Duration::from_millis(10);
