@@ -145,6 +145,17 @@ pub struct Settings {
     /// order"); off, such a lock waits holding the reads, or `run`'s first attempt gives itself
     /// up.
     pub reorder_held_reads: bool,
+    /// With [`reorder_held_reads`](Self::reorder_held_reads): a read released to take an item
+    /// below it in key order leaves the transaction's turn at its item (the oldest waiter's mark,
+    /// [`mark_oldest_waiter`](Self::mark_oldest_waiter)), in the same write as the release, so
+    /// that no younger transaction takes the item before it is taken back. Off by default: the
+    /// item is then free for anyone while the transaction waits below it, and taking it back is an
+    /// ordinary wait in ticket order. Through the DynamoDB profile, transfers read from then to
+    /// moved 16.3–17.5 against 14.0–15.0 tx/s with it off (seven runs each, alternated), with a
+    /// third fewer requests (34–40 against 51–56 a transfer): a kept turn idles the item for as long as its transaction waits
+    /// below it (docs/PERFORMANCE.md "Reads taken back in key order"). On, fewer reads taken back
+    /// have changed, at the cost of that idle time.
+    pub reorder_keeps_turn: bool,
     /// When set, finalized TX records get a TTL attribute (`_TxE`, epoch seconds) this far in the
     /// future, so DynamoDB deletes them for free once TTL is enabled on the table.
     pub record_ttl: Option<Duration>,
@@ -340,6 +351,7 @@ impl Default for Settings {
             first_attempt_patience: Duration::from_secs(2),
             yield_out_of_order: true,
             reorder_held_reads: true,
+            reorder_keeps_turn: false,
             record_ttl: None,
             batch_locks: true,
             roll_forward: true,

@@ -281,6 +281,7 @@ pub async fn measure(
     let patience = args.first_attempt_patience_ms.map(Duration::from_millis);
     let out_of_order = !args.no_yield_out_of_order;
     let reorder = !args.no_reorder_held_reads;
+    let keeps_turn = args.reorder_keeps_turn;
     let wait_for_running = args.wait_for_running_holders;
     let mgr = |c| {
         TransactionManager::builder(c)
@@ -299,6 +300,7 @@ pub async fn measure(
                 }
                 st.yield_out_of_order = out_of_order;
                 st.reorder_held_reads = reorder;
+                st.reorder_keeps_turn = keeps_turn;
                 if tuned {
                     st.contention = ContentionPolicy::Ordered {
                         dead_after: Duration::from_secs(10),

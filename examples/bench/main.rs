@@ -132,6 +132,10 @@ pub struct Args {
     /// attempt gives itself up (`Settings::yield_out_of_order`).
     #[arg(long)]
     no_reorder_held_reads: bool,
+    /// Contention: a read released to take an item below it in key order keeps the
+    /// transaction's turn at its item (`Settings::reorder_keeps_turn`; off by default).
+    #[arg(long)]
+    reorder_keeps_turn: bool,
     /// Contention: every library run waits for younger running holders
     /// (`Settings::wait_for_running_holders`).
     #[arg(long)]

@@ -5,10 +5,11 @@
 //! - `run`'s first attempt gives itself up (`Settings::yield_out_of_order`), and its retry relocks
 //!   what it read in key order.
 //! - Any transaction whose locks above the item are all held only for reading
-//!   (`Settings::reorder_held_reads`) releases them, waits for the item, then takes them back in
-//!   key order and checks that each still reads as it did: the reads its caller already has stay
-//!   true at the moment the transaction holds every lock, so nothing is given up unless one
-//!   changed. See docs/PROTOCOL.md "Reads taken back in key order".
+//!   (`Settings::reorder_held_reads`) releases them (keeping its turn there only with
+//!   `Settings::reorder_keeps_turn`), waits for the item, then takes them back in key order and
+//!   checks that each still reads as it did: the reads its caller already has stay true at the
+//!   moment the transaction holds every lock, so nothing is given up unless one changed. See
+//!   docs/PROTOCOL.md "Reads taken back in key order".
 //!
 //! Both decide at the first contention, before the waiter's mark; [`Transaction::gives_up`] also
 //! holds `run`'s first attempt's patience behind retries (`Settings::first_attempt_patience`).
@@ -116,11 +117,14 @@ impl Transaction {
         debug!(tx = %self.id, error = %failed, "reads taken back in key order failed; rolling back");
         st.rollback_cause = Some(crate::metrics::READ_CHANGED);
         self.rollback_locked(st).await?;
-        // The turns kept at the released items, where no lock took them since.
+        // The turns kept at the released items (`Settings::reorder_keeps_turn`), where no lock
+        // took them since.
         let released: Vec<ItemRef> = std::mem::take(&mut st.released).into_keys().collect();
-        for k in released {
-            if let Some(e) = st.items.get(&k) {
-                self.unmark(&e.table, &e.key).await;
+        if self.inner.settings.reorder_keeps_turn {
+            for k in released {
+                if let Some(e) = st.items.get(&k) {
+                    self.unmark(&e.table, &e.key).await;
+                }
             }
         }
         Err(match failed {
@@ -193,14 +197,16 @@ impl Transaction {
         Ok((lock, changed))
     }
 
-    /// Releases this handle's read lock on `table`/`key` leaving its mark there (the oldest
-    /// waiter's, `Settings::mark_oldest_waiter`), so that no younger transaction takes the item
-    /// before this one takes it back: true when that landed. False (nothing written) without
-    /// marks or a ticket, or when an older live mark is there.
+    /// With `Settings::reorder_keeps_turn`, releases this handle's read lock on `table`/`key`
+    /// leaving its mark there (the oldest waiter's, `Settings::mark_oldest_waiter`), so that no
+    /// younger transaction takes the item before this one takes it back: true when that landed.
+    /// False (nothing written) without the setting, marks or a ticket, or when an older live mark
+    /// is there: the caller then releases the lock as any unlock.
     async fn release_keeping_turn(&self, table: &str, key: &Item) -> Result<bool> {
+        let settings = &self.inner.settings;
         let Some(mine) = self
             .known_ticket()
-            .filter(|_| self.inner.settings.head_marks())
+            .filter(|_| settings.reorder_keeps_turn && settings.head_marks())
         else {
             return Ok(false);
         };

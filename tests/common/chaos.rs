@@ -52,8 +52,10 @@ impl ChaosWorker {
             s.roll_forward = w % 4 == 1;
             // Coordinators with and without the wait for younger running holders, side by side.
             s.wait_for_running_holders = w.is_multiple_of(3);
-            // Reads released and taken back in key order on half of them.
+            // Reads released and taken back in key order on half of them, a quarter of all
+            // keeping their turns at the released items.
             s.reorder_held_reads = w.is_multiple_of(2);
+            s.reorder_keeps_turn = w % 4 == 2;
             s.lock_wait = std::time::Duration::from_secs(3);
             s.contention = dynamodb_transactions::ContentionPolicy::Ordered {
                 dead_after: std::time::Duration::from_secs(2),

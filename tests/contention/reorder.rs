@@ -11,8 +11,18 @@ use crate::retries::{read_values, write_values};
 use crate::{held_by, lock, ordered_with};
 
 fn reordering(env: &TestEnv) -> TransactionManager {
+    reordering_with(env, false)
+}
+
+/// With `Settings::reorder_keeps_turn`: a released read leaves the transaction's mark at its item.
+fn keeping_turn(env: &TestEnv) -> TransactionManager {
+    reordering_with(env, true)
+}
+
+fn reordering_with(env: &TestEnv, keeps_turn: bool) -> TransactionManager {
     ordered_with(env, TicketSource::Counter, Duration::from_secs(30), |s| {
         s.reorder_held_reads = true;
+        s.reorder_keeps_turn = keeps_turn;
         s.backoff_base = Duration::from_millis(1);
         s.wound_grace = Duration::from_secs(60);
         s.lock_wait = Duration::from_secs(60);
@@ -40,30 +50,30 @@ async fn staged(
     (holder, reader)
 }
 
-/// Waits until `b` was locked by someone and is unlocked again (or carries a mark and no lock)
-/// while the holder still holds `a`.
-async fn b_released_while_a_held(env: &TestEnv, holder: &str) {
+/// Waits until the reader waits at `a` (its mark there: the oldest waiter's) while the holder
+/// still holds `a`, which it does only once it released `b`; then `b` is unlocked, and carries
+/// the reader's turn only with `Settings::reorder_keeps_turn` (`keeps_turn`).
+async fn b_released_while_a_held(env: &TestEnv, holder: &str, keeps_turn: bool) {
     tokio::time::timeout(Duration::from_secs(20), async {
-        let mut locked_once = false;
-        loop {
-            let b = env.raw_get(&env.table, &key("b")).await.unwrap();
-            locked_once |= b.contains_key("_TxId");
-            // Released with the reader's turn kept: its mark tells so even when the lock came
-            // and went between two polls (a loaded machine).
-            if (locked_once || b.contains_key("_TxH")) && !b.contains_key("_TxId") {
-                break;
-            }
+        while !env
+            .raw_get(&env.table, &key("a"))
+            .await
+            .unwrap()
+            .contains_key("_TxH")
+        {
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
     })
     .await
-    .expect("the reader kept `b` while it waited at `a`");
+    .expect("the reader waits at `a`");
     let a = env.raw_get(&env.table, &key("a")).await.unwrap();
     assert_eq!(a["_TxId"], s(holder), "{a:?}");
     let b = env.raw_get(&env.table, &key("b")).await.unwrap();
-    assert!(
+    assert!(!b.contains_key("_TxId"), "the reader released b: {b:?}");
+    assert_eq!(
         b.contains_key("_TxH"),
-        "the reader keeps its turn at b: {b:?}"
+        keeps_turn,
+        "the reader keeps its turn at b only with the setting: {b:?}"
     );
 }
 
@@ -75,7 +85,7 @@ async fn a_read_below_held_reads_releases_them_and_takes_them_back_in_key_order(
     let env = TestEnv::new("ct-reorder").await;
     let m = reordering(&env);
     let (holder, reader) = staged(&env, &m).await;
-    b_released_while_a_held(&env, holder.id().as_str()).await;
+    b_released_while_a_held(&env, holder.id().as_str(), false).await;
     holder.commit().await.unwrap();
     let (tx, read) = reader.await.unwrap();
     assert_eq!(read.unwrap(), vec![10, 2]);
@@ -102,15 +112,16 @@ async fn a_read_below_held_reads_releases_them_and_takes_them_back_in_key_order(
     );
 }
 
-/// A transaction younger than the reader that wants `b` while the reader waits at `a` with `b`
-/// released is held off by the turn the reader keeps there (its mark), so the reader takes `b`
-/// back unchanged and commits; the younger one takes `b` after it.
+/// With `Settings::reorder_keeps_turn`, a transaction younger than the reader that wants `b`
+/// while the reader waits at `a` with `b` released is held off by the turn the reader keeps
+/// there (its mark), so the reader takes `b` back unchanged and commits; the younger one takes
+/// `b` after it.
 #[tokio::test]
 async fn a_younger_transaction_waits_behind_the_turn_a_released_read_keeps() {
     let env = TestEnv::new("ct-reorder-turn").await;
-    let m = reordering(&env);
+    let m = keeping_turn(&env);
     let (holder, reader) = staged(&env, &m).await;
-    b_released_while_a_held(&env, holder.id().as_str()).await;
+    b_released_while_a_held(&env, holder.id().as_str(), true).await;
     let (m2, table) = (m.clone(), env.table.clone());
     let younger = tokio::spawn(async move {
         let tx = m2.begin();
@@ -141,6 +152,71 @@ async fn a_younger_transaction_waits_behind_the_turn_a_released_read_keeps() {
     );
 }
 
+/// By default (`Settings::reorder_keeps_turn` off), a transaction younger than the reader takes
+/// `b` while the reader waits at `a` with `b` released, and commits a change to it; the reader,
+/// `run`'s work, takes `a` once the holder commits and `b` back after the younger one, finds `b`
+/// changed, and runs its work again in the same transaction: it moves 1 from `b` as the younger
+/// one left it, once.
+#[tokio::test]
+async fn by_default_a_younger_transaction_takes_a_released_read_meanwhile() {
+    let env = TestEnv::new("ct-reorder-pass").await;
+    let m = reordering(&env);
+    env.raw_put(&env.table, item(&[("Id", s("b")), ("v", n(10))]))
+        .await;
+    let holder = held_by(&env, &m, "a").await;
+    let runs = std::sync::Mutex::new(Vec::new());
+    let table = env.table.clone();
+    let reader = m.run(async |tx| {
+        let read = read_values(tx, &table, ["b", "a"]).await;
+        let seen = read
+            .as_ref()
+            .map(Clone::clone)
+            .map_err(|e| matches!(e, Error::RolledBack { .. }));
+        runs.lock().unwrap().push((tx.id().clone(), seen));
+        let v = read?;
+        write_values(tx, &table, [("b", v[0] - 1), ("a", v[1] + 1)]).await
+    });
+    let driver = async {
+        b_released_while_a_held(&env, holder.id().as_str(), false).await;
+        // Younger than the reader (tickets at begin): the turn it would keep would hold it off.
+        let younger = m.begin();
+        let v = read_values(&younger, &env.table, ["b", "b"]).await.unwrap();
+        younger
+            .update_item()
+            .table_name(&env.table)
+            .key("Id", s("b"))
+            .update_expression("SET v = :v")
+            .expression_attribute_values(":v", n(v[0] * 10))
+            .send()
+            .await
+            .unwrap();
+        tokio::time::timeout(Duration::from_secs(10), younger.commit())
+            .await
+            .expect("the younger transaction is not held off at b")
+            .unwrap();
+        holder.commit().await.unwrap();
+    };
+    let (out, ()) = tokio::join!(reader, driver);
+    out.unwrap();
+    let runs = runs.into_inner().unwrap();
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    assert_eq!(runs[0].1, Err(true), "{runs:?}");
+    assert_eq!(runs[1].0, runs[0].0, "the same transaction: {runs:?}");
+    assert_eq!(runs[1].1, Ok(vec![100, 2]));
+    assert_eq!(
+        env.tx_state(&runs[0].0).await.map(|s| s.0),
+        Some(TxState::Committed)
+    );
+    assert_eq!(
+        env.raw_get(&env.table, &key("a")).await.unwrap(),
+        item(&[("Id", s("a")), ("v", n(3))])
+    );
+    assert_eq!(
+        env.raw_get(&env.table, &key("b")).await.unwrap(),
+        item(&[("Id", s("b")), ("v", n(99))])
+    );
+}
+
 /// While the reader waits at `a` with `b` released, an older transaction changes `b` and commits.
 /// Taking `b` back, the reader finds it changed: its transaction is rolled back (`RolledBack`),
 /// it holds nothing, and `b` keeps the other transaction's value.
@@ -151,7 +227,7 @@ async fn a_released_read_found_changed_rolls_the_transaction_back() {
     // Older than the reader (tickets at begin): it passes the turn the reader keeps at `b`.
     let other = m.begin();
     let (holder, reader) = staged(&env, &m).await;
-    b_released_while_a_held(&env, holder.id().as_str()).await;
+    b_released_while_a_held(&env, holder.id().as_str(), false).await;
     other
         .update_item()
         .table_name(&env.table)
@@ -217,7 +293,7 @@ async fn changed_in_run(
         write_values(tx, &table, [("b", v[0] - 1), ("a", v[1] + 1)]).await
     });
     let driver = async {
-        b_released_while_a_held(env, holder.id().as_str()).await;
+        b_released_while_a_held(env, holder.id().as_str(), false).await;
         other
             .update_item()
             .table_name(&env.table)
@@ -349,7 +425,7 @@ async fn a_first_attempt_that_released_its_reads_waits_for_a_retry() {
             let read = read_values(&tx, &table, ["b", "a"]).await;
             (tx, read)
         });
-        b_released_while_a_held(&env, &holder).await;
+        b_released_while_a_held(&env, &holder, false).await;
         // Waiting, not given up: still pending, holding nothing but its turn at `b`.
         tokio::time::sleep(Duration::from_millis(300)).await;
         assert!(!reader.is_finished(), "the reader gave up at `a`");
@@ -440,12 +516,24 @@ async fn a_written_item_above_is_not_released() {
 /// holder's values, and the reader's record is rolled back or gone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reader_dying_at_any_request_of_its_reorder_leaves_nothing_behind() {
+    reader_dying_at_any_request("ct-reorder-crash", false).await;
+}
+
+/// [`a_reader_dying_at_any_request_of_its_reorder_leaves_nothing_behind`] with
+/// `Settings::reorder_keeps_turn`: the release of `b` leaves the reader's mark there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_keeping_its_turn_dying_at_any_request_of_its_reorder_leaves_nothing_behind() {
+    reader_dying_at_any_request("ct-reorder-crash-turn", true).await;
+}
+
+async fn reader_dying_at_any_request(prefix: &str, keeps_turn: bool) {
     use dynamodb_transactions::fault::{FaultInjector, FaultMode};
     use dynamodb_transactions::sweeper::SweepOptions;
-    let env = TestEnv::new("ct-reorder-crash").await;
+    let env = TestEnv::new(prefix).await;
     let faults = FaultInjector::new();
     let readers = crate::ordered_on(&env, client_with(vec![shared(faults.clone())]), |s| {
         s.reorder_held_reads = true;
+        s.reorder_keeps_turn = keeps_turn;
         s.backoff_base = Duration::from_millis(1);
         s.wound_grace = Duration::from_secs(60);
         s.lock_wait = Duration::from_secs(10);
