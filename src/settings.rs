@@ -152,9 +152,9 @@ pub struct Settings {
     /// item is then free for anyone while the transaction waits below it, and taking it back is an
     /// ordinary wait in ticket order. Through the DynamoDB profile, transfers read from then to
     /// moved 16.3–17.5 against 14.0–15.0 tx/s with it off (seven runs each, alternated), with a
-    /// third fewer requests (34–40 against 51–56 a transfer): a kept turn idles the item for as long as its transaction waits
-    /// below it (docs/PERFORMANCE.md "Reads taken back in key order"). On, fewer reads taken back
-    /// have changed, at the cost of that idle time.
+    /// third fewer requests (34–40 against 51–56 a transfer): a kept turn idles the item for as
+    /// long as its transaction waits below it (docs/PERFORMANCE.md "Reads taken back in key
+    /// order"). On, fewer reads taken back have changed, at the cost of that idle time.
     pub reorder_keeps_turn: bool,
     /// When set, finalized TX records get a TTL attribute (`_TxE`, epoch seconds) this far in the
     /// future, so DynamoDB deletes them for free once TTL is enabled on the table.
