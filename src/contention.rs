@@ -394,7 +394,10 @@ async fn judge_unrecorded(
     let mine = me.ticket(inner).await?;
     let judged = by_lock_ticket(mine, lock.ticket, holds_others);
     match judged {
-        Some(Resolution::Yield) => crate::metrics::contention_yield(),
+        Some(Resolution::Yield) => {
+            debug!(tx = %me.id, theirs = lock.ticket, "a first attempt yields to a retry without record");
+            crate::metrics::contention_yield();
+        }
         Some(Resolution::Wait { on, .. }) => {
             debug!(tx = %me.id, theirs = on, "waiting for an older holder without record");
             crate::metrics::contention_wait();
@@ -496,6 +499,7 @@ pub(crate) async fn judge_by_lock(
     let mine = me.ticket(inner).await?;
     Ok(match by_lock_ticket(mine, lock.ticket, look.holds_others) {
         Some(r @ Resolution::Yield) if older_stands => {
+            debug!(tx = %me.id, theirs = lock.ticket, "a first attempt yields to a retry, by its lock");
             crate::metrics::contention_yield();
             Some(r)
         }
