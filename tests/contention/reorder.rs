@@ -50,6 +50,17 @@ async fn staged(
     (holder, reader)
 }
 
+/// `a` and `b` hold `v` = `a` and `b`, unlocked, with nothing else.
+async fn assert_values(env: &TestEnv, a: i64, b: i64) {
+    for (k, v) in [("a", a), ("b", b)] {
+        assert_eq!(
+            env.raw_get(&env.table, &key(k)).await.unwrap(),
+            item(&[("Id", s(k)), ("v", n(v))]),
+            "{k}"
+        );
+    }
+}
+
 /// Waits until the reader waits at `a` (its mark there: the oldest waiter's) while the holder
 /// still holds `a`, which it does only once it released `b`; then `b` is unlocked, and carries
 /// the reader's turn only with `Settings::reorder_keeps_turn` (`keeps_turn`).
@@ -102,14 +113,7 @@ async fn a_read_below_held_reads_releases_them_and_takes_them_back_in_key_order(
         env.tx_state(&id).await.map(|s| s.0),
         Some(TxState::Committed)
     );
-    assert_eq!(
-        env.raw_get(&env.table, &key("a")).await.unwrap(),
-        item(&[("Id", s("a")), ("v", n(3))])
-    );
-    assert_eq!(
-        env.raw_get(&env.table, &key("b")).await.unwrap(),
-        item(&[("Id", s("b")), ("v", n(9))])
-    );
+    assert_values(&env, 3, 9).await;
 }
 
 /// With `Settings::reorder_keeps_turn`, a transaction younger than the reader that wants `b`
@@ -167,12 +171,7 @@ async fn by_default_a_younger_transaction_takes_a_released_read_meanwhile() {
     let runs = std::sync::Mutex::new(Vec::new());
     let table = env.table.clone();
     let reader = m.run(async |tx| {
-        let read = read_values(tx, &table, ["b", "a"]).await;
-        let seen = read
-            .as_ref()
-            .map(Clone::clone)
-            .map_err(|e| matches!(e, Error::RolledBack { .. }));
-        runs.lock().unwrap().push((tx.id().clone(), seen));
+        let read = read_noting(tx, &table, &runs).await;
         let v = read?;
         write_values(tx, &table, [("b", v[0] - 1), ("a", v[1] + 1)]).await
     });
@@ -199,22 +198,8 @@ async fn by_default_a_younger_transaction_takes_a_released_read_meanwhile() {
     let (out, ()) = tokio::join!(reader, driver);
     out.unwrap();
     let runs = runs.into_inner().unwrap();
-    assert_eq!(runs.len(), 2, "{runs:?}");
-    assert_eq!(runs[0].1, Err(true), "{runs:?}");
-    assert_eq!(runs[1].0, runs[0].0, "the same transaction: {runs:?}");
-    assert_eq!(runs[1].1, Ok(vec![100, 2]));
-    assert_eq!(
-        env.tx_state(&runs[0].0).await.map(|s| s.0),
-        Some(TxState::Committed)
-    );
-    assert_eq!(
-        env.raw_get(&env.table, &key("a")).await.unwrap(),
-        item(&[("Id", s("a")), ("v", n(3))])
-    );
-    assert_eq!(
-        env.raw_get(&env.table, &key("b")).await.unwrap(),
-        item(&[("Id", s("b")), ("v", n(99))])
-    );
+    ran_again_in_its_transaction(&env, &runs, [100, 2]).await;
+    assert_values(&env, 3, 99).await;
 }
 
 /// While the reader waits at `a` with `b` released, an older transaction changes `b` and commits.
@@ -249,14 +234,7 @@ async fn a_released_read_found_changed_rolls_the_transaction_back() {
         matches!(tx.commit().await, Err(Error::RolledBack { .. })),
         "a commit after it stays refused"
     );
-    assert_eq!(
-        env.raw_get(&env.table, &key("a")).await.unwrap(),
-        item(&[("Id", s("a")), ("v", n(2))])
-    );
-    assert_eq!(
-        env.raw_get(&env.table, &key("b")).await.unwrap(),
-        item(&[("Id", s("b")), ("v", n(5))])
-    );
+    assert_values(&env, 2, 5).await;
 }
 
 /// The reader of [`a_released_read_found_changed_rolls_the_transaction_back`] as `run`'s work:
@@ -265,11 +243,7 @@ async fn a_released_read_found_changed_rolls_the_transaction_back() {
 /// read of `b` before). With `rolled_back`, an operator rolls the reader back while it waits at
 /// `a`, just before the holder commits. Returns each run's transaction and its reads
 /// (`Err(true)`: failed `RolledBack`).
-async fn changed_in_run(
-    env: &TestEnv,
-    swallow: bool,
-    rolled_back: bool,
-) -> Vec<(TxId, Result<Vec<i64>, bool>)> {
+async fn changed_in_run(env: &TestEnv, swallow: bool, rolled_back: bool) -> Vec<Run> {
     let m = reordering(env);
     let other = m.begin();
     env.raw_put(&env.table, item(&[("Id", s("b")), ("v", n(10))]))
@@ -280,12 +254,7 @@ async fn changed_in_run(
     let table = env.table.clone();
     let reader = m.run(async |tx| {
         first.lock().unwrap().get_or_insert_with(|| tx.id().clone());
-        let read = read_values(tx, &table, ["b", "a"]).await;
-        let seen = read
-            .as_ref()
-            .map(Clone::clone)
-            .map_err(|e| matches!(e, Error::RolledBack { .. }));
-        runs.lock().unwrap().push((tx.id().clone(), seen));
+        let read = read_noting(tx, &table, &runs).await;
         let v = match read {
             Err(_) if swallow => vec![10, 2],
             read => read?,
@@ -313,20 +282,46 @@ async fn changed_in_run(
     let (out, ()) = tokio::join!(reader, driver);
     out.unwrap();
     // Whichever way, the transfer took effect once, from `b` as the older transaction left it.
-    assert_eq!(
-        env.raw_get(&env.table, &key("a")).await.unwrap(),
-        item(&[("Id", s("a")), ("v", n(3))])
-    );
-    assert_eq!(
-        env.raw_get(&env.table, &key("b")).await.unwrap(),
-        item(&[("Id", s("b")), ("v", n(4))])
-    );
+    assert_values(env, 3, 4).await;
     runs.into_inner().unwrap()
+}
+
+/// A run of the reader's work: its transaction and what it read of `b`, then `a` (`Err(true)`:
+/// failed `RolledBack`).
+type Run = (TxId, Result<Vec<i64>, bool>);
+
+/// What a run of the reader's work reads of `b`, then `a`, noted in `runs` with its transaction
+/// (`Err(true)`: failed `RolledBack`).
+async fn read_noting(
+    tx: &Transaction,
+    table: &str,
+    runs: &std::sync::Mutex<Vec<Run>>,
+) -> Result<Vec<i64>, Error> {
+    let read = read_values(tx, table, ["b", "a"]).await;
+    let seen = read
+        .as_ref()
+        .map(Clone::clone)
+        .map_err(|e| matches!(e, Error::RolledBack { .. }));
+    runs.lock().unwrap().push((tx.id().clone(), seen));
+    read
+}
+
+/// The runs of a reader's work in `run` whose read taken back changed: the work ran twice in the
+/// same transaction, the second time reading `read` (`b`, `a`), and that transaction committed.
+async fn ran_again_in_its_transaction(env: &TestEnv, runs: &[Run], read: [i64; 2]) {
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    assert_eq!(runs[0].1, Err(true), "{runs:?}");
+    assert_eq!(runs[1].0, runs[0].0, "the same transaction: {runs:?}");
+    assert_eq!(runs[1].1, Ok(read.to_vec()));
+    assert_eq!(
+        env.tx_state(&runs[0].0).await.map(|s| s.0),
+        Some(TxState::Committed)
+    );
 }
 
 /// The runs of [`changed_in_run`] when its first attempt is rolled back: the work ran twice, the
 /// second time in a new transaction that read `b` as the older transaction left it.
-async fn a_new_attempt_reads_b_as_changed(env: &TestEnv, runs: &[(TxId, Result<Vec<i64>, bool>)]) {
+async fn a_new_attempt_reads_b_as_changed(env: &TestEnv, runs: &[Run]) {
     assert_eq!(runs.len(), 2, "{runs:?}");
     assert_eq!(runs[0].1, Err(true), "{runs:?}");
     assert_ne!(runs[1].0, runs[0].0, "a new attempt: {runs:?}");
@@ -345,14 +340,7 @@ async fn a_new_attempt_reads_b_as_changed(env: &TestEnv, runs: &[(TxId, Result<V
 async fn in_run_a_changed_read_runs_the_work_again_holding_every_lock() {
     let env = TestEnv::new("ct-reorder-rerun").await;
     let runs = changed_in_run(&env, false, false).await;
-    assert_eq!(runs.len(), 2, "{runs:?}");
-    assert_eq!(runs[0].1, Err(true), "{runs:?}");
-    assert_eq!(runs[1].0, runs[0].0, "the same transaction: {runs:?}");
-    assert_eq!(runs[1].1, Ok(vec![5, 2]));
-    assert_eq!(
-        env.tx_state(&runs[0].0).await.map(|s| s.0),
-        Some(TxState::Committed)
-    );
+    ran_again_in_its_transaction(&env, &runs, [5, 2]).await;
 }
 
 /// A work that ignores the failed read and writes from the stale value cannot commit it: the
@@ -448,14 +436,7 @@ async fn a_first_attempt_that_released_its_reads_waits_for_a_retry() {
         .await
         .unwrap();
     tx.commit().await.unwrap();
-    assert_eq!(
-        env.raw_get(&env.table, &key("a")).await.unwrap(),
-        item(&[("Id", s("a")), ("v", n(3))])
-    );
-    assert_eq!(
-        env.raw_get(&env.table, &key("b")).await.unwrap(),
-        item(&[("Id", s("b")), ("v", n(9))])
-    );
+    assert_values(&env, 3, 9).await;
 }
 
 /// A transaction that wrote an item above the one it waits for keeps it: only reads are released.
