@@ -34,7 +34,7 @@ pub(super) enum Placement {
     /// ([`Transaction::lock_in_key_order`]): the attempt gives up at the first contention.
     Reorderable,
     /// Taken after those reads were released, by a handle holding no other lock: it waits as a
-    /// handle holding nothing (a released read keeps only its turn, which older transactions
+    /// handle holding nothing (a released read keeps at most its turn, which older transactions
     /// pass), not as one counting its released reads as held, which would give a first attempt up
     /// at once behind a retry.
     Released,
