@@ -211,8 +211,10 @@ impl ChangeFeedBuilder {
         self
     }
 
-    /// [`ChangeFeed::next`] returns `Ok(None)` once no record arrived for this long and nothing is
-    /// ready (default: it waits for ever, until the streams end).
+    /// [`ChangeFeed::next`] returns `Ok(None)` once no record arrived for this long, nothing is
+    /// ready, and every shard was read to its end: its last `GetRecords` succeeded and returned
+    /// nothing (a shard whose reads fail meanwhile, throttled or with an expired iterator, or that
+    /// is not open yet, keeps the feed going). Default: it waits for ever, until the streams end.
     pub fn stop_when_idle(mut self, idle: Duration) -> Self {
         self.stop_when_idle = Some(idle);
         self

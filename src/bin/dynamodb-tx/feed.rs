@@ -21,7 +21,8 @@ pub struct FeedArgs {
     /// from now on).
     #[arg(long)]
     from_start: bool,
-    /// Exit once no stream record arrived for this long (default: follow for ever).
+    /// Exit once no stream record arrived for this long and every shard was read to its end
+    /// (default: follow for ever).
     #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
     until_idle: Option<Duration>,
     /// Keep the position in this table (created if missing), saved after every line printed, and

@@ -147,6 +147,7 @@ impl Reader {
             }
             if let Some(idle) = self.cfg.stop_when_idle
                 && self.last_record_at.unwrap_or(started).elapsed() >= idle
+                && self.read_to_the_end()
             {
                 return Ok(None);
             }
@@ -162,6 +163,19 @@ impl Reader {
                 tokio::time::sleep(self.pause()).await;
             }
         }
+    }
+
+    /// Whether every shard listed was read to its end: its last read succeeded and returned no
+    /// record, and it is not waiting to be opened again or retried (a shard closed and read to
+    /// its end counts too). Idle is only idle then: a shard whose reads fail (throttled, an
+    /// expired iterator) or that is not open yet may hold records nobody has read.
+    fn read_to_the_end(&self) -> bool {
+        self.listed_once
+            && self.shards.iter().all(|s| match s.state {
+                State::Finished => true,
+                State::Waiting => false,
+                State::Reading => s.caught_up && s.iterator.is_some() && s.retry_at.is_none(),
+            })
     }
 
     /// How long until a shard may be read again (at most the poll interval; at least 10 ms).
