@@ -6,8 +6,11 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use aws_sdk_dynamodbstreams::config::{Intercept, SharedInterceptor};
-use aws_smithy_runtime_api::client::interceptors::context::BeforeDeserializationInterceptorContextMut;
+use aws_sdk_dynamodbstreams::config::Intercept;
+use aws_sdk_dynamodbstreams::operation::get_shard_iterator::GetShardIteratorInput;
+use aws_smithy_runtime_api::client::interceptors::context::{
+    BeforeDeserializationInterceptorContextMut, BeforeSerializationInterceptorContextRef,
+};
 use aws_smithy_runtime_api::client::orchestrator::Metadata;
 use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
 use aws_smithy_types::config_bag::ConfigBag;
@@ -61,17 +64,36 @@ impl Intercept for StreamFaults {
             _ => (500, "InternalServerError"),
         };
         *self.injected.lock().unwrap().entry(code).or_default() += 1;
-        let body = format!(
-            r#"{{"__type":"com.amazonaws.dynamodb.v20120810#{code}","message":"injected {code}"}}"#
-        );
-        let resp = ctx.response_mut();
-        *resp.status_mut() = status.try_into().expect("valid status");
-        resp.headers_mut().remove("x-amz-crc32");
-        resp.headers_mut()
-            .insert("content-length", body.len().to_string());
-        *resp.body_mut() = aws_smithy_types::body::SdkBody::from(body);
+        answer_with_error(ctx, status, code);
         Ok(())
     }
+}
+
+/// Replaces the answer with the error `code`, as DynamoDB Streams sends it with `status`.
+fn answer_with_error(
+    ctx: &mut BeforeDeserializationInterceptorContextMut<'_>,
+    status: u16,
+    code: &str,
+) {
+    let body = format!(
+        r#"{{"__type":"com.amazonaws.dynamodb.v20120810#{code}","message":"injected {code}"}}"#
+    );
+    let resp = ctx.response_mut();
+    *resp.status_mut() = status.try_into().expect("valid status");
+    resp.headers_mut().remove("x-amz-crc32");
+    resp.headers_mut()
+        .insert("content-length", body.len().to_string());
+    *resp.body_mut() = aws_smithy_types::body::SdkBody::from(body);
+}
+
+/// Streams on both of `env`'s tables, then [`workload`]: the transactions that committed.
+async fn streams_and_workload(
+    env: &TestEnv,
+) -> std::collections::HashSet<dynamodb_transactions::TxId> {
+    enable_stream(&env.client, &env.table).await;
+    enable_stream(&env.client, &env.range_table).await;
+    let ids = workload(env).await;
+    committed_ids(&env.manager, &ids).await
 }
 
 /// Twenty transactions of 1 to 3 items over two tables, a quarter rolled back, with outside writes.
@@ -103,10 +125,7 @@ async fn workload(env: &TestEnv) -> Vec<dynamodb_transactions::TxId> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn expired_iterators_throttled_and_failed_reads_lose_and_split_nothing() {
     let env = TestEnv::new("feed-faults").await;
-    enable_stream(&env.client, &env.table).await;
-    enable_stream(&env.client, &env.range_table).await;
-    let ids = workload(&env).await;
-    let committed = committed_ids(&env.manager, &ids).await;
+    let committed = streams_and_workload(&env).await;
     let tables = [env.table.as_str(), env.range_table.as_str()];
     let tx_table = env.manager.transactions_table();
 
@@ -116,15 +135,8 @@ async fn expired_iterators_throttled_and_failed_reads_lose_and_split_nothing() {
     let reference = drain(&mut clean).await;
 
     let faults = StreamFaults::default();
-    let faulted_client = aws_sdk_dynamodbstreams::Client::from_conf(
-        streams_client()
-            .config()
-            .to_builder()
-            .interceptor(SharedInterceptor::new(faults.clone()))
-            .build(),
-    );
     let mut faulted = feed_through(env.client.clone(), tx_table, &tables)
-        .streams_client(faulted_client)
+        .streams_client(streams_client_with(faults.clone()))
         .build()
         .unwrap();
     let got = drain(&mut faulted).await;
@@ -197,25 +209,18 @@ impl Intercept for ThrottledOpen {
         "ThrottledOpen"
     }
 
-    fn read_before_transmit(
+    fn read_before_serialization(
         &self,
-        ctx: &aws_sdk_dynamodbstreams::config::interceptors::BeforeTransmitInterceptorContextRef<
-            '_,
-        >,
+        ctx: &BeforeSerializationInterceptorContextRef<'_>,
         _rc: &RuntimeComponents,
         cfg: &mut ConfigBag,
     ) -> Result<(), aws_smithy_runtime_api::box_error::BoxError> {
-        let op = cfg.load::<Metadata>().map(|m| m.name().to_string());
-        let body = ctx
-            .request()
-            .body()
-            .bytes()
-            .map(|b| String::from_utf8_lossy(b).into_owned())
-            .unwrap_or_default();
-        if op.as_deref() == Some("GetShardIterator")
-            && body.contains(&format!("table/{}/", self.table))
-            && std::time::Instant::now() < self.until
-        {
+        let of_table = ctx
+            .input()
+            .downcast_ref::<GetShardIteratorInput>()
+            .and_then(|i| i.stream_arn())
+            .is_some_and(|arn| arn.contains(&format!("table/{}/", self.table)));
+        if of_table && std::time::Instant::now() < self.until {
             cfg.interceptor_state().store_put(Throttle);
         }
         Ok(())
@@ -227,20 +232,10 @@ impl Intercept for ThrottledOpen {
         _rc: &RuntimeComponents,
         cfg: &mut ConfigBag,
     ) -> Result<(), aws_smithy_runtime_api::box_error::BoxError> {
-        if cfg.load::<Throttle>().is_none() {
-            return Ok(());
+        if cfg.load::<Throttle>().is_some() {
+            *self.throttled.lock().unwrap() += 1;
+            answer_with_error(ctx, 400, "LimitExceededException");
         }
-        *self.throttled.lock().unwrap() += 1;
-        let code = "LimitExceededException";
-        let body = format!(
-            r#"{{"__type":"com.amazonaws.dynamodb.v20120810#{code}","message":"injected {code}"}}"#
-        );
-        let resp = ctx.response_mut();
-        *resp.status_mut() = 400u16.try_into().expect("valid status");
-        resp.headers_mut().remove("x-amz-crc32");
-        resp.headers_mut()
-            .insert("content-length", body.len().to_string());
-        *resp.body_mut() = aws_smithy_types::body::SdkBody::from(body);
         Ok(())
     }
 }
@@ -254,10 +249,7 @@ impl Intercept for ThrottledOpen {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_feed_stopping_when_idle_waits_for_a_shard_it_cannot_read_yet() {
     let env = TestEnv::new("feed-idle").await;
-    enable_stream(&env.client, &env.table).await;
-    enable_stream(&env.client, &env.range_table).await;
-    let ids = workload(&env).await;
-    let committed = committed_ids(&env.manager, &ids).await;
+    let committed = streams_and_workload(&env).await;
     let tables = [env.table.as_str(), env.range_table.as_str()];
     let tx_table = env.manager.transactions_table();
     let throttled = ThrottledOpen {
@@ -265,15 +257,8 @@ async fn a_feed_stopping_when_idle_waits_for_a_shard_it_cannot_read_yet() {
         until: std::time::Instant::now() + std::time::Duration::from_secs(4),
         throttled: Arc::default(),
     };
-    let client = aws_sdk_dynamodbstreams::Client::from_conf(
-        streams_client()
-            .config()
-            .to_builder()
-            .interceptor(SharedInterceptor::new(throttled.clone()))
-            .build(),
-    );
     let mut feed = feed_through(env.client.clone(), tx_table, &tables)
-        .streams_client(client)
+        .streams_client(streams_client_with(throttled.clone()))
         .build()
         .unwrap();
     let got = drain(&mut feed).await;

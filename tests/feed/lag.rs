@@ -5,7 +5,6 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use aws_sdk_dynamodbstreams::config::SharedInterceptor;
 use dynamodb_transactions::fault::RequestCounter;
 use dynamodb_transactions::feed::ChangeFeed;
 
@@ -18,13 +17,7 @@ async fn a_commit_is_yielded_within_a_poll_interval_and_a_round_trip() {
     enable_stream(&env.client, &env.table).await;
     let poll = Duration::from_millis(250);
     let counter = RequestCounter::new();
-    let streams = aws_sdk_dynamodbstreams::Client::from_conf(
-        streams_client()
-            .config()
-            .to_builder()
-            .interceptor(SharedInterceptor::new(counter.clone()))
-            .build(),
-    );
+    let streams = streams_client_with(counter.clone());
     let mut feed = ChangeFeed::builder(crate::common::client())
         .table(&env.table)
         .transactions_table(env.manager.transactions_table())

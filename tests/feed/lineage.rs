@@ -6,7 +6,7 @@
 use std::sync::atomic::AtomicI64;
 use std::sync::{Arc, Mutex};
 
-use aws_sdk_dynamodbstreams::config::{Intercept, SharedInterceptor};
+use aws_sdk_dynamodbstreams::config::Intercept;
 use aws_sdk_dynamodbstreams::operation::get_records::GetRecordsInput;
 use aws_sdk_dynamodbstreams::operation::get_shard_iterator::GetShardIteratorInput;
 use aws_smithy_runtime_api::client::interceptors::context::{
@@ -175,13 +175,7 @@ async fn a_child_shard_is_read_only_after_its_parent_ends() {
             "Shards": shards
         }}),
     };
-    let client = aws_sdk_dynamodbstreams::Client::from_conf(
-        streams_client()
-            .config()
-            .to_builder()
-            .interceptor(SharedInterceptor::new(split.clone()))
-            .build(),
-    );
+    let client = streams_client_with(split.clone());
     let mut feed = feed_through(env.client.clone(), tx_table, &[env.table.as_str()])
         .streams_client(client)
         .build()

@@ -65,6 +65,21 @@ pub fn streams_client() -> aws_sdk_dynamodbstreams::Client {
     aws_sdk_dynamodbstreams::Client::from_conf(conf)
 }
 
+/// [`streams_client`] with `interceptor` on every request.
+pub fn streams_client_with(
+    interceptor: impl aws_sdk_dynamodbstreams::config::Intercept + 'static,
+) -> aws_sdk_dynamodbstreams::Client {
+    aws_sdk_dynamodbstreams::Client::from_conf(
+        streams_client()
+            .config()
+            .to_builder()
+            .interceptor(aws_sdk_dynamodbstreams::config::SharedInterceptor::new(
+                interceptor,
+            ))
+            .build(),
+    )
+}
+
 /// A feed over `tables` from the start, polling fast, ending after 3 s without a record.
 pub fn feed(tx_table: &str, tables: &[&str]) -> ChangeFeedBuilder {
     feed_through(common::client(), tx_table, tables)
