@@ -139,9 +139,8 @@ pub(crate) async fn mark(
 /// on it, as one write: a transaction that lets a read go to take an item below it in key order
 /// (`Settings::reorder_held_reads`) and keeps its turn at the read's item
 /// (`Settings::reorder_keeps_turn`), so that a younger transaction does not take and change it
-/// meanwhile. Conditional, beyond the release's own
-/// condition, on no live mark older than `mark` at `now`: where there is one, the caller
-/// releases without a mark.
+/// meanwhile. Conditional, beyond the release's own condition, on no live mark older than `mark`
+/// at `now`: where there is one, the caller releases without a mark.
 pub(crate) fn release_marking(
     table: &str,
     key: &Item,
