@@ -214,7 +214,11 @@ impl ChangeFeedBuilder {
     /// [`ChangeFeed::next`] returns `Ok(None)` once no record arrived for this long, nothing is
     /// ready, and every shard was read to its end: its last `GetRecords` succeeded and returned
     /// nothing (a shard whose reads fail meanwhile, throttled or with an expired iterator, or that
-    /// is not open yet, keeps the feed going). Default: it waits for ever, until the streams end.
+    /// is not open yet, keeps the feed going). A committed transaction that goes once its
+    /// [`settle_grace`](Self::settle_grace) is over, or whose record is not read yet, is waited
+    /// for; one waiting for another coordinator (undecided, or an item still locked) is not: it
+    /// stays unconsumed, and a feed resumed from its checkpoint delivers it. Default: it waits for
+    /// ever, until the streams end.
     pub fn stop_when_idle(mut self, idle: Duration) -> Self {
         self.stop_when_idle = Some(idle);
         self

@@ -102,6 +102,40 @@ async fn a_committed_transaction_is_delivered_once_and_whole_with_its_items_befo
     assert_eq!(state, expected);
 }
 
+/// Regression: a feed stopping when idle stopped while it held a committed transaction that was
+/// only waiting for the settle grace (its record deleted, so the items decide), and never
+/// delivered it: the idle time ran from the transaction's last record, the grace too, and the
+/// idle time was the shorter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_feed_stopping_when_idle_first_delivers_a_transaction_waiting_for_its_grace() {
+    let env = TestEnv::new("feed-grace").await;
+    enable_stream(&env.client, &env.table).await;
+    let tx = env.manager.begin();
+    tx.put_item()
+        .table_name(&env.table)
+        .item("Id", s("a"))
+        .item("v", n(1))
+        .send()
+        .await
+        .unwrap();
+    let id = tx.id().clone();
+    tx.commit().await.unwrap();
+    assert!(env.manager.delete_transaction(&id).await.unwrap());
+
+    let mut feed = feed(env.manager.transactions_table(), &[&env.table])
+        .stop_when_idle(Duration::from_secs(1))
+        .settle_grace(Duration::from_secs(3))
+        .build()
+        .unwrap();
+    let changes = drain(&mut feed).await;
+    assert_eq!(changes.len(), 1, "{changes:#?}");
+    assert_eq!(changes[0].transaction_id(), Some(&id));
+    let items = changes[0].items();
+    assert_eq!(items.len(), 1);
+    assert_eq!(items[0].before, None);
+    assert_eq!(items[0].after.as_ref().map(|a| a["v"].clone()), Some(n(1)));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rolled_back_transaction_yields_nothing_not_even_the_values_it_applied() {
     let env = TestEnv::new("feed-rollback").await;

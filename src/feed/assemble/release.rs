@@ -33,6 +33,41 @@ impl Assembler {
         }
     }
 
+    /// Whether a transaction held goes later without another record arriving: its record not
+    /// read yet, or committed and waiting only for the settle grace (no item it waits for is
+    /// locked), and not held up behind an entry of another transaction that waits for more. A
+    /// feed stopping when idle waits for these; not for transactions that wait for another
+    /// coordinator (undecided, or an item still locked).
+    pub fn releases_in_time(&self) -> bool {
+        let in_time = |tx: &str| {
+            self.groups.get(tx).is_some_and(|g| match &g.decision {
+                None | Some(Decision::Committed(None)) => true,
+                Some(Decision::Committed(Some(expected))) => expected.iter().all(|item| {
+                    g.settled.contains(item)
+                        || !self
+                            .open_locks
+                            .contains_key(&(item.clone(), tx.to_string()))
+                }),
+                Some(Decision::RolledBack | Decision::Pending) => false,
+            })
+        };
+        let mut first: HashMap<&ItemRef, Option<&str>> = HashMap::new();
+        for e in &self.entries {
+            first.entry(&e.item).or_insert(e.tx.as_deref());
+        }
+        self.groups.keys().any(|tx| {
+            in_time(tx)
+                && self
+                    .entries
+                    .iter()
+                    .filter(|e| e.tx.as_deref() == Some(tx.as_str()))
+                    .all(|e| match first[&e.item] {
+                        None => true,
+                        Some(f) => f == tx || in_time(f),
+                    })
+        })
+    }
+
     /// Releases every change that can go now, in order: a write made outside the library once no
     /// earlier change of its item waits; a committed transaction once it is whole and none of its
     /// items has an earlier change waiting. Each comes with the records it consumed; `None` when

@@ -321,3 +321,50 @@ fn a_write_of_the_protocols_attributes_alone_on_an_unlocked_item_is_no_change() 
     assert_eq!(c.after, Some(plain("a", "1")));
     assert_eq!(a.buffered(), 0);
 }
+
+#[test]
+fn only_transactions_that_go_without_another_record_keep_an_idle_feed() {
+    let mut a = Assembler::new();
+    let now = Instant::now();
+    // x locks a and b, settles a: undecided so far, its record not read yet.
+    a.push(
+        rec(1, "a", Some(plain("a", "0")), Some(locked("a", "0", "x"))),
+        now,
+    );
+    a.push(
+        rec(2, "b", Some(plain("b", "0")), Some(locked("b", "0", "x"))),
+        now,
+    );
+    a.push(
+        rec(3, "a", Some(locked("a", "0", "x")), Some(plain("a", "1"))),
+        now,
+    );
+    assert!(a.releases_in_time(), "its record is read next");
+    a.decide(&TxId("x".into()), Decision::Pending, now);
+    assert!(!a.releases_in_time(), "undecided: its coordinator decides");
+    a.decide(
+        &TxId("x".into()),
+        Decision::Committed(expected(&["a", "b"])),
+        now,
+    );
+    assert!(!a.releases_in_time(), "b is still locked by x");
+    // y settles c, then a after x's write; its record is gone: it goes after the grace, but
+    // behind x's entry of a.
+    a.push(
+        rec(4, "c", Some(locked("c", "0", "y")), Some(plain("c", "1"))),
+        now,
+    );
+    a.push(
+        rec(5, "a", Some(locked("a", "1", "y")), Some(plain("a", "2"))),
+        now,
+    );
+    a.decide(&TxId("y".into()), Decision::Committed(None), now);
+    assert!(!a.releases_in_time(), "y waits behind x");
+    // x's lock of b was not seen after all (a fresh feed): x waits for the grace alone.
+    a.open_locks.clear();
+    assert!(a.releases_in_time(), "x and then y go after the grace");
+    assert!(a.release(now).is_empty(), "not before the grace");
+    let later = now + a.grace;
+    assert_eq!(a.release(later).len(), 2);
+    assert!(!a.releases_in_time());
+}

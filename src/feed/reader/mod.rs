@@ -148,6 +148,7 @@ impl Reader {
             if let Some(idle) = self.cfg.stop_when_idle
                 && self.last_record_at.unwrap_or(started).elapsed() >= idle
                 && self.read_to_the_end()
+                && !self.assembler.releases_in_time()
             {
                 return Ok(None);
             }
