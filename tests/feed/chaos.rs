@@ -186,7 +186,9 @@ async fn replaying_the_feed_from_the_start_rebuilds_every_table_after_chaos() {
         committed.len()
     );
     assert!(struck > 0, "faults struck");
-    assert!(committed.len() > ids.len() / 3, "enough committed");
+    // Enough for the replay to mean something: about 60% commit on a quiet machine, a third on
+    // a loaded one (a slow coordinator is wounded or rolled back more often).
+    assert!(committed.len() > ids.len() / 5, "enough committed");
     assert!(committed.len() < ids.len(), "some rolled back");
     let fast = marked_fast_path(&env.client, env.manager.transactions_table(), &ids).await;
     println!("{fast} committed on the fast path, marked");
