@@ -291,3 +291,25 @@ pub(crate) fn unlocked_write(req: &Request, mark: Option<&TxId>, queues: bool) -
         ph,
     }
 }
+
+/// Marks `w`, a put or an update, with `_TxM = id`, for the change feed: the write of the
+/// transaction `id` that commits it (see the `_TxM` attribute). `false`, `w` unchanged: a delete
+/// (or a check) leaves no item to mark.
+pub(crate) fn mark_made(w: &mut Write, id: &TxId) -> bool {
+    match &mut w.kind {
+        WriteKind::Put { item } => {
+            item.insert(MADE.into(), AttributeValue::S(id.0.clone()));
+            true
+        }
+        WriteKind::Update { update, .. } => {
+            let Ok(mut u) = UpdateExpr::parse(update) else {
+                return false;
+            };
+            let v = w.ph.value("Made", AttributeValue::S(id.0.clone()));
+            u.add(Clause::Set, format!("{} = {v}", w.ph.name(MADE)));
+            *update = u.render();
+            true
+        }
+        WriteKind::Delete { .. } | WriteKind::Check { .. } => false,
+    }
+}

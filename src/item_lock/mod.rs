@@ -23,8 +23,9 @@
 //!   reading the record (see [`Observed::recorded_ticket`]).
 //!
 //! On an unlocked item, not a lock attribute:
-//! - `_TxM` (S): the transaction whose write-only fast path wrote this version of the item, when it
-//!   marked its writes for the change feed (`Settings::fast_path_stamps`). It stays until a later
+//! - `_TxM` (S): the transaction whose write-only fast path wrote this version of the item, or
+//!   whose commit without record (`Settings::record_on_demand`) did, when it marked its writes
+//!   for the change feed (`Settings::fast_path_stamps`). It stays until a later
 //!   put replaces it or another fast-path write re-marks it; an update outside the library keeps
 //!   it, so a stream record is that transaction's write only when its new image has the mark and
 //!   its old image has not the same one.
@@ -58,7 +59,9 @@ use crate::keys::KeySchema;
 pub(crate) use acquire::{
     Existence, Guard, HolderTicket, LockOutcome, LockTicket, lock, lock_item_write,
 };
-pub(crate) use apply::{ImagePlace, Stage, request_writes, roll_forward_write, unlocked_write};
+pub(crate) use apply::{
+    ImagePlace, Stage, mark_made, request_writes, roll_forward_write, unlocked_write,
+};
 pub(crate) use image::{
     image_delete_write, image_id, load_table_image, save_table_image, unapplied_image_id,
 };

@@ -101,7 +101,10 @@ impl Transaction {
     /// stamp. The one-request commit needs no stamp (its record's decision, in the same request,
     /// lands only while the transaction is pending); here the lock is all there is, and a lock
     /// attempt of ours that lands late (after a contender released our lock and changed the
-    /// item) must not pass for the lock our read took.
+    /// item) must not pass for the lock our read took. When the transaction's writes are marked
+    /// for the change feed (`Settings::fast_path_stamps`), the write sets `_TxM` to our id: the
+    /// feed then knows it committed the transaction whole, with no record to read; a delete,
+    /// which leaves nothing to mark, then commits through a record.
     pub(super) fn write_without_record(&self, st: &State) -> Option<(Write, ItemRef)> {
         let fits = st.unrecorded_lock_sent.is_some()
             && st.meta.is_none()
@@ -127,6 +130,11 @@ impl Transaction {
             w.ph.value("Stamp", AttributeValue::N(stamp))
         );
         w.and_condition(cond);
+        // For the change feed, which has no record to read: this write is the whole transaction,
+        // committed (a delete leaves no item to mark, so it goes through a record).
+        if self.marks_writes(st) && !crate::item_lock::mark_made(&mut w, &self.id) {
+            return None;
+        }
         Some((w, k.clone()))
     }
 

@@ -14,9 +14,9 @@ use crate::settings::FastPathStamps;
 use super::{CommitStep, State, Transaction};
 
 impl Transaction {
-    /// Whether the fast path marks this transaction's writes for the change feed
-    /// (`Settings::fast_path_stamps`). A table whose schema is not cached counts as streamed.
-    fn marks_writes(&self, st: &State) -> bool {
+    /// Whether the fast path (or a commit without record) marks this transaction's writes for the
+    /// change feed (`Settings::fast_path_stamps`). A table whose schema is not cached counts as streamed.
+    pub(super) fn marks_writes(&self, st: &State) -> bool {
         match self.inner.settings.fast_path_stamps {
             FastPathStamps::Never => false,
             FastPathStamps::Always => true,

@@ -136,6 +136,86 @@ async fn a_feed_stopping_when_idle_first_delivers_a_transaction_waiting_for_its_
     assert_eq!(items[0].after.as_ref().map(|a| a["v"].clone()), Some(n(1)));
 }
 
+/// Regression: a read-modify-write of one item committed without a record
+/// (`Settings::record_on_demand`: one conditional write applies it and removes the lock) was
+/// delivered only after the settle grace, as a transaction whose record is gone, and held every
+/// later change of its item back that long. Its commit marks the item with the transaction's id,
+/// so it goes at once, and so does a read alone (released by a marked write, nothing to say).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_modify_write_without_record_goes_without_waiting_for_the_grace() {
+    let env = TestEnv::with_settings("feed-norec", |s| s.record_on_demand = true).await;
+    enable_stream(&env.client, &env.table).await;
+    outside_put(&env, "a", 1).await;
+    outside_put(&env, "b", 5).await;
+    let tx = env.manager.begin();
+    let got = tx
+        .get_item()
+        .table_name(&env.table)
+        .key("Id", s("a"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(got.item().unwrap()["v"], n(1));
+    tx.update_item()
+        .table_name(&env.table)
+        .key("Id", s("a"))
+        .update_expression("SET v = :v")
+        .expression_attribute_values(":v", n(2))
+        .send()
+        .await
+        .unwrap();
+    let id = tx.id().clone();
+    tx.commit().await.unwrap();
+    assert_eq!(env.tx_state(&id).await, None, "committed without a record");
+    let read_alone = env.manager.begin();
+    read_alone
+        .get_item()
+        .table_name(&env.table)
+        .key("Id", s("b"))
+        .send()
+        .await
+        .unwrap();
+    read_alone.commit().await.unwrap();
+    outside_put(&env, "b", 6).await;
+
+    // A grace far longer than the test: only a transaction known committed can go.
+    let mut feed = feed(env.manager.transactions_table(), &[&env.table])
+        .settle_grace(Duration::from_secs(3_600))
+        .build()
+        .unwrap();
+    let mut changes = Vec::new();
+    while changes.len() < 4 {
+        match tokio::time::timeout(Duration::from_secs(60), feed.next()).await {
+            Ok(next) => changes.push(next.expect("next").expect("the feed goes on")),
+            Err(_) => panic!("not delivered within 60 s (grace 1 h): {changes:#?}"),
+        }
+    }
+    assert_clean(&changes);
+    let tx_changes: Vec<_> = changes
+        .iter()
+        .filter(|c| c.transaction_id().is_some())
+        .collect();
+    assert_eq!(tx_changes.len(), 1, "{changes:#?}");
+    assert_eq!(tx_changes[0].transaction_id(), Some(&id));
+    let items = tx_changes[0].items();
+    assert_eq!(items.len(), 1);
+    assert_eq!(items[0].before.as_ref().map(|b| b["v"].clone()), Some(n(1)));
+    assert_eq!(items[0].after.as_ref().map(|a| a["v"].clone()), Some(n(2)));
+    // The outside writes: a and b put, then b's after the read alone released it.
+    let mut singles: Vec<String> = changes
+        .iter()
+        .filter(|c| matches!(c, Change::Single(_)))
+        .map(|c| {
+            c.items()[0].after.as_ref().unwrap()["v"]
+                .as_n()
+                .unwrap()
+                .clone()
+        })
+        .collect();
+    singles.sort();
+    assert_eq!(singles, ["1", "5", "6"], "{changes:#?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rolled_back_transaction_yields_nothing_not_even_the_values_it_applied() {
     let env = TestEnv::new("feed-rollback").await;

@@ -1,12 +1,14 @@
 //! Taking records in: a lock opens, the write that settles an item closes it into its
-//! transaction's group, a marked fast-path write joins its transaction, and a write made outside
-//! the library waits as a single change.
+//! transaction's group (and decides it, for a commit without record, which marks its write), a
+//! marked fast-path write joins its transaction, and a write made outside the library waits as a
+//! single change.
 
 use std::collections::HashSet;
 use std::time::Instant;
 
 use crate::item_lock::TRANSIENT;
 use crate::keys::ItemRef;
+use crate::tx_id::TxId;
 
 use super::images::{before_from_settled, made_by, owner, strip};
 use super::{Assembler, Decision, Entry, Group, ItemChange, OpenLock, RecId, StreamRec};
@@ -88,13 +90,22 @@ impl Assembler {
                     None => rec.old.as_ref().and_then(before_from_settled),
                 };
                 recs.push(rec.id);
+                // Marked with its own id, the write is a commit without record
+                // (`Settings::record_on_demand`): the whole transaction, committed, and there is
+                // no record to read.
+                let whole = made_by(rec.new.as_ref()) == Some(tx.as_str());
                 let change = ItemChange {
                     table: rec.table,
                     key: rec.key,
                     after: rec.new.map(strip),
                     before,
                 };
-                self.settle(item, tx, change, recs, rec.time, now)
+                let mut done = self.settle(item.clone(), tx.clone(), change, recs, rec.time, now);
+                if whole {
+                    let items = HashSet::from([item]);
+                    done.extend(self.decide(&TxId(tx), Decision::Committed(Some(items)), now));
+                }
+                done
             }
         }
     }

@@ -368,3 +368,58 @@ fn only_transactions_that_go_without_another_record_keep_an_idle_feed() {
     assert_eq!(a.release(later).len(), 2);
     assert!(!a.releases_in_time());
 }
+
+#[test]
+fn a_commit_without_record_marked_with_its_own_id_goes_at_once_and_another_mark_does_not() {
+    let mut a = Assembler::new();
+    let now = Instant::now();
+    // x locks a without a record and commits it with one write marked with its id.
+    a.push(
+        rec(1, "a", Some(plain("a", "0")), Some(locked("a", "0", "x"))),
+        now,
+    );
+    a.push(
+        rec(
+            2,
+            "a",
+            Some(locked("a", "0", "x")),
+            Some(marked("a", "1", "x")),
+        ),
+        now,
+    );
+    // y, with a record, settles b, which still carries an older transaction's mark.
+    a.push(
+        rec(
+            3,
+            "b",
+            Some(marked("b", "0", "w")),
+            Some(locked("b", "0", "y")),
+        ),
+        now,
+    );
+    a.push(
+        rec(
+            4,
+            "b",
+            Some(locked("b", "0", "y")),
+            Some(marked("b", "2", "w")),
+        ),
+        now,
+    );
+    assert_eq!(
+        a.to_check(now).into_iter().map(|t| t.0).collect::<Vec<_>>(),
+        ["y"],
+        "x's record is not read"
+    );
+    let out = a.release(now);
+    assert_eq!(out.len(), 1, "{out:?}");
+    let Some(Change::Transaction { id, items }) = &out[0].0 else {
+        panic!("x: {out:?}")
+    };
+    assert_eq!(id.as_str(), "x");
+    assert_eq!(items.len(), 1);
+    assert_eq!(items[0].before, Some(plain("a", "0")));
+    assert_eq!(items[0].after, Some(plain("a", "1")), "stripped");
+    assert_eq!(out[0].1.len(), 2, "the lock's record and the commit's");
+    assert_eq!(a.buffered(), 1, "y waits for its record");
+}
