@@ -250,21 +250,35 @@ pub struct Settings {
     /// and whoever meets it judges the holder by that ticket as by a record's: an older holder
     /// is waited for while its lock is younger than `dead_after`.
     ///
-    /// Off by default. The cost: a holder whose lock carries no ticket is given
-    /// [`wound_grace`](Self::wound_grace) by any contender and then rolled back (under a
-    /// tombstone), whatever their ages, and so is one whose lock is `dead_after` old; a
-    /// crashed coordinator's lock is in no record, so only a contender or a sweep that scans its
-    /// table releases it (the sweeper scans every table where such locks were taken, by default:
-    /// [`SweepOptions::scan_unrecorded_tables`](crate::sweeper::SweepOptions::scan_unrecorded_tables),
-    /// once the lock is `rollback_after` old), and the first such lock of a manager on a table
-    /// costs one more request, which lists the table for the sweeper. Ignored with
-    /// [`wait_in_ticket_order`](Self::wait_in_ticket_order) (waiters register in the holder's
-    /// record).
+    /// On by default: a transaction that reads two items and writes them (a transfer) sends one
+    /// request fewer (4), on the same 3 round trips, and a hot counter's holds are a round trip
+    /// instead of a `TransactWriteItems`'s, so it moves more than twice the increments
+    /// (docs/PERFORMANCE.md "Hot items"). What it costs, and why you might turn it off:
+    /// - a crashed coordinator's lock is in no record, so only a contender or a sweep that scans
+    ///   its table releases it: the sweeper scans every table where such locks were taken
+    ///   ([`SweepOptions::scan_unrecorded_tables`](crate::sweeper::SweepOptions::scan_unrecorded_tables),
+    ///   on by default; the whole table at every pass, or a `k`-th of it with
+    ///   [`unrecorded_table_slices`](crate::sweeper::SweepOptions::unrecorded_table_slices)),
+    ///   and releases such a lock once it is `rollback_after` old. The lock carries no change
+    ///   (readers see through it), but a large table's scan costs read units;
+    /// - the first such lock of a manager on a table costs one more request, which lists the
+    ///   table for the sweeper;
+    /// - a holder whose lock carries no ticket is given [`wound_grace`](Self::wound_grace) by
+    ///   any contender and then rolled back (under a tombstone), as a record without a ticket
+    ///   would be, and so is one whose lock is `dead_after` old;
+    /// - the change feed learns of such a transaction from its one write, which marks the item
+    ///   when the fast path would ([`fast_path_stamps`](Self::fast_path_stamps)); one rolled
+    ///   back under a tombstone reaches the feed after its `settle_grace`, holding its item's
+    ///   later changes back until then (docs/FEED.md).
+    ///
+    /// Ignored with [`wait_in_ticket_order`](Self::wait_in_ticket_order) (waiters register in
+    /// the holder's record).
     ///
     /// ```no_run
     /// # async fn f(client: aws_sdk_dynamodb::Client) {
+    /// // Every transaction writes its record from its first locked read: no table to scan.
     /// let manager = dynamodb_transactions::TransactionManager::builder(client)
-    ///     .configure(|s| s.record_on_demand = true)
+    ///     .configure(|s| s.record_on_demand = false)
     ///     .build();
     /// # }
     /// ```
@@ -358,7 +372,7 @@ impl Default for Settings {
             judge_conditions: true,
             wait_in_ticket_order: false,
             queue_ttl: Duration::from_secs(3),
-            record_on_demand: false,
+            record_on_demand: true,
             mark_oldest_waiter: true,
         }
     }

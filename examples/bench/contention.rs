@@ -275,7 +275,7 @@ pub async fn measure(
     let recorder = Recorder::default();
     let admin = target.client(vec![]).await;
     let fifo = args.wait_in_ticket_order;
-    let on_demand = args.record_on_demand;
+    let on_demand = !args.no_record_on_demand;
     let mark = !args.no_mark_oldest_waiter;
     let grace = args.wound_grace_ms.map(Duration::from_millis);
     let patience = args.first_attempt_patience_ms.map(Duration::from_millis);

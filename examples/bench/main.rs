@@ -104,10 +104,10 @@ pub struct Args {
     /// Contention: every library run waits in ticket order (`Settings::wait_in_ticket_order`).
     #[arg(long)]
     wait_in_ticket_order: bool,
-    /// Contention: every library run writes a transaction's record only once it needs one
-    /// (`Settings::record_on_demand`).
+    /// Contention: every library run writes a transaction's record from its first locked read
+    /// (`Settings::record_on_demand` off; on by default, a record only once it is needed).
     #[arg(long)]
-    record_on_demand: bool,
+    no_record_on_demand: bool,
     /// Contention: no library run marks the items its waiters wait for
     /// (`Settings::mark_oldest_waiter` off; on by default): a freed item goes to whoever looks
     /// first.

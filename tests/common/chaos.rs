@@ -50,6 +50,9 @@ impl ChaosWorker {
                 _ => dynamodb_transactions::LockedReads::RecordWithLock,
             };
             s.roll_forward = w % 4 == 1;
+            // A record only when needed (the default) on workers 0, 1, 4, 5...: a first read's
+            // lock without a record beside ones that create it, crossing the other mixes.
+            s.record_on_demand = (w / 2).is_multiple_of(2);
             // Coordinators with and without the wait for younger running holders, side by side.
             s.wait_for_running_holders = w.is_multiple_of(3);
             // Reads released and taken back in key order on half of them, a quarter of all

@@ -408,6 +408,9 @@ impl TestEnv {
                 // Most tests exercise the locking protocol; tests of the write-only fast path turn
                 // it back on.
                 s.write_only_fast_path = false;
+                // And transactions that have a record from their first locked read; tests of a
+                // record only when needed (and the chaos workers, some of them) turn it back on.
+                s.record_on_demand = false;
                 f(s)
             })
             .build();
@@ -444,6 +447,7 @@ impl TestEnv {
                 s.rollback_on_drop = false;
                 s.write_only_fast_path = self.manager.settings().write_only_fast_path;
                 let mine = self.manager.settings();
+                s.record_on_demand = mine.record_on_demand;
                 if mine.wait_in_ticket_order {
                     // A transaction meeting a queue takes a ticket: the second coordinator judges
                     // an older one dead as the first would.

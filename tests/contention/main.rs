@@ -55,14 +55,17 @@ fn ordered_with(
             // resolution (wound, settle) take a few hundred ms.
             s.lock_wait = Duration::from_secs(2);
             s.wound_grace = Duration::from_millis(50);
+            // The scenarios stage holders and waiters that have a record from their first lock
+            // (`Settings::record_on_demand` has tests of its own).
+            s.record_on_demand = false;
             more(s);
         })
         .build()
 }
 
 /// A coordinator over the env's tables on `client` (interceptors of a test's own), with the ordered
-/// policy (tickets taken when a transaction begins, `dead_after` 30 s) and otherwise the default
-/// settings, then `more`.
+/// policy (tickets taken when a transaction begins, `dead_after` 30 s), a record from the first
+/// lock, and otherwise the default settings, then `more`.
 fn ordered_on(
     env: &TestEnv,
     client: aws_sdk_dynamodb::Client,
@@ -77,6 +80,7 @@ fn ordered_on(
                 dead_after: Duration::from_secs(30),
                 ticket_at_begin: true,
             };
+            s.record_on_demand = false;
             more(s);
         })
         .build()
@@ -132,6 +136,7 @@ fn run_before_with<T: Send + 'static>(
             .configure(|s| {
                 s.rollback_on_drop = false;
                 s.write_only_fast_path = false;
+                s.record_on_demand = false;
                 more(s);
             })
             .build();

@@ -44,6 +44,7 @@ pub(crate) fn marking_tuned(
             };
             s.ticket_source = TicketSource::Counter;
             s.mark_oldest_waiter = true;
+            s.record_on_demand = false;
             s.lock_wait = Duration::from_secs(20);
             s.wound_grace = Duration::from_secs(60);
             more(s);

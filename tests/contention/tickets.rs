@@ -71,6 +71,8 @@ fn ordered_lazy(env: &TestEnv, source: TicketSource) -> TransactionManager {
             // bug both sides wait this long and the older one fails.
             s.lock_wait = Duration::from_secs(3);
             s.wound_grace = Duration::from_millis(50);
+            // Tickets in records: every transaction has one from its first lock.
+            s.record_on_demand = false;
         })
         .build()
 }
@@ -235,6 +237,8 @@ async fn clock_tickets_take_no_ticket_requests() {
                     dead_after: Duration::from_secs(30),
                     ticket_at_begin,
                 };
+                // The ticket in the record its first lock creates.
+                s.record_on_demand = false;
             })
             .build();
         let tx = m.begin();

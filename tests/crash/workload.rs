@@ -35,6 +35,12 @@ pub(crate) enum Workload {
     ReadsThenWrites,
     /// `ReadsThenWrites` with `LockedReads::RecordThenLock`: each read is recorded, then locked.
     RecordedReadsThenWrites,
+    /// `ReadsThenWrites` with `Settings::record_on_demand` (the default; the other workloads set
+    /// it off): the manager lists the table for the sweeper, the first read's lock goes out
+    /// alone, the second read's with the record's creation (naming both reads), the third's with
+    /// the record's append. A crash before the creation leaves a lock no record names, which the
+    /// reader after the recovery meets and releases under a tombstone.
+    OnDemandReadsThenWrites,
     /// The buffered workload with `Settings::roll_forward`, committed in phases (the insert of c
     /// conditional on its absence, the put of b on `attribute_exists(v)`): the batch marks the
     /// writes' locks, and every write is applied by the write that unlocks its item after the flip
@@ -96,6 +102,7 @@ impl Workload {
                 | Workload::RolledForwardUnjudged
                 | Workload::ReadsThenWrites
                 | Workload::RecordedReadsThenWrites
+                | Workload::OnDemandReadsThenWrites
                 | Workload::LockedReadsThenWrites
                 | Workload::BatchedChunked
                 | Workload::Gated
@@ -113,9 +120,15 @@ impl Workload {
             self,
             Workload::ReadsThenWrites
                 | Workload::RecordedReadsThenWrites
+                | Workload::OnDemandReadsThenWrites
                 | Workload::LockedReadsThenWrites
                 | Workload::QueuedReadsThenWrites
         )
+    }
+
+    /// Takes its first read's lock without a record (`Settings::record_on_demand`).
+    pub(crate) fn on_demand(self) -> bool {
+        self == Workload::OnDemandReadsThenWrites
     }
 
     /// How the workload's reads record their requests and lock their items.
@@ -193,6 +206,7 @@ pub(crate) async fn work(
                 | Workload::RolledForwardUnjudged
                 | Workload::ReadsThenWrites
                 | Workload::RecordedReadsThenWrites
+                | Workload::OnDemandReadsThenWrites
                 | Workload::LockedReadsThenWrites
                 | Workload::BufferedChunked
                 | Workload::BatchedChunked

@@ -49,6 +49,58 @@ async fn the_first_lock_without_record_on_a_table_lists_the_table_first() {
     assert_clean(&env).await;
 }
 
+/// With the default settings a transfer's first read takes its lock alone, its second read's
+/// lock goes out with the record's creation, which names both reads, and the commit is one
+/// `TransactWriteItems`: 4 requests on 3 round trips (with a record from the first read, 5 on
+/// 3), and the record names both locks before the commit.
+#[tokio::test]
+async fn by_default_a_transfer_is_four_requests_on_three_round_trips() {
+    let default = dynamodb_transactions::Settings::default();
+    assert!(default.record_on_demand, "on by default");
+    let env = TestEnv::with_settings("rod-default", |s| {
+        s.record_on_demand = default.record_on_demand
+    })
+    .await;
+    seed(&env, &["a", "b"]).await;
+    warm(&env).await;
+    list_table(&env.manager, &env.table).await;
+    env.counter.reset();
+    // Each phase's requests and round trips, counted before the test looks at the tables.
+    let (mut requests, mut round_trips) = (0, 0);
+    let mut phase = |env: &TestEnv| {
+        requests += env.counter.total();
+        round_trips += env.counter.round_trips();
+        let c = env.counter.snapshot();
+        env.counter.reset();
+        c
+    };
+    let tx = env.manager.begin();
+    let a = read(&tx, &env.table, "a").await.unwrap().unwrap();
+    let c = phase(&env);
+    assert_eq!(c.get("UpdateItem"), Some(&1), "the lock alone: {c:?}");
+    assert_eq!(env.tx_state(tx.id()).await, None, "no record yet");
+    env.counter.reset();
+    let b = read(&tx, &env.table, "b").await.unwrap().unwrap();
+    phase(&env);
+    let rows = env.record_rows(tx.id()).await;
+    let named = rows
+        .iter()
+        .filter_map(|r| r.get("_TxR").and_then(|v| v.as_l().ok()))
+        .flatten()
+        .count();
+    assert_eq!(named, 2, "the creation names both reads: {rows:?}");
+    env.counter.reset();
+    set(&tx, &env.table, "a", a - 1).await.unwrap();
+    set(&tx, &env.table, "b", b + 1).await.unwrap();
+    tx.commit().await.unwrap();
+    let c = phase(&env);
+    assert_eq!(c.get("TransactWriteItems"), Some(&1), "the commit: {c:?}");
+    assert_eq!((requests, round_trips), (4, 3));
+    assert_eq!(v(&env, "a").await, n(0));
+    assert_eq!(v(&env, "b").await, n(2));
+    assert_clean(&env).await;
+}
+
 /// Reads `id` under lock and buffers `SET v = <read> + 1`.
 pub(super) async fn increment(
     tx: &Transaction,
