@@ -499,6 +499,17 @@ impl Inner {
         }
         self.schemas.get(&self.client, table).await
     }
+
+    /// Whether writes to `table` that stand for a whole transaction carry its id for the change
+    /// feed (`_TxM`; [`Settings::fast_path_stamps`]). A table whose schema is not cached counts
+    /// as streamed.
+    pub(crate) fn marks_writes_to(&self, table: &str) -> bool {
+        match self.settings.fast_path_stamps {
+            FastPathStamps::Never => false,
+            FastPathStamps::Always => true,
+            FastPathStamps::WhenStreamed => self.schemas.cached(table).is_none_or(|s| s.streamed),
+        }
+    }
 }
 
 /// Sleeps before retry `attempt` (0-based): full jitter over an exponentially growing window.

@@ -320,6 +320,30 @@ pub(crate) async fn release_unapplied_locks(
     Ok(())
 }
 
+/// Releases the locks of a transaction that has no record and never will (taken without one,
+/// `Settings::record_on_demand`, and rolled back by its own handle): as
+/// [`release_unapplied_locks`], each release also marking the item with the transaction's id for
+/// the change feed where its writes would be marked (`_TxM`), which tells the feed that this
+/// write is the transaction's last on the item and that no record will say more.
+pub(crate) async fn release_without_record(
+    inner: &Inner,
+    tx_id: &TxId,
+    items: &mut Items,
+) -> Result<()> {
+    for e in items.values_mut() {
+        if let Some(l) = e.lock.take()
+            && !l.applied
+        {
+            let mut w = item_lock::release_write(&e.table, &e.key, l.transient, false, tx_id);
+            if inner.marks_writes_to(&e.table) {
+                item_lock::mark_made(&mut w, tx_id);
+            }
+            w.send(&inner.client, None).await?;
+        }
+    }
+    Ok(())
+}
+
 /// [`release_unapplied_locks`] for one item: forgets the lock `e` holds and, unless it is applied,
 /// releases it (conditional on `tx_id` owning it and on its not being applied).
 pub(crate) async fn release_unapplied_lock(

@@ -15,7 +15,9 @@ mod entry;
 pub(crate) const PROTOCOL_ATTEMPTS: usize = 8;
 
 pub(crate) use batch::{cancelled_error, group_by_owner, group_with_owners};
-pub(crate) use complete::{complete, release_unapplied_lock, release_unapplied_locks};
+pub(crate) use complete::{
+    complete, release_unapplied_lock, release_unapplied_locks, release_without_record,
+};
 pub(crate) use entry::{Entry, Items, index};
 
 use crate::TxId;

@@ -33,7 +33,7 @@ impl Drop for Transaction {
             handle.spawn(async move {
                 if !unrecorded.is_empty()
                     && let Err(e) =
-                        crate::settle::release_unapplied_locks(&inner, &id, &mut unrecorded).await
+                        crate::settle::release_without_record(&inner, &id, &mut unrecorded).await
                 {
                     warn!(tx = %id, error = %e, "releasing the lock of a dropped transaction failed");
                 }

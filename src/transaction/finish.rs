@@ -26,8 +26,9 @@ impl Transaction {
         }
         if st.meta.is_none() && !st.record_in_doubt {
             // No record was ever written: a lock this handle holds (taken without a record,
-            // `Settings::record_on_demand`) is its own to release.
-            self.release_own_locks(st).await?;
+            // `Settings::record_on_demand`) is its own to release, marked for the change feed
+            // (no record will ever say what became of it).
+            settle::release_without_record(&self.inner, &self.id, &mut st.items).await?;
             st.unrecorded_lock_sent = None;
         }
         // Buffered requests never touched an item: forget them.

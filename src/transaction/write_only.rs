@@ -9,7 +9,6 @@ use crate::error::{Error, Result};
 use crate::item_lock::{self, Observed};
 use crate::record::{self, TxState};
 use crate::request::{Op, Request};
-use crate::settings::FastPathStamps;
 
 use super::{CommitStep, State, Transaction};
 
@@ -17,14 +16,9 @@ impl Transaction {
     /// Whether the fast path (or a commit without record) marks this transaction's writes for the
     /// change feed (`Settings::fast_path_stamps`). A table whose schema is not cached counts as streamed.
     pub(super) fn marks_writes(&self, st: &State) -> bool {
-        match self.inner.settings.fast_path_stamps {
-            FastPathStamps::Never => false,
-            FastPathStamps::Always => true,
-            FastPathStamps::WhenStreamed => st.items.values().any(|e| {
-                let table = &e.request(&st.requests).table;
-                self.inner.schemas.cached(table).is_none_or(|s| s.streamed)
-            }),
-        }
+        st.items
+            .values()
+            .any(|e| self.inner.marks_writes_to(&e.request(&st.requests).table))
     }
 
     /// Nothing recorded or locked, only writes without return values, few enough for one batch;

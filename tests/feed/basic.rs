@@ -140,7 +140,8 @@ async fn a_feed_stopping_when_idle_first_delivers_a_transaction_waiting_for_its_
 /// (`Settings::record_on_demand`: one conditional write applies it and removes the lock) was
 /// delivered only after the settle grace, as a transaction whose record is gone, and held every
 /// later change of its item back that long. Its commit marks the item with the transaction's id,
-/// so it goes at once, and so does a read alone (released by a marked write, nothing to say).
+/// so it goes at once, and so does a read alone, committed or rolled back (released by a marked
+/// write, nothing to say).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_read_modify_write_without_record_goes_without_waiting_for_the_grace() {
     let env = TestEnv::with_settings("feed-norec", |s| s.record_on_demand = true).await;
@@ -177,6 +178,18 @@ async fn a_read_modify_write_without_record_goes_without_waiting_for_the_grace()
         .unwrap();
     read_alone.commit().await.unwrap();
     outside_put(&env, "b", 6).await;
+    // A read of c rolled back by its coordinator: its release is marked too.
+    outside_put(&env, "c", 7).await;
+    let rolled_back = env.manager.begin();
+    rolled_back
+        .get_item()
+        .table_name(&env.table)
+        .key("Id", s("c"))
+        .send()
+        .await
+        .unwrap();
+    rolled_back.rollback().await.unwrap();
+    outside_put(&env, "c", 8).await;
 
     // A grace far longer than the test: only a transaction known committed can go.
     let mut feed = feed(env.manager.transactions_table(), &[&env.table])
@@ -184,7 +197,7 @@ async fn a_read_modify_write_without_record_goes_without_waiting_for_the_grace()
         .build()
         .unwrap();
     let mut changes = Vec::new();
-    while changes.len() < 4 {
+    while changes.len() < 6 {
         match tokio::time::timeout(Duration::from_secs(60), feed.next()).await {
             Ok(next) => changes.push(next.expect("next").expect("the feed goes on")),
             Err(_) => panic!("not delivered within 60 s (grace 1 h): {changes:#?}"),
@@ -201,7 +214,8 @@ async fn a_read_modify_write_without_record_goes_without_waiting_for_the_grace()
     assert_eq!(items.len(), 1);
     assert_eq!(items[0].before.as_ref().map(|b| b["v"].clone()), Some(n(1)));
     assert_eq!(items[0].after.as_ref().map(|a| a["v"].clone()), Some(n(2)));
-    // The outside writes: a and b put, then b's after the read alone released it.
+    // The outside writes: a, b and c put, then b's and c's after the read alone released b and
+    // the rollback c.
     let mut singles: Vec<String> = changes
         .iter()
         .filter(|c| matches!(c, Change::Single(_)))
@@ -213,7 +227,7 @@ async fn a_read_modify_write_without_record_goes_without_waiting_for_the_grace()
         })
         .collect();
     singles.sort();
-    assert_eq!(singles, ["1", "5", "6"], "{changes:#?}");
+    assert_eq!(singles, ["1", "5", "6", "7", "8"], "{changes:#?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

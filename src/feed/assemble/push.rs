@@ -90,10 +90,12 @@ impl Assembler {
                     None => rec.old.as_ref().and_then(before_from_settled),
                 };
                 recs.push(rec.id);
-                // Marked with its own id, the write is a commit without record
-                // (`Settings::record_on_demand`): the whole transaction, committed, and there is
-                // no record to read.
-                let whole = made_by(rec.new.as_ref()) == Some(tx.as_str());
+                // Marked with its own id, the write is a transaction's whole say without a record
+                // (`Settings::record_on_demand`: its commit, or the release of its lock by its
+                // own rollback), and there is no record to read. Only if it is the first item the
+                // transaction settles: a transaction that settled others has had a record.
+                let whole = made_by(rec.new.as_ref()) == Some(tx.as_str())
+                    && !self.groups.contains_key(&tx);
                 let change = ItemChange {
                     table: rec.table,
                     key: rec.key,

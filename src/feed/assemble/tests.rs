@@ -422,4 +422,20 @@ fn a_commit_without_record_marked_with_its_own_id_goes_at_once_and_another_mark_
     assert_eq!(items[0].after, Some(plain("a", "1")), "stripped");
     assert_eq!(out[0].1.len(), 2, "the lock's record and the commit's");
     assert_eq!(a.buffered(), 1, "y waits for its record");
+    // z settles c, then d with its own mark: z had a record (two items), which decides.
+    a.push(
+        rec(5, "c", Some(locked("c", "0", "z")), Some(plain("c", "1"))),
+        now,
+    );
+    a.push(
+        rec(
+            6,
+            "d",
+            Some(locked("d", "0", "z")),
+            Some(marked("d", "1", "z")),
+        ),
+        now,
+    );
+    assert!(a.release(now).is_empty(), "z waits for its record");
+    assert!(a.to_check(now).iter().any(|t| t.0 == "z"));
 }
