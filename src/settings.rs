@@ -302,9 +302,10 @@ pub struct Settings {
     /// tails 3–4× (p99 / p50 about 4 on contended transfers, 2 on a hot counter) and halves
     /// the waiters' reads, for 3–9% of their goodput. Turn it off where a hot item's goodput
     /// matters more than the order its waiters get it in: with
-    /// [`record_on_demand`](Self::record_on_demand), a hot counter moves about 1.4× the
-    /// increments without marks, since a freed item then goes to whichever waiter looks first
-    /// instead of waiting for the marked waiter's next look. A waiter that crashes while marked
+    /// [`record_on_demand`](Self::record_on_demand) (the default), a hot counter moves about
+    /// 1.4× the increments without marks, since a freed item then goes to whichever waiter
+    /// looks first instead of waiting for the marked waiter's next look. A waiter that crashes
+    /// while marked
     /// keeps younger transactions off the free item until its mark expires (`queue_ttl`).
     ///
     /// Only under [`ContentionPolicy::Ordered`], and ignored with

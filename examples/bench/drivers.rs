@@ -27,8 +27,9 @@ pub enum Driver {
     /// `roll_forward = false`: a phased commit (N > 98) applies every write before the commit,
     /// then unlocks (one more write per item than the default, which rolls writes forward).
     ApplyFirst,
-    /// The Java library's shape: `concurrency = 1`, `one_shot_max_items = 0`, no fast path, locks
-    /// item by item, reads recorded then locked.
+    /// The Java library's shape: `concurrency = 1`, `one_shot_max_items = 0`, no fast path, a
+    /// record from the first read (`record_on_demand` off), locks item by item, reads recorded
+    /// then locked.
     Sequential,
     /// One `TransactWriteItems` with the N actions (N ≤ 100, writes only).
     Native,
@@ -114,6 +115,8 @@ impl Driver {
                 st.write_only_fast_path = false;
                 st.batch_locks = false;
                 st.locked_reads = dynamodb_transactions::LockedReads::RecordThenLock;
+                // The record from the first read, as the Java library writes it.
+                st.record_on_demand = false;
             }
             Driver::Native | Driver::NativeTwice | Driver::NativeOptimistic => {}
         }
