@@ -248,6 +248,63 @@ async fn a_second_item_creates_the_record_naming_both_reads() {
     assert_clean(&env).await;
 }
 
+/// Readers outside the transaction, at either isolation level, see through a lock taken without
+/// a record (it carries no change) and leave it to its holder, which then commits.
+#[tokio::test]
+async fn readers_see_through_a_lock_without_record_and_leave_it() {
+    let env = env("rod-readers").await;
+    let tx = env.manager.begin();
+    increment(&tx, &env.table, "a").await.unwrap();
+    for level in [
+        dynamodb_transactions::IsolationLevel::Uncommitted,
+        dynamodb_transactions::IsolationLevel::Committed,
+    ] {
+        let got = env
+            .manager
+            .get_item()
+            .table_name(&env.table)
+            .key("Id", s("a"))
+            .isolation(level)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(got.item().unwrap()["v"], n(1), "{level:?}");
+        let raw = env.raw_get(&env.table, &key("a")).await.unwrap();
+        assert_eq!(raw["_TxId"], s(tx.id().as_str()), "{level:?}: still locked");
+    }
+    tx.commit().await.unwrap();
+    assert_eq!(v(&env, "a").await, n(2));
+    assert_clean(&env).await;
+}
+
+/// A transaction that read one item without a record (and buffered its write) is handed off:
+/// `hand_off` creates the record, naming the read and the write, so that another coordinator
+/// can resume it and commit it, or roll it back; a read alone handed off the same.
+#[tokio::test]
+async fn a_hand_off_creates_the_record_another_coordinator_resumes() {
+    let env = env("rod-hand").await;
+    let (m2, _) = env.second_coordinator();
+    let tx = env.manager.begin();
+    increment(&tx, &env.table, "a").await.unwrap();
+    let id = tx.hand_off().await.unwrap();
+    assert_eq!(
+        env.tx_state(&id).await.map(|s| s.0),
+        Some(TxState::Pending),
+        "the hand-off created the record"
+    );
+    m2.resume(&id).await.unwrap().commit().await.unwrap();
+    assert_eq!(v(&env, "a").await, n(2));
+    let read_alone = env.manager.begin();
+    read(&read_alone, &env.table, "b").await.unwrap();
+    let id = read_alone.hand_off().await.unwrap();
+    m2.rollback_transaction(&id).await.unwrap();
+    assert_eq!(
+        env.tx_state(&id).await.map(|s| s.0),
+        Some(TxState::RolledBack)
+    );
+    assert_clean(&env).await;
+}
+
 #[tokio::test]
 async fn a_buffered_write_on_another_item_creates_the_record_at_the_commit() {
     let env = env("rod-buf").await;
