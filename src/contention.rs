@@ -569,11 +569,23 @@ pub(crate) async fn steal_orphan(
             owner: owner.clone(),
         });
     }
-    if !decided && !decide_absent(inner, owner, decider).await? {
-        return Ok(());
-    }
+    let tombstoned = if decided {
+        false
+    } else {
+        match decide_absent(inner, owner, decider).await? {
+            AbsentOwner::Undecided => return Ok(()),
+            found => found == AbsentOwner::Tombstoned,
+        }
+    };
     debug!(other = %owner, table, "releasing the lock of a transaction whose record is gone");
     let mut w = item_lock::release_write(table, key, obs.transient, false, owner);
+    if tombstoned && obs.ticket.is_some() && inner.marks_writes_to(table) {
+        // A lock taken without a record (it carries `_TxK`), under a tombstone: its transaction
+        // has no record and never will, so this release is all it did here. Marked for the
+        // change feed, as its own rollback's release is, so that the feed does not hold the item
+        // back waiting for a record.
+        item_lock::mark_made(&mut w, owner);
+    }
     if inner.settings.queues() {
         // A decided record may hold waiters registered for this lock (a read's lock it does not
         // name): the release carries them, as every unlock does.
@@ -584,9 +596,20 @@ pub(crate) async fn steal_orphan(
     Ok(())
 }
 
-/// Decides a transaction whose record was found absent by putting its tombstone. True when it is
-/// decided now (tombstoned, or its record exists decided); false when its record exists pending,
-/// or the tombstone was cancelled for a transient reason (the caller judges again).
+/// What [`decide_absent`] found of a transaction whose record was absent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AbsentOwner {
+    /// Its tombstone is in place (ours, or one put before): it has no record and never will.
+    Tombstoned,
+    /// Its record exists after all, decided.
+    Decided,
+    /// Its record exists pending, or the tombstone was cancelled for a transient reason: the
+    /// caller judges it again.
+    Undecided,
+}
+
+/// Decides a transaction whose record was found absent by putting its tombstone: whether it is
+/// decided now, and how ([`AbsentOwner`]).
 ///
 /// `decider`: the contending transaction that judged the owner (by its lock, or for want of a
 /// record): the tombstone lands only while the decider's record is pending, and
@@ -596,7 +619,7 @@ pub(crate) async fn decide_absent(
     inner: &Inner,
     owner: &TxId,
     decider: Option<&TxId>,
-) -> Result<bool> {
+) -> Result<AbsentOwner> {
     let ttl = inner.settings.record_ttl_secs();
     let (c, table) = (&inner.client, &inner.tx_table);
     let mut attempt = 0;
@@ -605,14 +628,17 @@ pub(crate) async fn decide_absent(
         match record::put_tombstone(c, table, owner, ttl, decider).await {
             Ok(record::Tombstoned::Put) => {
                 debug!(other = %owner, "tombstoned a transaction without a record");
-                return Ok(true);
+                return Ok(AbsentOwner::Tombstoned);
             }
-            Ok(record::Tombstoned::Exists(h)) => return Ok(h.state != TxState::Pending),
+            Ok(record::Tombstoned::Exists(h)) if h.state == TxState::Pending => {
+                return Ok(AbsentOwner::Undecided);
+            }
+            Ok(record::Tombstoned::Exists(_)) => return Ok(AbsentOwner::Decided),
             Ok(record::Tombstoned::DeciderNotPending) => {
                 let tx_id = decider.expect("only a decider is checked").clone();
                 return Err(Error::RolledBack { tx_id });
             }
-            Ok(record::Tombstoned::Cancelled) => return Ok(false),
+            Ok(record::Tombstoned::Cancelled) => return Ok(AbsentOwner::Undecided),
             // The tombstone may have landed: putting it again finds it.
             Err(Error::DynamoDb {
                 ambiguous: true, ..

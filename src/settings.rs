@@ -266,10 +266,9 @@ pub struct Settings {
     /// - a holder whose lock carries no ticket is given [`wound_grace`](Self::wound_grace) by
     ///   any contender and then rolled back (under a tombstone), as a record without a ticket
     ///   would be, and so is one whose lock is `dead_after` old;
-    /// - the change feed learns of such a transaction from its one write, which marks the item
-    ///   when the fast path would ([`fast_path_stamps`](Self::fast_path_stamps)); one rolled
-    ///   back under a tombstone reaches the feed after its `settle_grace`, holding its item's
-    ///   later changes back until then (docs/FEED.md).
+    /// - the change feed learns of such a transaction from its one write (its commit, or its
+    ///   lock's release), which marks the item when the fast path would
+    ///   ([`fast_path_stamps`](Self::fast_path_stamps)), 40 bytes on the item (docs/FEED.md).
     ///
     /// Ignored with [`wait_in_ticket_order`](Self::wait_in_ticket_order) (waiters register in
     /// the holder's record).

@@ -513,11 +513,21 @@ impl Pass<'_> {
         }
         // The record may still be on its way (a read's lock is sent with its creation): decide
         // the transaction with a tombstone before its lock goes.
-        if !crate::contention::decide_absent(&self.mgr.inner, owner, None).await? {
+        use crate::contention::AbsentOwner;
+        let found = crate::contention::decide_absent(&self.mgr.inner, owner, None).await?;
+        if found == AbsentOwner::Undecided {
             debug!(tx = %owner, table, "sweep: the record of a lock's owner appeared; left to its coordinator");
             return Ok(());
         }
-        let w = item_lock::release_write(table, key, obs.transient, false, owner);
+        let mut w = item_lock::release_write(table, key, obs.transient, false, owner);
+        if found == AbsentOwner::Tombstoned
+            && obs.ticket.is_some()
+            && self.mgr.inner.marks_writes_to(table)
+        {
+            // Taken without a record, now tombstoned: the change feed learns from this mark
+            // that its owner did nothing else here (as `contention::steal_orphan` marks it).
+            item_lock::mark_made(&mut w, owner);
+        }
         match w.send(self.client(), None).await? {
             Written::Ok(_) => {
                 debug!(tx = %owner, table, key = ?key, "sweep: released the lock of a vanished transaction");

@@ -230,6 +230,68 @@ async fn a_read_modify_write_without_record_goes_without_waiting_for_the_grace()
     assert_eq!(singles, ["1", "5", "6", "7", "8"], "{changes:#?}");
 }
 
+/// Regression: a lock taken without a record whose coordinator went away was released by a
+/// contender under a tombstone, unmarked; the feed found no record for its holder and held the
+/// item's later changes (the contender's own commit among them) back for the settle grace. The
+/// release is marked with the holder's id, as the holder's own rollback would be.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_without_record_released_by_a_contender_holds_nothing_back() {
+    let env = TestEnv::with_settings("feed-tomb", |s| s.record_on_demand = true).await;
+    enable_stream(&env.client, &env.table).await;
+    outside_put(&env, "d", 1).await;
+    let gone = env.manager.begin();
+    gone.get_item()
+        .table_name(&env.table)
+        .key("Id", s("d"))
+        .send()
+        .await
+        .unwrap();
+    let gone_id = gone.id().clone();
+    gone.abandon();
+    // A contender writes d: it gives the holder its grace, tombstones it and releases its lock.
+    let (m2, _) = env.second_coordinator();
+    let tx = m2.begin();
+    tx.update_item()
+        .table_name(&env.table)
+        .key("Id", s("d"))
+        .update_expression("SET v = :v")
+        .expression_attribute_values(":v", n(2))
+        .send()
+        .await
+        .unwrap();
+    let id = tx.id().clone();
+    tx.commit().await.unwrap();
+    assert!(
+        env.manager
+            .transaction_state(&gone_id)
+            .await
+            .unwrap()
+            .is_none(),
+        "no record for the holder that went away"
+    );
+    outside_put(&env, "d", 3).await;
+
+    let mut feed = feed(env.manager.transactions_table(), &[&env.table])
+        .settle_grace(Duration::from_secs(3_600))
+        .build()
+        .unwrap();
+    let mut changes = Vec::new();
+    while changes.len() < 3 {
+        match tokio::time::timeout(Duration::from_secs(60), feed.next()).await {
+            Ok(next) => changes.push(next.expect("next").expect("the feed goes on")),
+            Err(_) => panic!("not delivered within 60 s (grace 1 h): {changes:#?}"),
+        }
+    }
+    assert_clean(&changes);
+    let after = |c: &Change| c.items()[0].after.as_ref().unwrap()["v"].clone();
+    assert!(matches!(changes[0], Change::Single(_)), "{changes:#?}");
+    assert_eq!(after(&changes[0]), n(1));
+    assert_eq!(changes[1].transaction_id(), Some(&id), "{changes:#?}");
+    assert_eq!(after(&changes[1]), n(2));
+    assert!(matches!(changes[2], Change::Single(_)), "{changes:#?}");
+    assert_eq!(after(&changes[2]), n(3));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rolled_back_transaction_yields_nothing_not_even_the_values_it_applied() {
     let env = TestEnv::new("feed-rollback").await;

@@ -113,6 +113,37 @@ async fn a_sweep_releases_an_old_lock_without_record_under_a_tombstone() {
     assert!(stone.contains_key("_TxX"), "{stone:?}");
 }
 
+/// Where writes are marked for the change feed (`Settings::fast_path_stamps`), the sweep's
+/// release of a lock without record under its tombstone marks the item with the holder's id: the
+/// feed learns from it that the holder did nothing else there, and does not wait for a record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sweeps_release_of_a_lock_without_record_is_marked_for_the_feed() {
+    let env = TestEnv::with_settings("sweep-unrec-mark", |s| {
+        s.record_on_demand = true;
+        s.fast_path_stamps = dynamodb_transactions::FastPathStamps::Always;
+    })
+    .await;
+    let tx = read_without_record(&env).await;
+    let id = tx.id().clone();
+    tx.abandon();
+    env.client
+        .update_item()
+        .table_name(&env.table)
+        .key("Id", s("a"))
+        .update_expression("SET #d = :d")
+        .expression_attribute_names("#d", "_TxD")
+        .expression_attribute_values(":d", n(now_ms() - HOUR_MS))
+        .send()
+        .await
+        .unwrap();
+    let report = env.manager.sweep(&SweepOptions::new()).await.unwrap();
+    assert_eq!(report.orphan_locks_released, 1, "{report:?}");
+    assert_eq!(
+        a(&env).await,
+        item(&[("Id", s("a")), ("v", n(1)), ("_TxM", s(id.as_str()))])
+    );
+}
+
 /// A table listed as holding locks without record and deleted since: the sweep reports it and
 /// goes on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
