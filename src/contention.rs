@@ -578,14 +578,7 @@ pub(crate) async fn steal_orphan(
         }
     };
     debug!(other = %owner, table, "releasing the lock of a transaction whose record is gone");
-    let mut w = item_lock::release_write(table, key, obs.transient, false, owner);
-    if tombstoned && obs.ticket.is_some() && inner.marks_writes_to(table) {
-        // A lock taken without a record (it carries `_TxK`), under a tombstone: its transaction
-        // has no record and never will, so this release is all it did here. Marked for the
-        // change feed, as its own rollback's release is, so that the feed does not hold the item
-        // back waiting for a record.
-        item_lock::mark_made(&mut w, owner);
-    }
+    let mut w = orphan_release_write(inner, table, key, &obs, owner, tombstoned);
     if inner.settings.queues() {
         // A decided record may hold waiters registered for this lock (a read's lock it does not
         // name): the release carries them, as every unlock does.
@@ -594,6 +587,26 @@ pub(crate) async fn steal_orphan(
     }
     w.send(c, None).await?;
     Ok(())
+}
+
+/// The release of `owner`'s unapplied lock (`obs`) on an item, its record gone. A lock taken
+/// without a record (it carries `_TxK`) whose owner was just `tombstoned` has no record and never
+/// will, so this release is all the owner did there: it is marked with the owner's id for the
+/// change feed (where writes are marked), as the owner's own rollback's release is, so that the
+/// feed does not hold the item back waiting for a record.
+pub(crate) fn orphan_release_write(
+    inner: &Inner,
+    table: &str,
+    key: &Item,
+    obs: &Observed,
+    owner: &TxId,
+    tombstoned: bool,
+) -> crate::ddb::Write {
+    let mut w = item_lock::release_write(table, key, obs.transient, false, owner);
+    if tombstoned && obs.ticket.is_some() && inner.marks_writes_to(table) {
+        item_lock::mark_made(&mut w, owner);
+    }
+    w
 }
 
 /// What [`decide_absent`] found of a transaction whose record was absent.

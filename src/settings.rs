@@ -304,8 +304,8 @@ pub struct Settings {
     /// [`record_on_demand`](Self::record_on_demand) (the default), a hot counter moves about
     /// 1.4× the increments without marks, since a freed item then goes to whichever waiter
     /// looks first instead of waiting for the marked waiter's next look. A waiter that crashes
-    /// while marked
-    /// keeps younger transactions off the free item until its mark expires (`queue_ttl`).
+    /// while marked keeps younger transactions off the free item until its mark expires
+    /// (`queue_ttl`).
     ///
     /// Only under [`ContentionPolicy::Ordered`], and ignored with
     /// [`wait_in_ticket_order`](Self::wait_in_ticket_order) (the item's queue orders the

@@ -258,38 +258,29 @@ pub(crate) fn unlocked_write(req: &Request, mark: Option<&TxId>, queues: bool) -
         cond.push_str(&format!(" AND ({c})"));
     }
     let kind = match req.op {
-        Op::Put => {
-            let mut item = req.item.clone().unwrap_or_default();
-            if let Some(id) = mark {
-                item.insert(MADE.into(), AttributeValue::S(id.0.clone()));
-            }
-            WriteKind::Put { item }
-        }
-        Op::Update => {
-            let update = match (mark, &req.update) {
-                (Some(id), Some(e)) => {
-                    let mut u = UpdateExpr::parse(e).expect("validated before recording");
-                    let v = ph.value("Made", AttributeValue::S(id.0.clone()));
-                    u.add(Clause::Set, format!("{} = {v}", ph.name(MADE)));
-                    u.render()
-                }
-                _ => req.update.clone().unwrap_or_default(),
-            };
-            WriteKind::Update {
-                key: req.key.clone(),
-                update,
-            }
-        }
+        Op::Put => WriteKind::Put {
+            item: req.item.clone().unwrap_or_default(),
+        },
+        Op::Update => WriteKind::Update {
+            key: req.key.clone(),
+            update: req.update.clone().unwrap_or_default(),
+        },
         _ => WriteKind::Delete {
             key: req.key.clone(),
         },
     };
-    Write {
+    let mut w = Write {
         table: req.table.clone(),
         kind,
         condition: Some(cond),
         ph,
+    };
+    if let Some(id) = mark
+        && (req.op != Op::Update || req.update.is_some())
+    {
+        mark_made(&mut w, id);
     }
+    w
 }
 
 /// Marks `w`, a put or an update, with `_TxM = id`, for the change feed: the write of the

@@ -331,15 +331,7 @@ pub(crate) async fn release_without_record(
     items: &mut Items,
 ) -> Result<()> {
     for e in items.values_mut() {
-        if let Some(l) = e.lock.take()
-            && !l.applied
-        {
-            let mut w = item_lock::release_write(&e.table, &e.key, l.transient, false, tx_id);
-            if inner.marks_writes_to(&e.table) {
-                item_lock::mark_made(&mut w, tx_id);
-            }
-            w.send(&inner.client, None).await?;
-        }
+        release_unapplied(inner, tx_id, e, true).await?;
     }
     Ok(())
 }
@@ -351,12 +343,25 @@ pub(crate) async fn release_unapplied_lock(
     tx_id: &TxId,
     e: &mut super::Entry,
 ) -> Result<()> {
+    release_unapplied(inner, tx_id, e, false).await
+}
+
+/// [`release_unapplied_lock`], the release marked for the change feed with `marked` (see
+/// [`release_without_record`]).
+async fn release_unapplied(
+    inner: &Inner,
+    tx_id: &TxId,
+    e: &mut super::Entry,
+    marked: bool,
+) -> Result<()> {
     if let Some(l) = e.lock.take()
         && !l.applied
     {
-        item_lock::release_write(&e.table, &e.key, l.transient, false, tx_id)
-            .send(&inner.client, None)
-            .await?;
+        let mut w = item_lock::release_write(&e.table, &e.key, l.transient, false, tx_id);
+        if marked && inner.marks_writes_to(&e.table) {
+            item_lock::mark_made(&mut w, tx_id);
+        }
+        w.send(&inner.client, None).await?;
     }
     Ok(())
 }

@@ -519,15 +519,14 @@ impl Pass<'_> {
             debug!(tx = %owner, table, "sweep: the record of a lock's owner appeared; left to its coordinator");
             return Ok(());
         }
-        let mut w = item_lock::release_write(table, key, obs.transient, false, owner);
-        if found == AbsentOwner::Tombstoned
-            && obs.ticket.is_some()
-            && self.mgr.inner.marks_writes_to(table)
-        {
-            // Taken without a record, now tombstoned: the change feed learns from this mark
-            // that its owner did nothing else here (as `contention::steal_orphan` marks it).
-            item_lock::mark_made(&mut w, owner);
-        }
+        let w = crate::contention::orphan_release_write(
+            &self.mgr.inner,
+            table,
+            key,
+            obs,
+            owner,
+            found == AbsentOwner::Tombstoned,
+        );
         match w.send(self.client(), None).await? {
             Written::Ok(_) => {
                 debug!(tx = %owner, table, key = ?key, "sweep: released the lock of a vanished transaction");

@@ -136,6 +136,19 @@ async fn a_feed_stopping_when_idle_first_delivers_a_transaction_waiting_for_its_
     assert_eq!(items[0].after.as_ref().map(|a| a["v"].clone()), Some(n(1)));
 }
 
+/// The first `n` changes of `feed`, each within 60 s (the tests that use it set a grace of an
+/// hour: only a change that does not wait for it comes in time).
+async fn first_changes(feed: &mut ChangeFeed, n: usize) -> Vec<Change> {
+    let mut changes = Vec::new();
+    while changes.len() < n {
+        match tokio::time::timeout(Duration::from_secs(60), feed.next()).await {
+            Ok(next) => changes.push(next.expect("next").expect("the feed goes on")),
+            Err(_) => panic!("not delivered within 60 s (grace 1 h): {changes:#?}"),
+        }
+    }
+    changes
+}
+
 /// Regression: a read-modify-write of one item committed without a record
 /// (`Settings::record_on_demand`: one conditional write applies it and removes the lock) was
 /// delivered only after the settle grace, as a transaction whose record is gone, and held every
@@ -196,13 +209,7 @@ async fn a_read_modify_write_without_record_goes_without_waiting_for_the_grace()
         .settle_grace(Duration::from_secs(3_600))
         .build()
         .unwrap();
-    let mut changes = Vec::new();
-    while changes.len() < 6 {
-        match tokio::time::timeout(Duration::from_secs(60), feed.next()).await {
-            Ok(next) => changes.push(next.expect("next").expect("the feed goes on")),
-            Err(_) => panic!("not delivered within 60 s (grace 1 h): {changes:#?}"),
-        }
-    }
+    let changes = first_changes(&mut feed, 6).await;
     assert_clean(&changes);
     let tx_changes: Vec<_> = changes
         .iter()
@@ -275,13 +282,7 @@ async fn a_lock_without_record_released_by_a_contender_holds_nothing_back() {
         .settle_grace(Duration::from_secs(3_600))
         .build()
         .unwrap();
-    let mut changes = Vec::new();
-    while changes.len() < 3 {
-        match tokio::time::timeout(Duration::from_secs(60), feed.next()).await {
-            Ok(next) => changes.push(next.expect("next").expect("the feed goes on")),
-            Err(_) => panic!("not delivered within 60 s (grace 1 h): {changes:#?}"),
-        }
-    }
+    let changes = first_changes(&mut feed, 3).await;
     assert_clean(&changes);
     let after = |c: &Change| c.items()[0].after.as_ref().unwrap()["v"].clone();
     assert!(matches!(changes[0], Change::Single(_)), "{changes:#?}");

@@ -32,6 +32,20 @@ async fn read_without_record(env: &TestEnv) -> dynamodb_transactions::Transactio
     tx
 }
 
+/// Makes the lock on `a` an hour old (its stamp, `_TxD`).
+async fn age_lock_of_a(env: &TestEnv) {
+    env.client
+        .update_item()
+        .table_name(&env.table)
+        .key("Id", s("a"))
+        .update_expression("SET #d = :d")
+        .expression_attribute_names("#d", "_TxD")
+        .expression_attribute_values(":d", n(now_ms() - HOUR_MS))
+        .send()
+        .await
+        .unwrap();
+}
+
 async fn a(env: &TestEnv) -> Item {
     env.raw_get(&env.table, &key("a")).await.unwrap()
 }
@@ -80,16 +94,7 @@ async fn a_sweep_releases_an_old_lock_without_record_under_a_tombstone() {
     let id = tx.id().clone();
     tx.abandon();
     // Its lock is an hour old.
-    env.client
-        .update_item()
-        .table_name(&env.table)
-        .key("Id", s("a"))
-        .update_expression("SET #d = :d")
-        .expression_attribute_names("#d", "_TxD")
-        .expression_attribute_values(":d", n(now_ms() - HOUR_MS))
-        .send()
-        .await
-        .unwrap();
+    age_lock_of_a(&env).await;
 
     // Not named, and the listed tables not scanned: nothing finds it.
     let report = env
@@ -126,16 +131,7 @@ async fn a_sweeps_release_of_a_lock_without_record_is_marked_for_the_feed() {
     let tx = read_without_record(&env).await;
     let id = tx.id().clone();
     tx.abandon();
-    env.client
-        .update_item()
-        .table_name(&env.table)
-        .key("Id", s("a"))
-        .update_expression("SET #d = :d")
-        .expression_attribute_names("#d", "_TxD")
-        .expression_attribute_values(":d", n(now_ms() - HOUR_MS))
-        .send()
-        .await
-        .unwrap();
+    age_lock_of_a(&env).await;
     let report = env.manager.sweep(&SweepOptions::new()).await.unwrap();
     assert_eq!(report.orphan_locks_released, 1, "{report:?}");
     assert_eq!(

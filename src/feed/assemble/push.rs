@@ -102,10 +102,10 @@ impl Assembler {
                     after: rec.new.map(strip),
                     before,
                 };
-                let mut done = self.settle(item.clone(), tx.clone(), change, recs, rec.time, now);
-                if whole {
-                    let items = HashSet::from([item]);
-                    done.extend(self.decide(&TxId(tx), Decision::Committed(Some(items)), now));
+                let decided = whole.then(|| (TxId(tx.clone()), HashSet::from([item.clone()])));
+                let mut done = self.settle(item, tx, change, recs, rec.time, now);
+                if let Some((tx, items)) = decided {
+                    done.extend(self.decide(&tx, Decision::Committed(Some(items)), now));
                 }
                 done
             }
