@@ -24,8 +24,8 @@
 //!
 //! On an unlocked item, not a lock attribute:
 //! - `_TxM` (S): the transaction whose write-only fast path wrote this version of the item, or
-//!   whose commit without record (`Settings::record_on_demand`) did, when it marked its writes
-//!   for the change feed (`Settings::fast_path_stamps`). It stays until a later
+//!   whose commit or lock release without record (`Settings::record_on_demand`) did, when it
+//!   marked its writes for the change feed (`Settings::fast_path_stamps`). It stays until a later
 //!   put replaces it or another fast-path write re-marks it; an update outside the library keeps
 //!   it, so a stream record is that transaction's write only when its new image has the mark and
 //!   its old image has not the same one.
