@@ -257,8 +257,8 @@ pub struct Settings {
     /// - a crashed coordinator's lock is in no record, so only a contender or a sweep that scans
     ///   its table releases it: the sweeper scans every table where such locks were taken
     ///   ([`SweepOptions::scan_unrecorded_tables`](crate::sweeper::SweepOptions::scan_unrecorded_tables),
-    ///   on by default; the whole table at every pass, or a `k`-th of it with
-    ///   [`unrecorded_table_slices`](crate::sweeper::SweepOptions::unrecorded_table_slices)),
+    ///   on by default; each such table read whole once a day, a slice at a time, see
+    ///   [`unrecorded_scan_period`](crate::sweeper::SweepOptions::unrecorded_scan_period)),
     ///   and releases such a lock once it is `rollback_after` old. The lock carries no change
     ///   (readers see through it), but a large table's scan costs read units;
     /// - the first such lock of a manager on a table costs one more request, which lists the

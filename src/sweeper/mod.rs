@@ -50,7 +50,7 @@ use std::time::Duration;
 pub use background::Sweeper;
 pub use inspect::{ItemStatus, RequestInfo, RequestKind, TxDetails, TxSummary};
 pub use options::{ListOptions, SweepOptions};
-pub use report::{OrphanLock, SweepFailure, SweepReport};
+pub use report::{OrphanLock, SlicesRead, SweepFailure, SweepReport};
 pub use scan::{ScanPhase, ScanProgress};
 
 fn age_ms(now: u64, updated_ms: u64) -> u64 {

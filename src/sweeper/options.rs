@@ -35,6 +35,7 @@ pub struct SweepOptions {
     pub(super) tables_to_scan: Vec<String>,
     pub(super) scan_unrecorded_tables: bool,
     pub(super) unrecorded_slices: u32,
+    pub(super) unrecorded_period: Duration,
     pub(super) progress: Option<ProgressFn>,
 }
 
@@ -50,7 +51,8 @@ impl Default for SweepOptions {
             images: true,
             tables_to_scan: Vec::new(),
             scan_unrecorded_tables: true,
-            unrecorded_slices: 1,
+            unrecorded_slices: 96,
+            unrecorded_period: Duration::from_secs(86_400),
             progress: None,
         }
     }
@@ -69,6 +71,7 @@ impl fmt::Debug for SweepOptions {
             .field("tables_to_scan", &self.tables_to_scan)
             .field("scan_unrecorded_tables", &self.scan_unrecorded_tables)
             .field("unrecorded_slices", &self.unrecorded_slices)
+            .field("unrecorded_period", &self.unrecorded_period)
             .field("progress", &self.progress.as_ref().map(|_| "callback"))
             .finish()
     }
@@ -85,9 +88,11 @@ impl SweepOptions {
 
     /// The preset "finish everything now": roll back every pending transaction and complete every
     /// decided, unfinalized one, whatever its age ([`rollback_after`](Self::rollback_after) and
-    /// [`complete_after`](Self::complete_after) are zero). Finalized records are kept; add
-    /// `.delete_after(Some(Duration::ZERO))` to delete them too. Everything else is as in
-    /// [`SweepOptions::new`] (orphaned images swept, no user table scanned).
+    /// [`complete_after`](Self::complete_after) are zero), and read every table listed as holding
+    /// locks without record whole ([`unrecorded_scan_period`](Self::unrecorded_scan_period) is
+    /// zero). Finalized records are kept; add `.delete_after(Some(Duration::ZERO))` to delete
+    /// them too. Everything else is as in [`SweepOptions::new`] (orphaned images swept, no other
+    /// user table scanned).
     ///
     /// For tests, maintenance windows, and operators once every coordinator has stopped. A pending
     /// transaction whose coordinator is still at work may be rolled back under it (unless the
@@ -120,6 +125,7 @@ impl SweepOptions {
         Self::new()
             .rollback_after(Duration::ZERO)
             .complete_after(Duration::ZERO)
+            .unrecorded_scan_period(Duration::ZERO)
     }
 
     /// Roll back a pending transaction once its record has not changed for this long (default 5
@@ -189,12 +195,12 @@ impl SweepOptions {
     ///
     /// Such a lock is in no record: a crashed coordinator's is released only by a contender or by
     /// this scan, which releases it (under a tombstone) once it is older than
-    /// [`rollback_after`](Self::rollback_after), and leaves a younger one to its transaction. So a
-    /// sweep every `interval` releases it at most `rollback_after` + `interval` + one pass after
-    /// it was taken. The scan reads each listed table whole (only its locks without record come
-    /// back), or one slice of it per pass with
-    /// [`unrecorded_table_slices`](Self::unrecorded_table_slices); where no coordinator ever used
-    /// the setting, no table is listed and it costs one read of that row.
+    /// [`rollback_after`](Self::rollback_after), and leaves a younger one to its transaction. The
+    /// lock carries no change, so until then readers see through it. The scan asks DynamoDB only
+    /// for those locks, but reads (and is billed for) every item it passes: by default each
+    /// listed table is read once a day, a slice at a time (see
+    /// [`unrecorded_scan_period`](Self::unrecorded_scan_period)). Where no coordinator ever took
+    /// such a lock, no table is listed and it costs one read of that row.
     ///
     /// ```
     /// use dynamodb_transactions::sweeper::SweepOptions;
@@ -206,22 +212,49 @@ impl SweepOptions {
         self
     }
 
-    /// How many passes share the scan of each listed table for locks without record (default 1:
-    /// each pass reads every listed table whole; at least 1). With `k`, a pass reads one slice
-    /// of `k` of each (a `k`-th of its read units), the next slice in turn: the slices' turn is
-    /// one counter in the row that lists the tables (one `ADD` per pass), shared by every
-    /// sweeper of the transactions table, background or one-off. Every lock is then looked at
-    /// within `k` passes, so a sweep every `interval` releases a crashed coordinator's lock
-    /// without record at most `rollback_after` + `k` × (`interval` + one pass) after it was taken.
-    /// The tables of [`tables_to_scan`](Self::tables_to_scan) are read whole at every pass, and so
-    /// is every listed table in a [`dry_run`](Self::dry_run) (which writes nothing, so takes no
-    /// turn). [`SweepReport::unrecorded_slice`](super::SweepReport::unrecorded_slice) says which
-    /// slice a pass read.
+    /// How long one read of each table listed as holding locks without record is spread over
+    /// (default 24 hours). Each such table is cut in
+    /// [`unrecorded_table_slices`](Self::unrecorded_table_slices) slices, one of which comes due
+    /// every `period / slices`, each in turn; a pass reads the slices that came due since the
+    /// last pass of any sweeper of the transactions table read them (the time it read up to is
+    /// kept in the row that lists the tables, and one conditional write claims them, so that two
+    /// sweepers never read the same slices), and none while nothing came due. So every listed
+    /// table is read whole once a period however often sweeps run (a pass after a period or more
+    /// without one reads it whole once), and a crashed coordinator's lock without record that no
+    /// contender meets is released at most `rollback_after` + `period` + the sweep interval +
+    /// one pass after it was taken. A lost answer to the claim skips its slices until they come
+    /// due again.
+    ///
+    /// `Duration::ZERO` reads every listed table whole at every pass, as
+    /// [`finish_everything_now`](Self::finish_everything_now) does; so does a
+    /// [`dry_run`](Self::dry_run), which writes nothing and so claims nothing. The tables of
+    /// [`tables_to_scan`](Self::tables_to_scan) are always read whole.
+    /// [`SweepReport::unrecorded_slices`](super::SweepReport::unrecorded_slices) says which slices
+    /// a pass read.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use dynamodb_transactions::sweeper::SweepOptions;
+    /// // Each listed table read once an hour, a 96th at a time.
+    /// let options = SweepOptions::new().unrecorded_scan_period(Duration::from_secs(3600));
+    /// assert_eq!(options.unrecorded_scan_period_value(), Duration::from_secs(3600));
+    /// ```
+    pub fn unrecorded_scan_period(mut self, period: Duration) -> Self {
+        self.unrecorded_period = period;
+        self
+    }
+
+    /// In how many slices each listed table is read over
+    /// [`unrecorded_scan_period`](Self::unrecorded_scan_period) (default 96: a slice every 15
+    /// minutes of a day; at least 1). A slice is `segments` of the `slices × segments` segments
+    /// of a parallel scan, so the slices partition the table; more slices spread its read units
+    /// more evenly over the period. Sweepers sharing a transactions table should use the same
+    /// period and slices.
     ///
     /// ```
     /// use dynamodb_transactions::sweeper::SweepOptions;
-    /// let options = SweepOptions::new().unrecorded_table_slices(6);
-    /// assert_eq!(options.unrecorded_table_slices_count(), 6);
+    /// let options = SweepOptions::new().unrecorded_table_slices(24);
+    /// assert_eq!(options.unrecorded_table_slices_count(), 24);
     /// ```
     pub fn unrecorded_table_slices(mut self, k: u32) -> Self {
         self.unrecorded_slices = k.max(1);
@@ -257,6 +290,11 @@ impl SweepOptions {
     /// See [`SweepOptions::unrecorded_table_slices`].
     pub fn unrecorded_table_slices_count(&self) -> u32 {
         self.unrecorded_slices
+    }
+
+    /// See [`SweepOptions::unrecorded_scan_period`].
+    pub fn unrecorded_scan_period_value(&self) -> Duration {
+        self.unrecorded_period
     }
 
     /// See [`SweepOptions::dry_run`].

@@ -9,7 +9,7 @@ use tracing::{debug, info, warn};
 
 use super::inspect::{TxSummary, summary_of};
 use super::options::SweepOptions;
-use super::report::{OrphanLock, SweepFailure, SweepReport};
+use super::report::{OrphanLock, SlicesRead, SweepFailure, SweepReport};
 use super::scan::{ScanPhase, ScanSpec, header_scan, parallel_scan};
 use super::{age_ms, millis};
 use crate::TxId;
@@ -417,13 +417,13 @@ impl Pass<'_> {
     }
 
     /// Scans `table` for locked items (only those locked without a record, with
-    /// `unrecorded_only`, in its slice `slice` (index, count)) and handles each
+    /// `unrecorded_only`, in its `slices` (first, count, of)) and handles each
     /// ([`Self::locked_item`]).
     async fn scan_items(
         &self,
         table: &str,
         unrecorded_only: bool,
-        slice: (u32, u32),
+        slices: (u32, u32, u32),
     ) -> Result<()> {
         let client = self.client();
         let schema = self.mgr.inner.schemas.get(client, table).await?;
@@ -469,7 +469,7 @@ impl Pass<'_> {
             names,
             values: HashMap::new(),
             segments: self.opts.segments,
-            slice,
+            slices,
             concurrency: self.opts.concurrency,
             progress: self.opts.progress.as_ref(),
         };
@@ -575,29 +575,52 @@ impl TransactionManager {
             .iter()
             .map(|t| (t.clone(), false))
             .collect();
+        let mut listed = record::unrecorded_tables::Listed::default();
         if opts.scan_unrecorded_tables {
-            let listed = record::unrecorded_tables::listed(client, &self.inner.tx_table).await?;
-            for t in listed {
-                if !opts.tables_to_scan.contains(&t) {
-                    tables.push((t, true));
+            listed = record::unrecorded_tables::listed(client, &self.inner.tx_table).await?;
+            for t in &listed.tables {
+                if !opts.tables_to_scan.contains(t) {
+                    tables.push((t.clone(), true));
                 }
             }
         }
-        // With slices, the listed tables' slice of this pass (the next in turn; a dry run, which
-        // writes nothing, takes no turn and reads them whole).
-        let k = opts.unrecorded_slices;
-        let mut slice = (0, 1);
-        if k > 1 && !opts.dry_run && tables.iter().any(|(_, unrecorded_only)| *unrecorded_only) {
-            let tx_table = &self.inner.tx_table;
-            slice = (
-                record::unrecorded_tables::next_slice(client, tx_table, k).await?,
-                k,
+        // Paced, the listed tables' slices that came due since the last pass of any sweeper,
+        // claimed first; whole with a zero period, and in a dry run (which writes nothing, so
+        // claims nothing).
+        let mut slices = (0, 1, 1);
+        let period = u64::try_from(opts.unrecorded_period.as_millis()).unwrap_or(u64::MAX);
+        if period > 0 && !opts.dry_run && tables.iter().any(|(_, unrecorded_only)| *unrecorded_only)
+        {
+            let due = record::unrecorded_tables::due(
+                listed.read_up_to,
+                pass.now,
+                period,
+                opts.unrecorded_slices,
             );
-            pass.note(|r| r.unrecorded_slice = Some(slice));
+            let claimed = due.count > 0
+                && record::unrecorded_tables::claim(
+                    client,
+                    &self.inner.tx_table,
+                    listed.read_up_to,
+                    pass.now,
+                )
+                .await?;
+            let count = if claimed { due.count } else { 0 };
+            slices = (due.first, count, due.of);
+            pass.note(|r| {
+                r.unrecorded_slices = Some(SlicesRead {
+                    first: due.first,
+                    count,
+                    of: due.of,
+                });
+            });
         }
         for (table, unrecorded_only) in &tables {
-            let slice = if *unrecorded_only { slice } else { (0, 1) };
-            match pass.scan_items(table, *unrecorded_only, slice).await {
+            let slices = if *unrecorded_only { slices } else { (0, 1, 1) };
+            if slices.1 == 0 {
+                continue;
+            }
+            match pass.scan_items(table, *unrecorded_only, slices).await {
                 Err(e) if *unrecorded_only => pass.fail(None, table, &e),
                 r => r?,
             }
@@ -613,7 +636,7 @@ impl TransactionManager {
                 names: HashMap::from([(format!("#{IMAGE_ID}"), IMAGE_ID.to_string())]),
                 values: HashMap::new(),
                 segments: opts.segments,
-                slice: (0, 1),
+                slices: (0, 1, 1),
                 concurrency: opts.concurrency,
                 progress: opts.progress.as_ref(),
             };

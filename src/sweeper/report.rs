@@ -22,6 +22,39 @@ pub struct OrphanLock {
     pub image_id: Option<String>,
 }
 
+/// The slices of the tables listed as holding locks without record that one sweep pass read
+/// ([`SweepOptions::unrecorded_scan_period`](super::SweepOptions::unrecorded_scan_period)):
+/// `count` consecutive slices of `of`, from `first`, wrapping round after slice `of - 1`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SlicesRead {
+    /// The first slice read (0-based).
+    pub first: u32,
+    /// How many were read: 0 when none came due since the last pass, or another sweeper claimed
+    /// them; `of` when the tables were read whole.
+    pub count: u32,
+    /// How many slices a table is cut in
+    /// ([`SweepOptions::unrecorded_table_slices`](super::SweepOptions::unrecorded_table_slices)).
+    pub of: u32,
+}
+
+impl SlicesRead {
+    /// The slices read, in order.
+    ///
+    /// ```
+    /// # use dynamodb_transactions::sweeper::SweepReport;
+    /// # fn show(report: &SweepReport) {
+    /// if let Some(read) = report.unrecorded_slices {
+    ///     println!("slices {:?} of {}", read.indexes().collect::<Vec<_>>(), read.of);
+    /// }
+    /// # }
+    /// ```
+    pub fn indexes(&self) -> impl Iterator<Item = u32> + use<> {
+        let (first, of) = (self.first, self.of.max(1));
+        (0..self.count).map(move |j| (first + j) % of)
+    }
+}
+
 /// Something the sweeper could not do; the next sweep tries again.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -75,13 +108,13 @@ pub struct SweepReport {
     ///
     /// [`SweepOptions::tables_to_scan`]: super::SweepOptions::tables_to_scan
     pub items_scanned: u64,
-    /// The slice of the listed tables this pass scanned for locks without record, as
-    /// `(index, count)`, with [`SweepOptions::unrecorded_table_slices`] above 1 and a table listed
-    /// (`None` otherwise: every listed table was read whole, or none was; a dry run, which takes
-    /// no turn, reads them whole too). After [`merge`](Self::merge), the last pass's.
+    /// The slices of the listed tables this pass scanned for locks without record, when it read
+    /// them by [`SweepOptions::unrecorded_scan_period`] and a table is listed (`None` otherwise:
+    /// every listed table was read whole, as with a zero period or in a dry run, or none is
+    /// listed). After [`merge`](Self::merge), the last pass's.
     ///
-    /// [`SweepOptions::unrecorded_table_slices`]: super::SweepOptions::unrecorded_table_slices
-    pub unrecorded_slice: Option<(u32, u32)>,
+    /// [`SweepOptions::unrecorded_scan_period`]: super::SweepOptions::unrecorded_scan_period
+    pub unrecorded_slices: Option<SlicesRead>,
     /// Unapplied locks of transactions whose record is gone, released.
     pub orphan_locks_released: u64,
     /// Waiters' marks (`_TxH`, [`Settings::mark_oldest_waiter`]) and entries of the line behind
@@ -124,8 +157,8 @@ impl SweepReport {
         self.images_scanned += other.images_scanned;
         self.orphan_images_deleted += other.orphan_images_deleted;
         self.items_scanned += other.items_scanned;
-        // The last pass's slice.
-        self.unrecorded_slice = other.unrecorded_slice.or(self.unrecorded_slice);
+        // The last pass's slices.
+        self.unrecorded_slices = other.unrecorded_slices.or(self.unrecorded_slices);
         self.orphan_locks_released += other.orphan_locks_released;
         self.marks_removed += other.marks_removed;
         self.queue_entries_removed += other.queue_entries_removed;

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::AttributeValue;
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 
 use crate::error::{Error, Item, Result};
 use crate::record;
@@ -65,15 +65,15 @@ pub(super) struct ScanSpec<'a> {
     pub(super) names: HashMap<String, String>,
     pub(super) values: HashMap<String, AttributeValue>,
     pub(super) segments: u32,
-    /// Scan only slice `index` of `count` (`(0, 1)`: the whole table): the `segments` parallel
-    /// segments `index * segments ..` of `count * segments`, so that `count` scans with the
-    /// indexes `0..count` read every item once.
-    pub(super) slice: (u32, u32),
+    /// Scan only `count` slices of `of` from `first`, wrapping round (`(0, 1, 1)`: the whole
+    /// table): slice `i` is the `segments` parallel segments `i * segments ..` of
+    /// `of * segments`, so that the slices `0..of` read every item once.
+    pub(super) slices: (u32, u32, u32),
     pub(super) concurrency: usize,
     pub(super) progress: Option<&'a ProgressFn>,
 }
 
-/// Scans `spec.table` (or its slice) in parallel segments, running `handle` on every item (at most
+/// Scans `spec.table` (or its slices) in parallel segments, running `handle` on every item (at most
 /// `spec.concurrency` at once per segment). Returns the number of items handled.
 pub(super) async fn parallel_scan<F, Fut>(
     client: &Client,
@@ -86,8 +86,9 @@ where
 {
     let seen = AtomicU64::new(0);
     let segments = spec.segments.max(1);
-    let (index, count) = spec.slice;
-    let (first, total) = (index * segments, segments * count.max(1));
+    let (first, count, of) = spec.slices;
+    let of = of.max(1);
+    let total = segments * of;
     let handle = &handle;
     let seen_ref = &seen;
     let segment = |s: u32| async move {
@@ -134,7 +135,18 @@ where
             }
         }
     };
-    futures::future::try_join_all((first..first + segments).map(segment)).await?;
+    // Slice by slice, `segments` scans at a time.
+    let all: Vec<u32> = (0..count)
+        .flat_map(|j| {
+            let slice = (first + j) % of;
+            slice * segments..(slice + 1) * segments
+        })
+        .collect();
+    futures::stream::iter(all)
+        .map(segment)
+        .buffer_unordered(segments as usize)
+        .try_collect::<()>()
+        .await?;
     Ok(seen.into_inner())
 }
 
@@ -181,7 +193,7 @@ pub(super) fn header_scan<'a>(
             HashMap::new()
         },
         segments,
-        slice: (0, 1),
+        slices: (0, 1, 1),
         concurrency,
         progress,
     }

@@ -31,7 +31,9 @@ impl TransactionManager {
     /// # Cancel safety
     /// Safe to drop at any point: every step is a conditional, repeatable write, and whatever a
     /// dropped sweep left half done (a rollback decided but not finished, say) the next sweep
-    /// finishes.
+    /// finishes. One thing is not done again: the slices of the listed tables a dropped sweep
+    /// claimed ([`SweepOptions::unrecorded_scan_period`]) are read again only when they next come
+    /// due, a period later.
     pub async fn sweep(&self, options: &SweepOptions) -> Result<SweepReport> {
         let span = info_span!("sweep", tx_table = %self.inner.tx_table, dry_run = options.dry_run);
         self.sweep_inner(options)

@@ -171,24 +171,40 @@ async fn sweep_scans_the_tables_listed_for_locks_without_record_unless_told_not_
     assert_eq!(off["orphan_locks_released"], 0);
     let on = json_of(tx_bin(&env).args(args));
     assert_eq!(on["orphan_locks_released"], 1);
-    assert_eq!(on["unrecorded_slice"], serde_json::Value::Null);
-    // In slices, one per pass: the first pass reads slice 1 of 2 (index 0).
-    let sliced = [
+    assert_eq!(on["unrecorded_slices"], serde_json::Value::Null);
+    // Paced: the first pass reads the slice of its window, one of 2; the next, moments later
+    // (within the same 2-day window), none.
+    let paced = [
         "sweep",
         "--rollback-after",
         "1h",
         "--no-images",
+        "--unrecorded-period",
+        "4d",
         "--unrecorded-slices",
         "2",
     ];
-    let first = json_of(tx_bin(&env).args(sliced));
-    assert_eq!(first["unrecorded_slice"]["index"], 0, "{first}");
-    assert_eq!(first["unrecorded_slice"]["count"], 2, "{first}");
+    let first = json_of(tx_bin(&env).args(paced));
+    assert_eq!(first["unrecorded_slices"]["count"], 1, "{first}");
+    assert_eq!(first["unrecorded_slices"]["of"], 2, "{first}");
     tx_bin(&env)
-        .args(sliced)
+        .args(paced)
         .assert()
         .success()
-        .stdout(predicate::str::contains("slice 2 of 2 read"));
+        .stdout(predicate::str::contains("0 of 2 slices read"));
+    // A zero period reads them whole.
+    let whole = json_of(tx_bin(&env).args([
+        "sweep",
+        "--rollback-after",
+        "1h",
+        "--unrecorded-period",
+        "0",
+    ]));
+    assert_eq!(
+        whole["unrecorded_slices"],
+        serde_json::Value::Null,
+        "{whole}"
+    );
     // `--now` finishes everything in one pass: not in slices.
     tx_bin(&env)
         .args(["sweep", "--now", "--unrecorded-slices", "2"])

@@ -36,13 +36,22 @@ pub struct SweepArgs {
     /// (`Settings::record_on_demand`) for such locks.
     #[arg(long)]
     no_unrecorded_tables: bool,
-    /// Read the tables listed as holding locks without record in K slices, one per pass in turn
-    /// (a K-th of each per pass; every lock looked at within K passes). Not with --now, which
-    /// finishes everything in one pass.
+    /// Read each table listed as holding locks without record once per PERIOD, a slice at a
+    /// time: a pass reads the slices that came due since the last pass of any sweeper. 0 reads
+    /// them whole at every pass, as --now does.
+    #[arg(
+        long,
+        value_name = "PERIOD",
+        value_parser = parse_duration,
+        default_value = "24h",
+        conflicts_with_all = ["no_unrecorded_tables", "now"]
+    )]
+    unrecorded_period: Duration,
+    /// In how many slices a listed table is read over --unrecorded-period.
     #[arg(
         long,
         value_name = "K",
-        default_value_t = 1,
+        default_value_t = 96,
         conflicts_with_all = ["no_unrecorded_tables", "now"]
     )]
     unrecorded_slices: u32,
@@ -74,7 +83,7 @@ fn report_json(r: &SweepReport) -> Value {
         "images_scanned": r.images_scanned,
         "orphan_images_deleted": r.orphan_images_deleted,
         "items_scanned": r.items_scanned,
-        "unrecorded_slice": r.unrecorded_slice.map(|(i, k)| json!({"index": i, "count": k})),
+        "unrecorded_slices": r.unrecorded_slices.map(|d| json!({"first": d.first, "count": d.count, "of": d.of})),
         "orphan_locks_released": r.orphan_locks_released,
         "marks_removed": r.marks_removed,
         "queue_entries_removed": r.queue_entries_removed,
@@ -195,10 +204,17 @@ fn print_report(ctx: &Ctx, r: &SweepReport) {
             }
         );
     }
-    if let Some((i, k)) = r.unrecorded_slice {
+    if let Some(d) = r.unrecorded_slices {
+        let read: Vec<String> = d.indexes().map(|i| (i + 1).to_string()).collect();
         outln!(
-            "tables listed as holding locks without record: slice {} of {k} read",
-            i + 1
+            "tables listed as holding locks without record: {} of {} slices read{}",
+            d.count,
+            d.of,
+            if read.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", read.join(", "))
+            }
         );
     }
     for e in &r.errors {
@@ -215,6 +231,7 @@ pub async fn run(ctx: &Ctx, a: &SweepArgs) -> CliResult<u8> {
         SweepOptions::new()
             .rollback_after(a.rollback_after)
             .complete_after(a.complete_after)
+            .unrecorded_scan_period(a.unrecorded_period)
     };
     let opts = opts
         .dry_run(a.dry_run)
