@@ -277,6 +277,7 @@ pub async fn measure(
     let fifo = args.wait_in_ticket_order;
     let on_demand = !args.no_record_on_demand;
     let mark = !args.no_mark_oldest_waiter;
+    let line_reads = args.line_looks_read;
     let grace = args.wound_grace_ms.map(Duration::from_millis);
     let patience = args.first_attempt_patience_ms.map(Duration::from_millis);
     let out_of_order = !args.no_yield_out_of_order;
@@ -291,6 +292,7 @@ pub async fn measure(
                 st.wait_in_ticket_order = fifo;
                 st.record_on_demand = on_demand;
                 st.mark_oldest_waiter = mark;
+                st.line_looks_read = line_reads;
                 st.wait_for_running_holders = wait_for_running;
                 if let Some(g) = grace {
                     st.wound_grace = g;

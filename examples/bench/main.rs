@@ -113,6 +113,10 @@ pub struct Args {
     /// first.
     #[arg(long)]
     no_mark_oldest_waiter: bool,
+    /// Contention: waiters far back in the line behind the mark look by reading
+    /// (`Settings::line_looks_read`; off by default).
+    #[arg(long)]
+    line_looks_read: bool,
     /// Contention: every library run gives a younger running holder this long before rolling it
     /// back (`Settings::wound_grace`; the library's default when absent).
     #[arg(long)]

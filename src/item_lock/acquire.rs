@@ -322,7 +322,6 @@ async fn lock_write(
     ticket: LockTicket,
 ) -> Result<Option<LockOutcome>> {
     let absent = existence == Existence::Absent;
-    let queue = guard.queue();
     let (mut w, stamp) = lock_item_write(table, key, schema, me, existence, 0, None, guard);
     if let Write {
         kind,
@@ -374,76 +373,7 @@ async fn lock_write(
             })))
         }
         Ok(Written::ConditionFailed(None)) => Ok(None),
-        Ok(Written::ConditionFailed(Some(found))) => {
-            let obs = Observed::of(Some(&found));
-            // Exists and unlocked, but we tried the absent path: try again as existing.
-            if existence.mismatched(&obs) {
-                return Ok(None);
-            }
-            match &obs.owner {
-                Some(o) if o == me.as_str() => {
-                    Ok(Some(LockOutcome::Locked(LockInfo::from_observed(&obs))))
-                }
-                Some(o) => {
-                    let (ahead, own_entry) = match queue {
-                        Some(Some(mine)) => {
-                            let q = super::queue::ItemQueue::of(&obs.queue);
-                            let ahead = q.live_before(mine, crate::ddb::now_millis());
-                            (ahead, q.entries.get(&mine).copied())
-                        }
-                        _ => (0, None),
-                    };
-                    Ok(Some(LockOutcome::Held {
-                        owner: TxId(o.clone()),
-                        ahead,
-                        own_entry,
-                        lock_ticket: HolderTicket::of(&obs),
-                        head: HeadMark::of(&found),
-                        line: Line::of(&found),
-                    }))
-                }
-                None if guard.marks() && obs.exists => {
-                    Ok(Some(match HeadMark::of(&found) {
-                        Some(head) => LockOutcome::Marked {
-                            head,
-                            line: Line::of(&found),
-                        },
-                        // Refused by a mark that expired or went since, or by the line the
-                        // lock would have changed: try again.
-                        None => LockOutcome::Held {
-                            owner: TxId(String::new()),
-                            ahead: 0,
-                            own_entry: None,
-                            lock_ticket: None,
-                            head: None,
-                            line: Line::of(&found),
-                        },
-                    }))
-                }
-                None if queue.is_some() && obs.exists && !obs.queue.is_empty() => {
-                    let q = super::queue::ItemQueue::of(&obs.queue);
-                    if q.first.is_some() {
-                        return Ok(Some(LockOutcome::Queued { queue: q }));
-                    }
-                    Ok(Some(LockOutcome::Held {
-                        owner: TxId(String::new()),
-                        ahead: 0,
-                        own_entry: None,
-                        lock_ticket: None,
-                        head: None,
-                        line: Line::default(),
-                    }))
-                }
-                None => Ok(Some(LockOutcome::Held {
-                    owner: TxId(String::new()),
-                    ahead: 0,
-                    own_entry: None,
-                    lock_ticket: None,
-                    head: None,
-                    line: Line::of(&found),
-                })),
-            }
-        }
+        Ok(Written::ConditionFailed(Some(found))) => Ok(met(&found, me, existence, guard)),
         Err(Error::DynamoDb {
             code: Some(code),
             message,
@@ -454,6 +384,115 @@ async fn lock_write(
             message.unwrap_or_default()
         ))),
         Err(e) => Err(e),
+    }
+}
+
+/// A look that reads instead of attempting the lock, for a waiter far back in the line behind an
+/// oldest waiter's mark (`guard`, [`Guard::Head`]): one strongly consistent `GetItem`, which
+/// writes nothing (no write units on a hot item, no write in the way of the holder's). What an
+/// attempt would have met, when it would have been refused: held, or refused by an older live
+/// mark. `None` when the attempt may take the item (free, or absent) and should be sent: the
+/// caller sends it at once. Any other guard: `None`.
+pub(crate) async fn look_by_reading(
+    client: &Client,
+    table: &str,
+    key: &Item,
+    me: &TxId,
+    guard: Guard,
+) -> Result<Option<LockOutcome>> {
+    let Guard::Head(mine, _) = guard else {
+        return Ok(None);
+    };
+    let out = client
+        .get_item()
+        .table_name(table)
+        .set_key(Some(key.clone()))
+        .consistent_read(true)
+        .send()
+        .await
+        .map_err(|e| Error::sdk("GetItem", e).on_item(table, key))?;
+    let Some(found) = out.item else {
+        return Ok(None);
+    };
+    let free = !found.contains_key(super::OWNER);
+    let refused = HeadMark::of(&found).is_some_and(|h| h.refuses(mine, crate::ddb::now_millis()));
+    if free && !refused {
+        return Ok(None);
+    }
+    Ok(met(&found, me, Existence::Present, guard))
+}
+
+/// What a lock attempt that assumed `existence`, with `guard`, met when it did not lock: the item
+/// `found` as its failed condition returned it (`ALL_OLD`), or as a read showed it. `None`: the
+/// item's existence was not what the attempt assumed. Our own lock found there (an attempt whose
+/// answer was lost, which landed) is ours: `Locked`.
+fn met(found: &Item, me: &TxId, existence: Existence, guard: Guard) -> Option<LockOutcome> {
+    let queue = guard.queue();
+    let obs = Observed::of(Some(found));
+    // Exists and unlocked, but we tried the absent path: try again as existing.
+    if existence.mismatched(&obs) {
+        return None;
+    }
+    match &obs.owner {
+        Some(o) if o == me.as_str() => Some(LockOutcome::Locked(LockInfo::from_observed(&obs))),
+        Some(o) => {
+            let (ahead, own_entry) = match queue {
+                Some(Some(mine)) => {
+                    let q = super::queue::ItemQueue::of(&obs.queue);
+                    let ahead = q.live_before(mine, crate::ddb::now_millis());
+                    (ahead, q.entries.get(&mine).copied())
+                }
+                _ => (0, None),
+            };
+            Some(LockOutcome::Held {
+                owner: TxId(o.clone()),
+                ahead,
+                own_entry,
+                lock_ticket: HolderTicket::of(&obs),
+                head: HeadMark::of(found),
+                line: Line::of(found),
+            })
+        }
+        None if guard.marks() && obs.exists => {
+            Some(match HeadMark::of(found) {
+                Some(head) => LockOutcome::Marked {
+                    head,
+                    line: Line::of(found),
+                },
+                // Refused by a mark that expired or went since, or by the line the
+                // lock would have changed: try again.
+                None => LockOutcome::Held {
+                    owner: TxId(String::new()),
+                    ahead: 0,
+                    own_entry: None,
+                    lock_ticket: None,
+                    head: None,
+                    line: Line::of(found),
+                },
+            })
+        }
+        None if queue.is_some() && obs.exists && !obs.queue.is_empty() => {
+            let q = super::queue::ItemQueue::of(&obs.queue);
+            if q.first.is_some() {
+                return Some(LockOutcome::Queued { queue: q });
+            }
+            Some(LockOutcome::Held {
+                owner: TxId(String::new()),
+                ahead: 0,
+                own_entry: None,
+                lock_ticket: None,
+                head: None,
+                line: Line::default(),
+            })
+        }
+        None => Some(LockOutcome::Held {
+            owner: TxId(String::new()),
+            ahead: 0,
+            own_entry: None,
+            lock_ticket: None,
+            head: None,
+            line: Line::of(found),
+        }),
     }
 }
 

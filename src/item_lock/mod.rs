@@ -57,7 +57,7 @@ use crate::error::Item;
 use crate::keys::KeySchema;
 
 pub(crate) use acquire::{
-    Existence, Guard, HolderTicket, LockOutcome, LockTicket, lock, lock_item_write,
+    Existence, Guard, HolderTicket, LockOutcome, LockTicket, lock, lock_item_write, look_by_reading,
 };
 pub(crate) use apply::{
     ImagePlace, Stage, mark_made, request_writes, roll_forward_write, unlocked_write,

@@ -59,6 +59,8 @@ impl ChaosWorker {
             // keeping their turns at the released items.
             s.reorder_held_reads = w.is_multiple_of(2);
             s.reorder_keeps_turn = w % 4 == 2;
+            // Waiters far back in the line looking by reading on workers 1, 2, 4, 5...
+            s.line_looks_read = !w.is_multiple_of(3);
             s.lock_wait = std::time::Duration::from_secs(3);
             s.contention = dynamodb_transactions::ContentionPolicy::Ordered {
                 dead_after: std::time::Duration::from_secs(2),

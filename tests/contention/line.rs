@@ -179,6 +179,69 @@ async fn the_lock_that_takes_the_item_marks_the_next_waiter_in_the_line() {
     );
 }
 
+/// With `line_looks_read`, a waiter with another waiter between it and the mark looks by
+/// reading: while the item is held and it stays second in the line, its looks are `GetItem`s and
+/// it writes nothing to the item (without it, or on the code before, every look is a lock
+/// attempt, an `UpdateItem` refused on the hot item, each billed a write unit: 271 in the same
+/// 800 ms on DynamoDB Local). Once the waiter ahead of it takes the item and the lock marks it,
+/// it takes the item in its turn.
+#[tokio::test]
+async fn a_waiter_far_back_in_the_line_looks_by_reading() {
+    let env = TestEnv::new("ct-line-read").await;
+    let table = env.table.clone();
+    let m = marking(&env, client());
+    let holder = held_by(&env, &m, "k").await;
+    // An older waiter's mark, which expires after a while (its waiter is gone).
+    stage_mark(&env, "k", 2_500).await;
+    let ahead = m.begin();
+    let counter = dynamodb_transactions::fault::RequestCounter::new();
+    let counted = marking_tuned(
+        env.manager.transactions_table(),
+        env.manager.images_table(),
+        client_with(vec![shared(counter.clone())]),
+        |s| s.line_looks_read = true,
+    );
+    let behind = counted.begin();
+
+    let first = async {
+        let v = read_v(&ahead, &table, "k").await;
+        set_i(&ahead, &table, "k", v + 10).await;
+        ahead.commit().await.unwrap();
+    };
+    let second = async {
+        // Behind the first waiter's entry.
+        joined(&env, "k").await;
+        let v = read_v(&behind, &table, "k").await;
+        set_i(&behind, &table, "k", v + 100).await;
+        behind.commit().await.unwrap();
+    };
+    let watch = async {
+        let started = std::time::Instant::now();
+        while line_on(&env, "k").await.is_none_or(|l| l.len() < 2) {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "no line of two"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        counter.reset();
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        let sent = counter.snapshot();
+        assert!(
+            counter.get("UpdateItem") <= 1,
+            "it wrote to look (an entry's renewal aside): {sent:?}"
+        );
+        assert!(counter.get("GetItem") >= 3, "it did not look: {sent:?}");
+        holder.commit().await.unwrap();
+    };
+    tokio::join!(first, second, watch);
+    assert_eq!(
+        env.raw_get(&table, &key("k")).await.unwrap(),
+        item(&[("Id", s("k")), ("v", n(112))]),
+        "the three writes in order, and neither lock, mark nor line"
+    );
+}
+
 /// Requests of the waiter at which it dies, one run each.
 const CRASH_POINTS: u64 = 10;
 
