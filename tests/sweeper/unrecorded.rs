@@ -309,6 +309,30 @@ async fn the_listed_tables_are_read_by_the_slices_due_since_the_last_pass() {
     assert_eq!(locked_items(&env).await, 0);
 }
 
+/// Two sweepers passing at once claim each due slice once: the one whose claim lands reads the
+/// slice, the other reads none (its claim, conditional on the time the row said the slices were
+/// read up to, fails; or it read the row after that claim, and nothing was due).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_sweepers_at_once_read_each_due_slice_once() {
+    let env = TestEnv::with_settings("sweep-unrec-twice", |s| s.record_on_demand = true).await;
+    twelve_abandoned_locks(&env).await;
+    let opts = in_slices();
+    let (other, _) = env.second_coordinator();
+    let (a, b) = tokio::join!(env.manager.sweep(&opts), other.sweep(&opts));
+    let (a, b) = (a.unwrap(), b.unwrap());
+    let read =
+        |r: &dynamodb_transactions::sweeper::SweepReport| r.unrecorded_slices.expect("paced").count;
+    assert_eq!(read(&a) + read(&b), 1, "{a:?} {b:?}");
+    assert_eq!(
+        a.items_scanned + b.items_scanned,
+        a.orphan_locks_released + b.orphan_locks_released
+    );
+    assert_eq!(
+        locked_items(&env).await as u64,
+        12 - a.orphan_locks_released - b.orphan_locks_released
+    );
+}
+
 /// A dry run writes nothing, so it claims nothing: it reads every listed table whole, and the
 /// pass after it is still the first to claim.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
