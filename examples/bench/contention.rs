@@ -92,6 +92,10 @@ pub struct ContentionFigures {
     pub bound_per_s: Option<f64>,
     /// Reads (`GetItem`, `BatchGetItem`, `Query`) per second of waiting, over the workers.
     pub reads_per_waiter_s: f64,
+    /// Writes refused (a false condition, a cancelled `TransactWriteItems`) per second of
+    /// waiting, over the workers: the looks that are lock attempts, and native optimistic's
+    /// failed commits, which are polls too.
+    pub refused_writes_per_waiter_s: f64,
 }
 
 /// What the workers of a contention run do.
@@ -579,6 +583,16 @@ pub async fn measure(
         .iter()
         .filter(|r| matches!(r.op.as_str(), "GetItem" | "BatchGetItem" | "Query"))
         .count();
+    let refused_writes = recs
+        .iter()
+        .filter(|r| {
+            !r.ok
+                && matches!(
+                    r.op.as_str(),
+                    "UpdateItem" | "PutItem" | "DeleteItem" | "TransactWriteItems"
+                )
+        })
+        .count();
     if args.ops_per_tx {
         let mut by: std::collections::BTreeMap<(String, bool), usize> = Default::default();
         for r in &recs {
@@ -611,6 +625,7 @@ pub async fn measure(
         ideal,
         bound_per_s: hold_mean_ms.map(|h| holders * 1000.0 / h.max(1e-9)),
         reads_per_waiter_s: reads as f64 / waited.max(1e-9),
+        refused_writes_per_waiter_s: refused_writes as f64 / waited.max(1e-9),
     }
 }
 

@@ -199,7 +199,7 @@ fn json_fields(res: &Results) -> Vec<String> {
                 o.pop();
                 let _ = write!(
                     o,
-                    ",\"gave_up\":{},\"wait_p99_ms\":{},\"ideal_wait_p99_ms\":{},\"ideal_wait_max_ms\":{},\"hold_mean_ms\":{},\"bound_tx_per_s\":{},\"reads_per_waiter_s\":{}}}",
+                    ",\"gave_up\":{},\"wait_p99_ms\":{},\"ideal_wait_p99_ms\":{},\"ideal_wait_max_ms\":{},\"hold_mean_ms\":{},\"bound_tx_per_s\":{},\"reads_per_waiter_s\":{},\"refused_writes_per_waiter_s\":{}}}",
                     c.gave_up,
                     jnum(c.wait.pct(99.0)),
                     jnum(c.ideal.pct(99.0)),
@@ -207,6 +207,7 @@ fn json_fields(res: &Results) -> Vec<String> {
                     c.hold_mean_ms.map_or("null".into(), jnum),
                     c.bound_per_s.map_or("null".into(), jnum),
                     jnum(c.reads_per_waiter_s),
+                    jnum(c.refused_writes_per_waiter_s),
                 );
                 format!("\"{}\":{o}", slug(c.mode))
             })

@@ -77,7 +77,7 @@ pub fn tx_table(rows: &[Row]) -> String {
          | sequential: requests / WU / path / p50 ms \
          | native (transfer: optimistic, no library): WU / p50 ms | p50 / native | locking p50 / native | Java model: requests = path |\n",
     );
-    out.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    out.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for r in rows {
         let native = r.native.as_ref().or(r.native_optimistic.as_ref());
         let ratio = |s: Option<&Stats>| match (s, native) {
@@ -239,7 +239,7 @@ pub fn hot_table(args: &Args, raw: &ContentionResults, p: Option<&ContentionResu
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "| hot items ({} workers × {} transfers over {} accounts; {} workers × {} increments of one counter){} | done | goodput tx/s | physical bound tx/s | p50 ms | p99 ms | p99 / p50 | attempts max | gave up | wait p99 ms | FIFO ideal wait p99 ms | mean hold ms | reads / waiter / s | requests / tx | conserved |",
+        "| hot items ({} workers × {} transfers over {} accounts; {} workers × {} increments of one counter){} | done | goodput tx/s | physical bound tx/s | p50 ms | p99 ms | p99 / p50 | attempts max | gave up | wait p99 ms | FIFO ideal wait p99 ms | mean hold ms | reads / waiter / s | refused writes / waiter / s | requests / tx | conserved |",
         args.workers,
         args.transfers,
         args.accounts,
@@ -271,7 +271,7 @@ pub fn hot_table(args: &Args, raw: &ContentionResults, p: Option<&ContentionResu
         let opt = |v: Option<f64>| v.map_or("—".to_string(), f1);
         let _ = writeln!(
             out,
-            "| {name} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {name} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             cell(&|f| f.committed.to_string()),
             cell(&|f| format!("{:.1}", f.tx_per_s)),
             cell(&|f| opt(f.bound_per_s)),
@@ -288,6 +288,7 @@ pub fn hot_table(args: &Args, raw: &ContentionResults, p: Option<&ContentionResu
             }),
             cell(&|f| opt(f.hold_mean_ms)),
             cell(&|f| format!("{:.1}", f.reads_per_waiter_s)),
+            cell(&|f| format!("{:.1}", f.refused_writes_per_waiter_s)),
             cell(&|f| format!("{:.1}", f.requests)),
             cell(&|f| f.total_conserved.to_string()),
         );
