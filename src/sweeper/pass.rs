@@ -622,6 +622,9 @@ impl TransactionManager {
             }
             match pass.scan_items(table, *unrecorded_only, slices).await {
                 Err(e) if *unrecorded_only => pass.fail(None, table, &e),
+                Ok(()) if *unrecorded_only => {
+                    pass.note(|r| r.unrecorded_tables.push(table.clone()));
+                }
                 r => r?,
             }
         }

@@ -115,6 +115,12 @@ pub struct SweepReport {
     ///
     /// [`SweepOptions::unrecorded_scan_period`]: super::SweepOptions::unrecorded_scan_period
     pub unrecorded_slices: Option<SlicesRead>,
+    /// The tables listed as holding locks without record that this pass read for those locks
+    /// (whole, or their [`unrecorded_slices`](Self::unrecorded_slices); none when no slice came
+    /// due), sorted; a listed table also in
+    /// [`SweepOptions::tables_to_scan`](super::SweepOptions::tables_to_scan) is read whole
+    /// there and not named here. After [`merge`](Self::merge), every table any pass read.
+    pub unrecorded_tables: Vec<String>,
     /// Unapplied locks of transactions whose record is gone, released.
     pub orphan_locks_released: u64,
     /// Waiters' marks (`_TxH`, [`Settings::mark_oldest_waiter`]) and entries of the line behind
@@ -159,6 +165,11 @@ impl SweepReport {
         self.items_scanned += other.items_scanned;
         // The last pass's slices.
         self.unrecorded_slices = other.unrecorded_slices.or(self.unrecorded_slices);
+        for t in other.unrecorded_tables {
+            if let Err(at) = self.unrecorded_tables.binary_search(&t) {
+                self.unrecorded_tables.insert(at, t);
+            }
+        }
         self.orphan_locks_released += other.orphan_locks_released;
         self.marks_removed += other.marks_removed;
         self.queue_entries_removed += other.queue_entries_removed;

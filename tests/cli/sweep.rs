@@ -187,6 +187,7 @@ async fn sweep_scans_the_tables_listed_for_locks_without_record_unless_told_not_
     let first = json_of(tx_bin(&env).args(paced));
     assert_eq!(first["unrecorded_slices"]["count"], 1, "{first}");
     assert_eq!(first["unrecorded_slices"]["of"], 2, "{first}");
+    assert_eq!(first["unrecorded_tables"][0], env.table.as_str(), "{first}");
     tx_bin(&env)
         .args(paced)
         .assert()
@@ -205,6 +206,20 @@ async fn sweep_scans_the_tables_listed_for_locks_without_record_unless_told_not_
         serde_json::Value::Null,
         "{whole}"
     );
+    tx_bin(&env)
+        .args([
+            "sweep",
+            "--rollback-after",
+            "1h",
+            "--unrecorded-period",
+            "0",
+        ])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(format!(
+            "tables listed as holding locks without record, read whole: {}",
+            env.table
+        )));
     // `--now` finishes everything in one pass: not in slices.
     tx_bin(&env)
         .args(["sweep", "--now", "--unrecorded-slices", "2"])

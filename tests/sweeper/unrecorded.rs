@@ -171,6 +171,8 @@ async fn a_listed_table_that_is_gone_is_reported_and_the_sweep_goes_on() {
     assert_eq!(report.rolled_back, vec![idle], "{report:?}");
     assert_eq!(report.errors.len(), 1, "{report:?}");
     assert_eq!(report.errors[0].table, gone, "{report:?}");
+    // Not read: it is gone.
+    assert!(report.unrecorded_tables.is_empty(), "{report:?}");
     assert_eq!(
         report.records_scanned, 1,
         "the list is not a record: {report:?}"
@@ -215,6 +217,11 @@ async fn by_default_a_pass_reads_a_slice_of_each_listed_table_not_all_of_it() {
     assert_eq!(locked_items(&env).await as u64, 12 - scanned);
     let read = first.unrecorded_slices.expect("paced");
     assert_eq!((read.count, read.of), (1, 96), "{first:?}");
+    assert_eq!(
+        first.unrecorded_tables,
+        vec![env.table.clone()],
+        "{first:?}"
+    );
     // Within 15 minutes of the first (a window of a day's 96), nothing more is due.
     let read = second.unrecorded_slices.expect("paced");
     assert!(read.count <= 1, "{second:?}");
@@ -323,6 +330,8 @@ async fn two_sweepers_at_once_read_each_due_slice_once() {
     let read =
         |r: &dynamodb_transactions::sweeper::SweepReport| r.unrecorded_slices.expect("paced").count;
     assert_eq!(read(&a) + read(&b), 1, "{a:?} {b:?}");
+    // Only the one that claimed the slice read the table.
+    assert_eq!(a.unrecorded_tables.len() + b.unrecorded_tables.len(), 1);
     assert_eq!(
         a.items_scanned + b.items_scanned,
         a.orphan_locks_released + b.orphan_locks_released
@@ -367,6 +376,11 @@ async fn a_zero_period_reads_the_listed_tables_whole_at_every_pass() {
         .await
         .unwrap();
     assert_eq!(report.unrecorded_slices, None, "{report:?}");
+    assert_eq!(
+        report.unrecorded_tables,
+        vec![env.table.clone()],
+        "{report:?}"
+    );
     assert_eq!(report.orphan_locks_released, 12, "{report:?}");
     assert_eq!(locked_items(&env).await, 0);
 }

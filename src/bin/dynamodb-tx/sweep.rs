@@ -84,6 +84,7 @@ fn report_json(r: &SweepReport) -> Value {
         "orphan_images_deleted": r.orphan_images_deleted,
         "items_scanned": r.items_scanned,
         "unrecorded_slices": r.unrecorded_slices.map(|d| json!({"first": d.first, "count": d.count, "of": d.of})),
+        "unrecorded_tables": r.unrecorded_tables,
         "orphan_locks_released": r.orphan_locks_released,
         "marks_removed": r.marks_removed,
         "queue_entries_removed": r.queue_entries_removed,
@@ -213,8 +214,17 @@ fn print_report(ctx: &Ctx, r: &SweepReport) {
             if read.is_empty() {
                 String::new()
             } else {
-                format!(" ({})", read.join(", "))
+                format!(
+                    " ({}) of {}",
+                    read.join(", "),
+                    r.unrecorded_tables.join(", ")
+                )
             }
+        );
+    } else if !r.unrecorded_tables.is_empty() {
+        outln!(
+            "tables listed as holding locks without record, read whole: {}",
+            r.unrecorded_tables.join(", ")
         );
     }
     for e in &r.errors {
