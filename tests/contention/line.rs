@@ -43,6 +43,29 @@ async fn joined(env: &TestEnv, k: &str) -> BTreeMap<u64, u64> {
     }
 }
 
+/// Puts an older waiter's live entry (ticket 0) in `k`'s line, live for `in_ms` (the line must
+/// not be there).
+async fn stage_line_entry(env: &TestEnv, k: &str, in_ms: u64) {
+    let expiry = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+        + in_ms;
+    client()
+        .update_item()
+        .table_name(&env.table)
+        .set_key(Some(key(k)))
+        .update_expression("SET #l = :l")
+        .expression_attribute_names("#l", "_TxHL")
+        .expression_attribute_values(
+            ":l",
+            aws_sdk_dynamodb::types::AttributeValue::M([("0".to_string(), n(expiry))].into()),
+        )
+        .send()
+        .await
+        .unwrap();
+}
+
 /// Puts an older waiter's live mark (ticket 0) on `k`, live for `in_ms`.
 async fn stage_mark(env: &TestEnv, k: &str, in_ms: i64) {
     client()
@@ -250,7 +273,13 @@ const CRASH_POINTS: u64 = 10;
 /// request or after it landed with its answer lost: the holder commits, a newcomer takes the
 /// item once the mark and the dead waiter's entry have expired, the item ends with both
 /// increments and neither lock, mark nor line, and a sweep settles the waiter's record.
-async fn a_waiter_in_the_line_dying_at_every_request(mode: FaultMode, prefix: &str) {
+/// `far_back`: another live entry is in the line ahead of the waiter, which has
+/// `line_looks_read` (its looks are reads).
+async fn a_waiter_in_the_line_dying_at_every_request(
+    mode: FaultMode,
+    prefix: &str,
+    far_back: bool,
+) {
     let env = TestEnv::new(prefix).await;
     let table = env.table.clone();
     let DyingCast {
@@ -258,7 +287,11 @@ async fn a_waiter_in_the_line_dying_at_every_request(mode: FaultMode, prefix: &s
         waiters,
         faults,
         newcomers,
-    } = DyingCast::new(&env);
+    } = if far_back {
+        DyingCast::with_waiters(&env, |s| s.line_looks_read = true)
+    } else {
+        DyingCast::new(&env)
+    };
     let mut joined = 0;
     for k in 1..=CRASH_POINTS {
         let label = format!("{mode:?} at request {k}");
@@ -269,6 +302,10 @@ async fn a_waiter_in_the_line_dying_at_every_request(mode: FaultMode, prefix: &s
         set_i(&h, &table, "k", v + 1).await;
         // An older waiter's mark, live while the dying waiter runs.
         stage_mark(&env, "k", 1_500).await;
+        if far_back {
+            // And another older waiter in the line, ahead of the dying one.
+            stage_line_entry(&env, "k", 1_500).await;
+        }
 
         faults.crash_at(k, mode);
         let (wid, waiter) = start_dying_waiter(&waiters, &table, &faults, &label).await;
@@ -292,12 +329,31 @@ async fn a_waiter_in_the_line_dying_at_every_request(mode: FaultMode, prefix: &s
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_in_the_line_dying_before_any_of_its_requests_leaves_nothing_in_the_way() {
-    a_waiter_in_the_line_dying_at_every_request(FaultMode::BeforeSend, "ct-line-dead-before").await;
+    a_waiter_in_the_line_dying_at_every_request(
+        FaultMode::BeforeSend,
+        "ct-line-dead-before",
+        false,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_far_back_in_the_line_dying_before_any_of_its_requests_leaves_nothing_in_the_way()
+{
+    a_waiter_in_the_line_dying_at_every_request(FaultMode::BeforeSend, "ct-line-far-before", true)
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_far_back_in_the_line_dying_after_any_of_its_requests_leaves_nothing_in_the_way() {
+    a_waiter_in_the_line_dying_at_every_request(FaultMode::AfterSend, "ct-line-far-after", true)
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_in_the_line_dying_after_any_of_its_requests_landed_leaves_nothing_in_the_way() {
-    a_waiter_in_the_line_dying_at_every_request(FaultMode::AfterSend, "ct-line-dead-after").await;
+    a_waiter_in_the_line_dying_at_every_request(FaultMode::AfterSend, "ct-line-dead-after", false)
+        .await;
 }
 
 /// A sweep of the table takes the stale entries out of a line no lock reads again (expired, or

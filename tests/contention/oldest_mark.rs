@@ -304,6 +304,14 @@ pub(crate) struct DyingCast {
 
 impl DyingCast {
     pub(crate) fn new(env: &TestEnv) -> DyingCast {
+        DyingCast::with_waiters(env, |_| {})
+    }
+
+    /// [`DyingCast::new`], the dying waiters' settings then changed by `more`.
+    pub(crate) fn with_waiters(
+        env: &TestEnv,
+        more: fn(&mut dynamodb_transactions::Settings),
+    ) -> DyingCast {
         let (txt, imgt) = (
             env.manager.transactions_table().to_string(),
             env.manager.images_table().to_string(),
@@ -318,7 +326,10 @@ impl DyingCast {
                 &txt,
                 &imgt,
                 client_with(vec![shared(faults.clone())]),
-                short,
+                |s| {
+                    short(s);
+                    more(s);
+                },
             ),
             faults,
             newcomers: marking_tuned(&txt, &imgt, client(), |s| {
