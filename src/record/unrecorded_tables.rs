@@ -12,6 +12,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use crate::TxId;
 use crate::ddb::{Placeholders, Write, Written};
 use crate::error::{Error, Result};
+use crate::sweeper::SlicesRead;
 
 use super::header_key;
 
@@ -78,20 +79,11 @@ pub(crate) async fn listed(client: &Client, tx_table: &str) -> Result<Listed> {
     Ok(Listed { tables, read_up_to })
 }
 
-/// A run of consecutive slices of the listed tables: `count` of `of`, from `first` (wrapping
-/// round after `of - 1`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Due {
-    pub first: u32,
-    pub count: u32,
-    pub of: u32,
-}
-
 /// The slices of `of` that came due by `now` since `read_up_to`, one every `period / of`: the
 /// slice of a window of that width is the window's number modulo `of`, so that every slice comes
 /// due once a period. At most `of` (the tables whole, however long no pass came); one, the
 /// window's own, when no pass ever claimed any; none while the window is the one last read.
-pub(crate) fn due(read_up_to: Option<u64>, now: u64, period_ms: u64, of: u32) -> Due {
+pub(crate) fn due(read_up_to: Option<u64>, now: u64, period_ms: u64, of: u32) -> SlicesRead {
     let of = of.max(1);
     let width = (period_ms / u64::from(of)).max(1);
     let window = now / width;
@@ -99,7 +91,7 @@ pub(crate) fn due(read_up_to: Option<u64>, now: u64, period_ms: u64, of: u32) ->
         None => 1,
         Some(t) => window.saturating_sub(t / width).min(u64::from(of)),
     };
-    Due {
+    SlicesRead {
         first: ((window + 1 - count) % u64::from(of)) as u32,
         count: count as u32,
         of,
@@ -170,7 +162,7 @@ mod tests {
         let now = 1000 * WIDTH + 5;
         assert_eq!(
             due(None, now, DAY, 96),
-            Due {
+            SlicesRead {
                 first: (1000 % 96) as u32,
                 count: 1,
                 of: 96
@@ -193,7 +185,7 @@ mod tests {
         // Windows 96, 97, 98: slices 0, 1, 2.
         assert_eq!(
             d,
-            Due {
+            SlicesRead {
                 first: 0,
                 count: 3,
                 of: 96
@@ -221,8 +213,8 @@ mod tests {
         let start_window = at / WIDTH;
         while at < DAY * 12 + 123 {
             let d = due(up_to, at, DAY, 96);
-            for j in 0..d.count {
-                read[((d.first + j) % 96) as usize] += 1;
+            for i in d.indexes() {
+                read[i as usize] += 1;
             }
             up_to = Some(at);
             at += [WIDTH / 3, WIDTH, 5 * WIDTH / 2, 7][(at % 4) as usize];
@@ -246,7 +238,7 @@ mod tests {
         let d = due(Some(5), DAY * 2, DAY, 1);
         assert_eq!(
             d,
-            Due {
+            SlicesRead {
                 first: 0,
                 count: 1,
                 of: 1

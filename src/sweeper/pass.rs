@@ -417,13 +417,13 @@ impl Pass<'_> {
     }
 
     /// Scans `table` for locked items (only those locked without a record, with
-    /// `unrecorded_only`, in its `slices` (first, count, of)) and handles each
+    /// `unrecorded_only`, in its `slices`) and handles each
     /// ([`Self::locked_item`]).
     async fn scan_items(
         &self,
         table: &str,
         unrecorded_only: bool,
-        slices: (u32, u32, u32),
+        slices: SlicesRead,
     ) -> Result<()> {
         let client = self.client();
         let schema = self.mgr.inner.schemas.get(client, table).await?;
@@ -587,7 +587,7 @@ impl TransactionManager {
         // Paced, the listed tables' slices that came due since the last pass of any sweeper,
         // claimed first; whole with a zero period, and in a dry run (which writes nothing, so
         // claims nothing).
-        let mut slices = (0, 1, 1);
+        let mut slices = SlicesRead::WHOLE;
         let period = u64::try_from(opts.unrecorded_period.as_millis()).unwrap_or(u64::MAX);
         if period > 0 && !opts.dry_run && tables.iter().any(|(_, unrecorded_only)| *unrecorded_only)
         {
@@ -605,19 +605,16 @@ impl TransactionManager {
                     pass.now,
                 )
                 .await?;
-            let count = if claimed { due.count } else { 0 };
-            slices = (due.first, count, due.of);
-            pass.note(|r| {
-                r.unrecorded_slices = Some(SlicesRead {
-                    first: due.first,
-                    count,
-                    of: due.of,
-                });
-            });
+            slices = if claimed { due } else { due.none() };
+            pass.note(|r| r.unrecorded_slices = Some(slices));
         }
         for (table, unrecorded_only) in &tables {
-            let slices = if *unrecorded_only { slices } else { (0, 1, 1) };
-            if slices.1 == 0 {
+            let slices = if *unrecorded_only {
+                slices
+            } else {
+                SlicesRead::WHOLE
+            };
+            if slices.count == 0 {
                 continue;
             }
             match pass.scan_items(table, *unrecorded_only, slices).await {
@@ -639,7 +636,7 @@ impl TransactionManager {
                 names: HashMap::from([(format!("#{IMAGE_ID}"), IMAGE_ID.to_string())]),
                 values: HashMap::new(),
                 segments: opts.segments,
-                slices: (0, 1, 1),
+                slices: SlicesRead::WHOLE,
                 concurrency: opts.concurrency,
                 progress: opts.progress.as_ref(),
             };

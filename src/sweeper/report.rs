@@ -39,6 +39,18 @@ pub struct SlicesRead {
 }
 
 impl SlicesRead {
+    /// The table whole: its one slice of one.
+    pub(crate) const WHOLE: SlicesRead = SlicesRead {
+        first: 0,
+        count: 1,
+        of: 1,
+    };
+
+    /// The same run, with no slice in it (another sweeper claimed them).
+    pub(crate) fn none(self) -> SlicesRead {
+        SlicesRead { count: 0, ..self }
+    }
+
     /// The slices read, in order.
     ///
     /// ```

@@ -11,6 +11,7 @@ use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::AttributeValue;
 use futures::{StreamExt, TryStreamExt};
 
+use super::SlicesRead;
 use crate::error::{Error, Item, Result};
 use crate::record;
 use crate::tables::{TX_ID, TX_ROW};
@@ -65,10 +66,10 @@ pub(super) struct ScanSpec<'a> {
     pub(super) names: HashMap<String, String>,
     pub(super) values: HashMap<String, AttributeValue>,
     pub(super) segments: u32,
-    /// Scan only `count` slices of `of` from `first`, wrapping round (`(0, 1, 1)`: the whole
-    /// table): slice `i` is the `segments` parallel segments `i * segments ..` of
-    /// `of * segments`, so that the slices `0..of` read every item once.
-    pub(super) slices: (u32, u32, u32),
+    /// Scan only these slices ([`SlicesRead::WHOLE`]: the whole table): slice `i` of `of` is
+    /// the `segments` parallel segments `i * segments ..` of `of * segments`, so that the slices
+    /// `0..of` read every item once.
+    pub(super) slices: SlicesRead,
     pub(super) concurrency: usize,
     pub(super) progress: Option<&'a ProgressFn>,
 }
@@ -86,9 +87,7 @@ where
 {
     let seen = AtomicU64::new(0);
     let segments = spec.segments.max(1);
-    let (first, count, of) = spec.slices;
-    let of = of.max(1);
-    let total = segments * of;
+    let total = segments * spec.slices.of.max(1);
     let handle = &handle;
     let seen_ref = &seen;
     let segment = |s: u32| async move {
@@ -136,11 +135,10 @@ where
         }
     };
     // Slice by slice, `segments` scans at a time.
-    let all: Vec<u32> = (0..count)
-        .flat_map(|j| {
-            let slice = (first + j) % of;
-            slice * segments..(slice + 1) * segments
-        })
+    let all: Vec<u32> = spec
+        .slices
+        .indexes()
+        .flat_map(|slice| slice * segments..(slice + 1) * segments)
         .collect();
     futures::stream::iter(all)
         .map(segment)
@@ -193,7 +191,7 @@ pub(super) fn header_scan<'a>(
             HashMap::new()
         },
         segments,
-        slices: (0, 1, 1),
+        slices: SlicesRead::WHOLE,
         concurrency,
         progress,
     }
