@@ -478,6 +478,23 @@ pub(crate) async fn transact_with_token(
     }
 }
 
+/// The whole item of `table` at `key`, read consistently (one `GetItem`); `None` when absent.
+pub(crate) async fn get_consistent(
+    client: &Client,
+    table: &str,
+    key: &Item,
+) -> Result<Option<Item>> {
+    Ok(client
+        .get_item()
+        .table_name(table)
+        .set_key(Some(key.clone()))
+        .consistent_read(true)
+        .send()
+        .await
+        .map_err(|e| Error::sdk("GetItem", e).on_item(table, key))?
+        .item)
+}
+
 /// Consistent reads of many items (BatchGetItem, 100 keys per request, unprocessed keys retried).
 /// Returns the items found, in no particular order.
 pub(crate) async fn batch_get(

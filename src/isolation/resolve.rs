@@ -150,7 +150,7 @@ async fn rolled_forward(
 ) -> Result<Seen> {
     let schema = mgr.inner.schema(table).await?;
     let key = item_lock::key_of(&schema, raw);
-    let whole = read_whole(mgr, table, &key).await?;
+    let whole = crate::ddb::get_consistent(&mgr.inner.client, table, &key).await?;
     let now = Observed::of(whole.as_ref());
     if now.owner != obs.owner || now.applied || now.roll != obs.roll {
         return Ok(Seen::Again);
@@ -203,21 +203,6 @@ async fn committed_requests(
     Ok(Some(r))
 }
 
-/// The whole item, read consistently.
-async fn read_whole(mgr: &TransactionManager, table: &str, key: &Item) -> Result<Option<Item>> {
-    Ok(mgr
-        .inner
-        .client
-        .get_item()
-        .table_name(table)
-        .set_key(Some(key.clone()))
-        .consistent_read(true)
-        .send()
-        .await
-        .map_err(|e| Error::sdk("GetItem", e).on_item(table, key))?
-        .item)
-}
-
 impl Ctx {
     fn attempts(&self) -> u32 {
         self.mgr.inner.settings.committed_read_attempts.max(1)
@@ -233,7 +218,7 @@ impl Ctx {
     /// Reads an item again (consistently, whole) until it can be decided; `used` attempts spent.
     pub(super) async fn reread(&self, key: &Item, used: u32) -> Result<Option<Item>> {
         for _ in used..self.attempts() {
-            let raw = read_whole(&self.mgr, &self.table, key).await?;
+            let raw = crate::ddb::get_consistent(&self.mgr.inner.client, &self.table, key).await?;
             match resolve(&self.mgr, self.level, &self.table, raw.as_ref(), None).await? {
                 Seen::Absent => return Ok(None),
                 Seen::Version(v, _) => return Ok(self.finish(v, true, false)),

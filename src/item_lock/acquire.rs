@@ -403,15 +403,7 @@ pub(crate) async fn look_by_reading(
     let Guard::Head(mine, _) = guard else {
         return Ok(None);
     };
-    let out = client
-        .get_item()
-        .table_name(table)
-        .set_key(Some(key.clone()))
-        .consistent_read(true)
-        .send()
-        .await
-        .map_err(|e| Error::sdk("GetItem", e).on_item(table, key))?;
-    let Some(found) = out.item else {
+    let Some(found) = crate::ddb::get_consistent(client, table, key).await? else {
         return Ok(None);
     };
     let free = !found.contains_key(super::OWNER);
