@@ -89,6 +89,21 @@ pub(crate) enum LockOutcome {
     },
 }
 
+impl LockOutcome {
+    /// Refused, but held by nobody (an empty owner): the item changed between the attempt's
+    /// assumption and its answer, and the caller tries again, with `line` as the item carries it.
+    fn held_by_nobody(line: Line) -> LockOutcome {
+        LockOutcome::Held {
+            owner: TxId(String::new()),
+            ahead: 0,
+            own_entry: None,
+            lock_ticket: None,
+            head: None,
+            line,
+        }
+    }
+}
+
 /// What the ticket a lock carries tells of its holder, with the lock's age (`_TxD`): `_TxK` on a
 /// lock taken without a record, `_TxKR` on one taken by a handle that knew its record's ticket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -192,14 +207,7 @@ pub(crate) async fn lock(
         }
         existence = existence.other();
     }
-    Ok(LockOutcome::Held {
-        owner: TxId(String::new()),
-        ahead: 0,
-        own_entry: None,
-        lock_ticket: None,
-        head: None,
-        line: Line::default(),
-    })
+    Ok(LockOutcome::held_by_nobody(Line::default()))
 }
 
 /// What a lock write assumes of its item.
@@ -453,14 +461,7 @@ fn met(found: &Item, me: &TxId, existence: Existence, guard: Guard) -> Option<Lo
                 },
                 // Refused by a mark that expired or went since, or by the line the
                 // lock would have changed: try again.
-                None => LockOutcome::Held {
-                    owner: TxId(String::new()),
-                    ahead: 0,
-                    own_entry: None,
-                    lock_ticket: None,
-                    head: None,
-                    line: Line::of(found),
-                },
+                None => LockOutcome::held_by_nobody(Line::of(found)),
             })
         }
         None if queue.is_some() && obs.exists && !obs.queue.is_empty() => {
@@ -468,23 +469,9 @@ fn met(found: &Item, me: &TxId, existence: Existence, guard: Guard) -> Option<Lo
             if q.first.is_some() {
                 return Some(LockOutcome::Queued { queue: q });
             }
-            Some(LockOutcome::Held {
-                owner: TxId(String::new()),
-                ahead: 0,
-                own_entry: None,
-                lock_ticket: None,
-                head: None,
-                line: Line::default(),
-            })
+            Some(LockOutcome::held_by_nobody(Line::default()))
         }
-        None => Some(LockOutcome::Held {
-            owner: TxId(String::new()),
-            ahead: 0,
-            own_entry: None,
-            lock_ticket: None,
-            head: None,
-            line: Line::of(found),
-        }),
+        None => Some(LockOutcome::held_by_nobody(Line::of(found))),
     }
 }
 
