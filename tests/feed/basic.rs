@@ -136,6 +136,18 @@ async fn a_feed_stopping_when_idle_first_delivers_a_transaction_waiting_for_its_
     assert_eq!(items[0].after.as_ref().map(|a| a["v"].clone()), Some(n(1)));
 }
 
+/// `tx`'s locked read of item `id` of the table; the item, if any.
+async fn read(env: &TestEnv, tx: &dynamodb_transactions::Transaction, id: &str) -> Option<Item> {
+    tx.get_item()
+        .table_name(&env.table)
+        .key("Id", s(id))
+        .send()
+        .await
+        .unwrap()
+        .item()
+        .cloned()
+}
+
 /// The first `n` changes of `feed`, each within 60 s (the tests that use it set a grace of an
 /// hour: only a change that does not wait for it comes in time).
 async fn first_changes(feed: &mut ChangeFeed, n: usize) -> Vec<Change> {
@@ -162,14 +174,7 @@ async fn a_read_modify_write_without_record_goes_without_waiting_for_the_grace()
     outside_put(&env, "a", 1).await;
     outside_put(&env, "b", 5).await;
     let tx = env.manager.begin();
-    let got = tx
-        .get_item()
-        .table_name(&env.table)
-        .key("Id", s("a"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(got.item().unwrap()["v"], n(1));
+    assert_eq!(read(&env, &tx, "a").await.unwrap()["v"], n(1));
     tx.update_item()
         .table_name(&env.table)
         .key("Id", s("a"))
@@ -182,25 +187,13 @@ async fn a_read_modify_write_without_record_goes_without_waiting_for_the_grace()
     tx.commit().await.unwrap();
     assert_eq!(env.tx_state(&id).await, None, "committed without a record");
     let read_alone = env.manager.begin();
-    read_alone
-        .get_item()
-        .table_name(&env.table)
-        .key("Id", s("b"))
-        .send()
-        .await
-        .unwrap();
+    read(&env, &read_alone, "b").await;
     read_alone.commit().await.unwrap();
     outside_put(&env, "b", 6).await;
     // A read of c rolled back by its coordinator: its release is marked too.
     outside_put(&env, "c", 7).await;
     let rolled_back = env.manager.begin();
-    rolled_back
-        .get_item()
-        .table_name(&env.table)
-        .key("Id", s("c"))
-        .send()
-        .await
-        .unwrap();
+    read(&env, &rolled_back, "c").await;
     rolled_back.rollback().await.unwrap();
     outside_put(&env, "c", 8).await;
 
@@ -247,12 +240,7 @@ async fn a_lock_without_record_released_by_a_contender_holds_nothing_back() {
     enable_stream(&env.client, &env.table).await;
     outside_put(&env, "d", 1).await;
     let gone = env.manager.begin();
-    gone.get_item()
-        .table_name(&env.table)
-        .key("Id", s("d"))
-        .send()
-        .await
-        .unwrap();
+    read(&env, &gone, "d").await;
     let gone_id = gone.id().clone();
     gone.abandon();
     // A contender writes d: it gives the holder its grace, tombstones it and releases its lock.
