@@ -588,7 +588,7 @@ impl TransactionManager {
         // claimed first; whole with a zero period, and in a dry run (which writes nothing, so
         // claims nothing).
         let mut slices = SlicesRead::WHOLE;
-        let period = u64::try_from(opts.unrecorded_period.as_millis()).unwrap_or(u64::MAX);
+        let period = millis(opts.unrecorded_period);
         if period > 0 && !opts.dry_run && tables.iter().any(|(_, unrecorded_only)| *unrecorded_only)
         {
             let due = record::unrecorded_tables::due(
