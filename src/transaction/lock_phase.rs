@@ -247,33 +247,15 @@ impl Transaction {
                 (false, Some(&t)) => item_lock::LockTicket::Recorded(t),
                 (false, None) => item_lock::LockTicket::None,
             };
-            // With `line_looks_read`, a waiter with at least one other waiter between it and the
-            // mark (its place in the line, as its last look found it) cannot be the next to take
-            // the item: it looks by reading, and attempts the lock only when the read shows the
-            // item free for it, so its looks cost no write units on the hot item. The next in
-            // line, whom the next lock marks, and a waiter holding other locks (which judges the
-            // holder at every look) attempt the lock.
-            let far_back = settings.line_looks_read
-                && settings.head_marks()
-                && own_look.is_none()
-                && !holds_others
-                && matches!(guard, item_lock::Guard::Head(..))
-                && self.known_ticket().is_some_and(|mine| {
-                    line.own(Some(mine)).is_some()
-                        && line.ahead_of(mine, crate::ddb::now_millis()) > 0
-                });
             let sent = tokio::time::Instant::now();
-            let read = if far_back {
+            let read = if self.looks_by_reading(&line, guard, holds_others) {
                 item_lock::look_by_reading(c, table, key, &self.id, guard).await
             } else {
                 Ok(None)
             };
-            let answered = match read {
-                Ok(Some(met)) => Ok(met),
-                Ok(None) => {
-                    item_lock::lock(c, table, key, &schema, &self.id, at, guard, ticket).await
-                }
-                Err(e) => Err(e),
+            let answered = match read.transpose() {
+                Some(met) => met,
+                None => item_lock::lock(c, table, key, &schema, &self.id, at, guard, ticket).await,
             };
             // How long a look takes: the line's waiters pace by it.
             let look_rtt = sent.elapsed();

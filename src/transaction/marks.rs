@@ -84,6 +84,29 @@ impl LinePace {
 }
 
 impl Transaction {
+    /// Whether this waiter's next look, with `guard`, reads the item instead of attempting its
+    /// lock (`Settings::line_looks_read`): with at least one other waiter between it and the
+    /// mark (its place in the `line` its last look found), it cannot be the next to take the
+    /// item, so it reads, and attempts the lock only when the read shows the item free for it;
+    /// its looks then cost no write units on the hot item. The next in line, whom the next lock
+    /// marks, the marked waiter (its guard is its own mark), and a waiter holding other locks
+    /// (`holds_others`: it judges the holder at every look) attempt the lock.
+    pub(super) fn looks_by_reading(
+        &self,
+        line: &Line,
+        guard: crate::item_lock::Guard,
+        holds_others: bool,
+    ) -> bool {
+        let settings = &self.inner.settings;
+        settings.line_looks_read
+            && settings.head_marks()
+            && !holds_others
+            && matches!(guard, crate::item_lock::Guard::Head(..))
+            && self.known_ticket().is_some_and(|mine| {
+                line.own(Some(mine)).is_some() && line.ahead_of(mine, crate::ddb::now_millis()) > 0
+            })
+    }
+
     /// Whether the mark `found` is this transaction's (with the ticket it contends with).
     pub(super) fn is_marked_head(&self, found: Option<HeadMark>) -> bool {
         found.is_some_and(|h| Some(h.ticket) == self.known_ticket())
