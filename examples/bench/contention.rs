@@ -92,9 +92,8 @@ pub struct ContentionFigures {
     pub bound_per_s: Option<f64>,
     /// Reads (`GetItem`, `BatchGetItem`, `Query`) per second of waiting, over the workers.
     pub reads_per_waiter_s: f64,
-    /// Writes refused (a false condition, a cancelled `TransactWriteItems`) per second of
-    /// waiting, over the workers: the looks that are lock attempts, and native optimistic's
-    /// failed commits, which are polls too.
+    /// Writes refused per second of waiting, over the workers (see [`crate::recorder::polls`]):
+    /// polls too.
     pub refused_writes_per_waiter_s: f64,
 }
 
@@ -579,20 +578,7 @@ pub async fn measure(
         .unwrap_or_else(Instant::now);
     let steady = done.iter().filter(|d| d.at <= drained).count();
     let waited: f64 = done.iter().map(|d| d.wait.as_secs_f64()).sum();
-    let reads = recs
-        .iter()
-        .filter(|r| matches!(r.op.as_str(), "GetItem" | "BatchGetItem" | "Query"))
-        .count();
-    let refused_writes = recs
-        .iter()
-        .filter(|r| {
-            !r.ok
-                && matches!(
-                    r.op.as_str(),
-                    "UpdateItem" | "PutItem" | "DeleteItem" | "TransactWriteItems"
-                )
-        })
-        .count();
+    let (reads, refused_writes) = crate::recorder::polls(&recs);
     if args.ops_per_tx {
         let mut by: std::collections::BTreeMap<(String, bool), usize> = Default::default();
         for r in &recs {

@@ -184,6 +184,27 @@ pub fn write_units(r: &Rec) -> u32 {
     }
 }
 
+/// The polls among `recs`: reads (`GetItem`, `BatchGetItem`, `Query`), and writes refused (a
+/// false condition, a cancelled `TransactWriteItems`: the looks that are lock attempts, and
+/// native optimistic's failed commits).
+pub fn polls(recs: &[Rec]) -> (usize, usize) {
+    let reads = recs
+        .iter()
+        .filter(|r| matches!(r.op.as_str(), "GetItem" | "BatchGetItem" | "Query"))
+        .count();
+    let refused = recs
+        .iter()
+        .filter(|r| {
+            !r.ok
+                && matches!(
+                    r.op.as_str(),
+                    "UpdateItem" | "PutItem" | "DeleteItem" | "TransactWriteItems"
+                )
+        })
+        .count();
+    (reads, refused)
+}
+
 /// The longest chain of requests in which each was sent after the previous one was answered.
 pub fn critical_path(recs: &[Rec]) -> usize {
     let mut iv: Vec<(Instant, Instant)> = recs.iter().map(|r| (r.start, r.end)).collect();
