@@ -344,6 +344,33 @@ pub struct Settings {
     /// # }
     /// ```
     pub line_looks_read: bool,
+    /// With [`mark_oldest_waiter`](Self::mark_oldest_waiter) and
+    /// [`record_on_demand`](Self::record_on_demand): a transaction that commits with one write on
+    /// the one item it read without a record hands the item over in that write to the item's
+    /// oldest live waiter, when that waiter is one that would lock it without a record too: the
+    /// write applies the update and writes the waiter's lock, so the item is never free between
+    /// the two, nobody else can take it first, and the waiter learns at its next look that it
+    /// holds it. Such a waiter names itself (its transaction id) in its mark or its entry in the
+    /// line behind the mark.
+    ///
+    /// The write is conditional on the waiter's place being there and live; when it is not
+    /// (the waiter left, or its mark expired), the commit is sent again as a plain unlock: one
+    /// more round trip. A waiter that stops waiting without the lock looks once more and
+    /// releases a lock handed to it. One that crashes (or whose future is dropped) after
+    /// naming itself may be handed the item: that lock is one without record like any other,
+    /// which whoever meets it releases after [`wound_grace`](Self::wound_grace), and the
+    /// sweeper releases if nobody does (docs/PROTOCOL.md "Handing the item over").
+    ///
+    /// Off by default (docs/PERFORMANCE.md "Handing the item over").
+    ///
+    /// ```no_run
+    /// # async fn f(client: aws_sdk_dynamodb::Client) {
+    /// let manager = dynamodb_transactions::TransactionManager::builder(client)
+    ///     .configure(|s| s.hand_over = true)
+    ///     .build();
+    /// # }
+    /// ```
+    pub hand_over: bool,
 }
 
 impl Settings {
@@ -355,6 +382,12 @@ impl Settings {
     /// ordered contention.
     pub(crate) fn queues(&self) -> bool {
         self.wait_in_ticket_order && matches!(self.contention, ContentionPolicy::Ordered { .. })
+    }
+
+    /// Whether a waiter that would lock an item without a record names itself in its places at
+    /// the item, for its holder to hand the item over ([`Settings::hand_over`]).
+    pub(crate) fn hands_over(&self) -> bool {
+        self.hand_over && self.record_on_demand && self.head_marks()
     }
 
     /// Whether waiters mark the items they wait for: [`Settings::mark_oldest_waiter`] under
@@ -400,6 +433,7 @@ impl Default for Settings {
             record_on_demand: true,
             mark_oldest_waiter: true,
             line_looks_read: false,
+            hand_over: false,
         }
     }
 }

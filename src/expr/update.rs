@@ -81,6 +81,16 @@ impl UpdateExpr {
         }
     }
 
+    /// Takes the action `action` (its exact text) out of `clause`; true when it was there.
+    pub(crate) fn drop_action(&mut self, clause: Clause, action: &str) -> bool {
+        let Some((_, actions)) = self.clauses.iter_mut().find(|(k, _)| *k == clause) else {
+            return false;
+        };
+        let before = actions.len();
+        actions.retain(|a| a.trim() != action);
+        actions.len() < before
+    }
+
     /// Renders the expression.
     pub(crate) fn render(&self) -> String {
         self.clauses

@@ -365,6 +365,13 @@ async fn lock_write(
                 (Some(raw), false) => super::queue::raw_attrs(raw),
                 _ => Item::new(),
             };
+            // The waiters the item carries now, as far as this lock knows: the ones it left.
+            let waiters = match (&old, absent) {
+                (Some(raw), false) if guard.marks() => {
+                    super::handover::Waiters::after_step(raw, guard.line_step())
+                }
+                _ => Default::default(),
+            };
             let old = if absent { None } else { old.map(strip) };
             Ok(Some(LockOutcome::Locked(LockInfo {
                 transient: absent,
@@ -378,6 +385,7 @@ async fn lock_write(
                 queue: carried,
                 ticket: ticket.unrecorded(),
                 recorded_ticket: ticket.recorded(),
+                waiters,
             })))
         }
         Ok(Written::ConditionFailed(None)) => Ok(None),
@@ -420,6 +428,70 @@ pub(crate) async fn look_by_reading(
         return Ok(None);
     }
     Ok(met(&found, me, Existence::Present, guard))
+}
+
+/// The look of a waiter that a holder may hand the item (`Settings::hand_over`): the marked
+/// waiter (`guard` its own mark, [`Guard::OwnMark`]) or the next in line behind it
+/// ([`Guard::Head`]). Strongly consistent reads, up to `width` in
+/// flight, one sent every `spacing`, until one shows the item locked by `me` (handed over:
+/// `Ok(Locked)`), free (`Err(line)`, the line behind the mark as that read found it: the
+/// caller attempts the lock at once, as its look would have), or no longer carrying its mark
+/// (what an attempt would have met). Reads write nothing, and the ones in flight together find
+/// the handover a fraction of a round trip after it lands, where one look at a time finds it
+/// half a round trip after on average. The next in line watches while the item is held by
+/// another (marked meanwhile, it is the one handed the item next), and only while a lock
+/// without record holds it (a holder with a record never hands it over). Past `until`, the last read answered tells what an
+/// attempt would have met (held by another, under its mark), so that the caller renews its
+/// mark. Cancel safety: dropping it drops reads, which change nothing.
+pub(crate) async fn watch_for_handover(
+    client: &Client,
+    key: (&str, &Item),
+    me: &TxId,
+    guard: Guard,
+    (width, spacing): (usize, std::time::Duration),
+    until: tokio::time::Instant,
+) -> Result<std::result::Result<LockOutcome, Line>> {
+    use futures::StreamExt;
+    let (table, key) = key;
+    let free = |found: Option<&Item>| Ok(Err(found.map(Line::of).unwrap_or_default()));
+    // The marked waiter watches while the item carries its mark; the next in line, while it is
+    // held by another (it may be marked, and handed the item, at any moment).
+    let own = match guard {
+        Guard::OwnMark(own, _) => Some(own),
+        Guard::Head(Some(_), _) => None,
+        _ => return free(None),
+    };
+    let mut reads = futures::stream::FuturesUnordered::new();
+    let mut next = tokio::time::Instant::now();
+    loop {
+        let now = tokio::time::Instant::now();
+        if reads.len() < width.max(1) && now >= next && (now < until || reads.is_empty()) {
+            reads.push(crate::ddb::get_consistent(client, table, key));
+            next = now + spacing;
+        }
+        let send_more = reads.len() < width.max(1) && now < until;
+        let found = tokio::select! {
+            Some(found) = reads.next() => found?,
+            _ = tokio::time::sleep_until(next), if send_more => continue,
+        };
+        let Some(found) = found else {
+            return free(None);
+        };
+        let obs = Observed::of(Some(&found));
+        if obs.owner.is_none() {
+            return free(Some(&found));
+        }
+        let still_marked = own.is_none_or(|own| HeadMark::of(&found) == Some(own));
+        let over = tokio::time::Instant::now() >= until && reads.is_empty();
+        // Held by a lock with a record (no `_TxK`), which never hands the item over.
+        let recorded = obs.ticket.is_none();
+        if obs.locked_by(me) || !still_marked || recorded || over {
+            return match met(&found, me, Existence::Present, guard) {
+                Some(out) => Ok(Ok(out)),
+                None => free(Some(&found)),
+            };
+        }
+    }
 }
 
 /// What a lock attempt that assumed `existence`, with `guard`, met when it did not lock: the item

@@ -5,7 +5,9 @@
 //! the release. See docs/PROTOCOL.md "The oldest waiter's mark".
 //!
 //! On an item, not a lock attribute (an unlock leaves it; only a lock and a mark write it):
-//! - `_TxH` (M): `{t: ticket, e: expiry}` (N, N; epoch ms).
+//! - `_TxH` (M): `{t: ticket, e: expiry}` (N, N; epoch ms), and `i` (S), the waiter's
+//!   transaction id, when a holder may hand the item over to it (`Settings::hand_over`, see
+//!   [`handover`](super::handover)).
 //!
 //! The mark decides nothing about who holds the item: a lock is still one conditional write, and
 //! whoever holds it is judged as before. It only refuses lock attempts, so it can make a
@@ -20,6 +22,10 @@ use crate::error::{Item, Result};
 use crate::keys::KeySchema;
 
 pub(crate) const HEAD: &str = "_TxH";
+/// The mark's (and a line entry's) expiry.
+pub(crate) const EXPIRY: &str = "e";
+/// The mark's (and a line entry's) waiter id, when a holder may hand the item over to it.
+pub(crate) const ID: &str = "i";
 /// A mark as an item carries it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct HeadMark {
@@ -42,13 +48,29 @@ impl HeadMark {
 
     /// The mark as an item carries it (`{t, e}`).
     pub(crate) fn value(&self) -> AttributeValue {
-        AttributeValue::M(
-            [
-                ("t".to_string(), AttributeValue::N(self.ticket.to_string())),
-                ("e".to_string(), AttributeValue::N(self.expiry.to_string())),
-            ]
-            .into(),
-        )
+        self.value_naming(None)
+    }
+
+    /// The mark as an item carries it, naming its waiter `id` when given (`{t, e, i}`).
+    pub(crate) fn value_naming(&self, id: Option<&crate::TxId>) -> AttributeValue {
+        let mut m: std::collections::HashMap<_, _> = [
+            ("t".to_string(), AttributeValue::N(self.ticket.to_string())),
+            (
+                EXPIRY.to_string(),
+                AttributeValue::N(self.expiry.to_string()),
+            ),
+        ]
+        .into();
+        if let Some(id) = id {
+            m.insert(ID.to_string(), AttributeValue::S(id.0.clone()));
+        }
+        AttributeValue::M(m)
+    }
+
+    /// The waiter id the mark `raw` carries (`i`), if any.
+    pub(crate) fn id_of(raw: &Item) -> Option<String> {
+        let m = raw.get(HEAD)?.as_m().ok()?;
+        m.get(ID)?.as_s().ok().cloned()
     }
 
     /// Whether the mark still counts at `now`.
@@ -74,10 +96,10 @@ impl HeadMark {
 }
 
 /// The names of the mark's parts in an expression: the mark and its ticket and expiry.
-fn names(ph: &mut Placeholders) -> (String, String, String) {
+pub(crate) fn names(ph: &mut Placeholders) -> (String, String, String) {
     let h = ph.name(HEAD);
     ph.names.insert("#_TxHt".into(), "t".into());
-    ph.names.insert("#_TxHe".into(), "e".into());
+    ph.names.insert("#_TxHe".into(), EXPIRY.into());
     (h.clone(), format!("{h}.#_TxHt"), format!("{h}.#_TxHe"))
 }
 
@@ -110,7 +132,9 @@ pub(crate) fn own_mark_condition(ph: &mut Placeholders, own: HeadMark) -> String
 /// Writes `mark` for the waiter `me` on `table`/`key`: conditional on the item existing, on no
 /// live mark older than the mark's ticket at `now` (its own is renewed), and on `me` not holding
 /// it (a mark landing after its waiter took the item, say a resend, would outlive the waiter's
-/// hold). True when it landed.
+/// hold). `takes_handover`: the mark names `me`, whom the holder may hand the item over to
+/// (`Settings::hand_over`). True when it landed.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn mark(
     client: &Client,
     table: &str,
@@ -119,7 +143,9 @@ pub(crate) async fn mark(
     me: &crate::TxId,
     mark: HeadMark,
     now: u64,
+    takes_handover: bool,
 ) -> Result<bool> {
+    let value = mark.value_naming(takes_handover.then_some(me));
     let mut ph = Placeholders::default();
     let hk = ph.name_for_user(&schema.hash.0);
     let owner = ph.name(super::OWNER);
@@ -129,7 +155,6 @@ pub(crate) async fn mark(
         lock_condition(&mut ph, Some(mark.ticket), now)
     );
     let h = ph.name(HEAD);
-    let value = mark.value();
     let update = format!("SET {h} = {}", ph.value("Head", value));
     let w = Write::update(table, key.clone(), update, cond, ph);
     Ok(matches!(w.send(client, None).await?, Written::Ok(_)))

@@ -15,11 +15,14 @@ use crate::keys::KeySchema;
 pub(crate) const LINE: &str = "_TxHL";
 
 /// The line behind the mark as an item carries it: ticket → expiry (epoch ms, the waiter's
-/// clock), and whether the item carries the map at all (a write into it needs it there).
+/// clock), and whether the item carries the map at all (a write into it needs it there). An
+/// entry is its expiry (`N`), or `{e: expiry, i: id}` (`M`) when its waiter takes the item handed
+/// over (`Settings::hand_over`): `ids` holds those waiters' transaction ids.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Line {
     pub entries: std::collections::BTreeMap<u64, u64>,
     pub exists: bool,
+    pub ids: std::collections::BTreeMap<u64, String>,
 }
 
 impl Line {
@@ -28,14 +31,38 @@ impl Line {
         let Some(m) = raw.get(LINE).and_then(|v| v.as_m().ok()) else {
             return Line::default();
         };
-        let entries = m
-            .iter()
-            .filter_map(|(k, v)| Some((k.parse().ok()?, v.as_n().ok()?.parse().ok()?)))
-            .collect();
-        Line {
-            entries,
+        let mut line = Line {
             exists: true,
+            ..Line::default()
+        };
+        for (k, v) in m {
+            let Ok(ticket) = k.parse() else { continue };
+            let (expiry, id) = match v {
+                AttributeValue::N(n) => (n.parse().ok(), None),
+                AttributeValue::M(e) => (
+                    e.get(super::head::EXPIRY)
+                        .and_then(|e| e.as_n().ok()?.parse().ok()),
+                    e.get(super::head::ID).and_then(|i| i.as_s().ok()).cloned(),
+                ),
+                _ => (None, None),
+            };
+            let Some(expiry) = expiry else { continue };
+            line.entries.insert(ticket, expiry);
+            if let Some(id) = id {
+                line.ids.insert(ticket, id);
+            }
         }
+        line
+    }
+
+    /// The line without the entries of `tickets` (as a write that takes them out leaves it).
+    pub(crate) fn without(&self, tickets: &[u64]) -> Line {
+        let mut line = self.clone();
+        for t in tickets {
+            line.entries.remove(t);
+            line.ids.remove(t);
+        }
+        line
     }
 
     /// The oldest live entry other than `mine`'s, as the mark it becomes when promoted.
@@ -81,6 +108,9 @@ pub(crate) struct LineStep {
     /// lock is conditional on the line's size agreeing, so that the line never stays as an
     /// empty map (litter on the item, and a value of no type in DynamoDB Local's stream).
     pub rest: bool,
+    /// The promoted entry names its waiter (`{t, e, i}`, `Settings::hand_over`): the mark is a
+    /// copy of it, so that it names the waiter too.
+    pub copy: bool,
 }
 
 impl LineStep {
@@ -98,6 +128,7 @@ impl LineStep {
             promote,
             own,
             rest: promote.is_some() && rest,
+            copy: promote.is_some_and(|p| line.ids.contains_key(&p.ticket)),
         }
     }
 
@@ -123,7 +154,11 @@ impl LineStep {
         };
         let k = format!("#_TxHLp{}", p.ticket);
         ph.names.insert(k.clone(), p.ticket.to_string());
-        let set = format!("{h} = {}", ph.value("Promoted", p.value()));
+        let set = if self.copy {
+            format!("{h} = {l}.{k}")
+        } else {
+            format!("{h} = {}", ph.value("Promoted", p.value()))
+        };
         let mut removes = vec![format!("{l}.{k}")];
         let cond = format!("attribute_exists({l}.{k})");
         // Entries that stay once the promoted and own ones are out: `size(line)` less one, less
@@ -156,7 +191,8 @@ impl LineStep {
 
 /// Puts `me`'s entry (ticket `mine`, expiring at `expiry`) in the line behind the mark of
 /// `table`/`key`: into the line if the item carries one (`exists`), else as a new line. Conditional
-/// on the item existing and `me` not holding it. True when it landed.
+/// on the item existing and `me` not holding it. `takes_handover`: the entry names `me`, whom
+/// a holder may hand the item over to (`Settings::hand_over`). True when it landed.
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn join_line(
     client: &Client,
@@ -167,13 +203,14 @@ pub(crate) async fn join_line(
     mine: u64,
     expiry: u64,
     exists: bool,
+    takes_handover: bool,
 ) -> Result<bool> {
     let mut ph = Placeholders::default();
     let hk = ph.name_for_user(&schema.hash.0);
     let owner = ph.name(super::OWNER);
+    let e = entry_value(mine, expiry, takes_handover.then_some(me));
     let me = ph.value("Me", AttributeValue::S(me.0.clone()));
     let l = ph.name(LINE);
-    let e = AttributeValue::N(expiry.to_string());
     let (update, there) = if exists {
         ph.names.insert("#_TxHLm".into(), mine.to_string());
         (
@@ -192,6 +229,16 @@ pub(crate) async fn join_line(
     );
     let w = Write::update(table, key.clone(), update, cond, ph);
     Ok(matches!(w.send(client, None).await?, Written::Ok(_)))
+}
+
+/// An entry of `ticket` in the line as an item carries it: its expiry, or, when it names its
+/// waiter (`id`), whom a holder may hand the item over to, the mark it becomes when promoted
+/// (`{t, e, i}`), which the promotion copies.
+pub(crate) fn entry_value(ticket: u64, expiry: u64, id: Option<&crate::TxId>) -> AttributeValue {
+    match id {
+        None => AttributeValue::N(expiry.to_string()),
+        Some(id) => HeadMark { ticket, expiry }.value_naming(Some(id)),
+    }
 }
 
 /// Takes ticket `mine`'s entry out of the line of `table`/`key`, if the line holds it. True when
@@ -279,6 +326,7 @@ mod tests {
         Line {
             entries: entries.iter().copied().collect(),
             exists: true,
+            ids: Default::default(),
         }
     }
 
@@ -359,6 +407,7 @@ mod tests {
             promote: Some(mark(9)),
             own: Some(5),
             rest: true,
+            copy: false,
         });
         assert_eq!(set.as_deref(), Some("#_TxH = :_TxPromoted"));
         assert_eq!(
@@ -377,6 +426,7 @@ mod tests {
             promote: Some(mark(9)),
             own: Some(5),
             rest: false,
+            copy: false,
         });
         assert_eq!(removes, vec!["#_TxHL".to_string()]);
         assert_eq!(
@@ -390,6 +440,7 @@ mod tests {
             promote: Some(mark(9)),
             own: None,
             rest: true,
+            copy: false,
         });
         assert_eq!(removes, vec!["#_TxHL.#_TxHLp9".to_string()]);
         assert_eq!(
@@ -400,11 +451,20 @@ mod tests {
             promote: Some(mark(9)),
             own: None,
             rest: false,
+            copy: false,
         });
         assert_eq!(removes, vec!["#_TxHL".to_string()]);
         assert_eq!(
             cond.as_deref(),
             Some("attribute_exists(#_TxHL.#_TxHLp9) AND size(#_TxHL) = :_TxOne")
         );
+        // An entry that names its waiter is copied whole into the mark.
+        let (set, _, _) = parts(LineStep {
+            promote: Some(mark(9)),
+            own: None,
+            rest: false,
+            copy: true,
+        });
+        assert_eq!(set.as_deref(), Some("#_TxH = #_TxHL.#_TxHLp9"));
     }
 }

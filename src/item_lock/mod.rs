@@ -41,6 +41,7 @@
 
 mod acquire;
 mod apply;
+pub(crate) mod handover;
 pub(crate) mod head;
 mod image;
 pub(crate) mod line;
@@ -57,7 +58,8 @@ use crate::error::Item;
 use crate::keys::KeySchema;
 
 pub(crate) use acquire::{
-    Existence, Guard, HolderTicket, LockOutcome, LockTicket, lock, lock_item_write, look_by_reading,
+    Existence, Guard, HolderTicket, LockOutcome, LockTicket, lock, lock_item_write,
+    look_by_reading, watch_for_handover,
 };
 pub(crate) use apply::{
     ImagePlace, Stage, mark_made, request_writes, roll_forward_write, unlocked_write,
@@ -135,6 +137,8 @@ pub(crate) struct Observed {
     pub recorded_ticket: Option<u64>,
     /// The queue attributes the item carries (`_TxQ*`, see [`queue`]), raw.
     pub queue: Item,
+    /// The oldest waiter's mark and the line behind it, as the item carries them (see [`head`]).
+    pub waiters: handover::Waiters,
 }
 
 /// The number attribute `attr` of `raw`, if it has one that parses as `T`.
@@ -164,6 +168,7 @@ impl Observed {
             ticket: number(raw, TICKET),
             recorded_ticket: number(raw, RECORDED_TICKET),
             queue: queue::raw_attrs(raw),
+            waiters: handover::Waiters::of(raw),
         }
     }
 
@@ -231,6 +236,9 @@ pub(crate) struct LockInfo {
     /// `_TxKR` (see [`Observed::recorded_ticket`]): the write that unlocks removes it with the
     /// other lock attributes.
     pub recorded_ticket: Option<u64>,
+    /// The item's waiters, as this coordinator last saw them while holding it: whom its commit
+    /// may hand the item over to (`Settings::hand_over`, see [`handover`]).
+    pub waiters: handover::Waiters,
 }
 
 /// Test seam, set only through `fault::zero_ended_lock_stamps`: every new stamp's random
@@ -271,6 +279,7 @@ impl LockInfo {
             queue: obs.queue.clone(),
             ticket: obs.ticket,
             recorded_ticket: obs.recorded_ticket,
+            waiters: obs.waiters.clone(),
         }
     }
 
@@ -288,6 +297,7 @@ impl LockInfo {
             queue: Item::new(),
             ticket: None,
             recorded_ticket: None,
+            waiters: Default::default(),
         }
     }
 
@@ -305,6 +315,7 @@ impl LockInfo {
             queue: Item::new(),
             ticket: None,
             recorded_ticket: None,
+            waiters: Default::default(),
         }
     }
 }
@@ -355,6 +366,7 @@ impl LockInfo {
             ticket: self.ticket,
             recorded_ticket: self.recorded_ticket,
             queue: self.queue.clone(),
+            waiters: self.waiters.clone(),
         }
     }
 }
@@ -386,6 +398,7 @@ mod tests {
             queue: Item::new(),
             ticket: None,
             recorded_ticket: None,
+            waiters: Default::default(),
         }
     }
 

@@ -12,6 +12,7 @@ use crate::TxId;
 use crate::contention::{HOLDER_RECHECK, LOCK_JUDGEMENT_PAUSE, Standing};
 use crate::error::{Error, Item, Result};
 use crate::expr;
+use crate::item_lock::line::LineStep;
 use crate::item_lock::{self, Existence, LockInfo, LockOutcome};
 use crate::keys::ItemRef;
 use crate::record::{self, TxState};
@@ -24,6 +25,12 @@ use super::{State, Transaction};
 /// locks reads its own record to learn whether it was rolled back (one holding none reads it every
 /// [`HOLDER_RECHECK`]).
 const OWN_RECORD_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
+/// Reads a marked waiter that a holder may hand the item over to keeps in flight while it
+/// watches for the handover, spread over a look's time (`Settings::hand_over`).
+const HANDOVER_WATCHERS: usize = 3;
+/// The least time between two reads of such a waiter (where a look takes a millisecond, as on
+/// DynamoDB Local, a third of it would flood the server with reads).
+const WATCH_SPACING_MIN: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// Whether a lock wait (until `deadline`) outlasts `e`: a write DynamoDB refused, past its own
 /// resends, because its item is part of a `TransactWriteItems` in flight (a holder's commit, most
@@ -141,7 +148,10 @@ impl Transaction {
         without_record: bool,
         order: Placement,
     ) -> Result<LockInfo> {
-        let mut placed = super::marks::Placed::default();
+        let mut placed = super::marks::Placed {
+            takes_handover: without_record && self.inner.settings.hands_over(),
+            ..Default::default()
+        };
         // Boxed: the wait's future is large, and callers nest lock waits deep (a wound completes
         // another transaction from inside a wait); on a debug build's test thread the stack
         // overflowed.
@@ -150,6 +160,9 @@ impl Transaction {
                 .await;
         if locked.is_err() {
             self.leave(table, key, placed).await;
+            if placed.takes_handover && (placed.marked || placed.joined) {
+                self.release_handed(table, key).await;
+            }
         }
         locked
     }
@@ -215,6 +228,11 @@ impl Transaction {
         let mut line_pace = super::marks::LinePace::default();
         // Whether this waiter put its entry in the line (or may have).
         let mut joined_line = false;
+        // How long the last look took.
+        let mut last_look: Option<std::time::Duration> = None;
+        // The last look found the item held by a lock without record: a holder that may hand
+        // it over (one with a record never does).
+        let mut holder_hands_over = false;
         loop {
             // The oldest waiter's mark the look found on the item.
             let mut found_head = None;
@@ -227,13 +245,13 @@ impl Transaction {
             // The marked waiter's look is conditional on its very mark: one that lands late (after
             // an ambiguous failure), when the waiter has taken the item since, takes nothing.
             let own_look = own_mark.take();
-            let step = item_lock::line::LineStep::from_view(
+            let mut step = item_lock::line::LineStep::from_view(
                 &line,
                 self.known_ticket(),
                 joined_line,
                 crate::ddb::now_millis(),
             );
-            let (guard, at) = match (own_look, self.lock_guard()) {
+            let (mut guard, at) = match (own_look, self.lock_guard()) {
                 (Some(own), _) => (item_lock::Guard::OwnMark(own, step), Existence::Present),
                 (None, item_lock::Guard::Head(t, _)) => (item_lock::Guard::Head(t, step), first),
                 (None, g) => (g, first),
@@ -248,7 +266,41 @@ impl Transaction {
                 (false, None) => item_lock::LockTicket::None,
             };
             let sent = tokio::time::Instant::now();
-            let read = if self.looks_by_reading(&line, guard, holds_others) {
+            let watches = placed.takes_handover
+                && holder_hands_over
+                && match guard {
+                    item_lock::Guard::OwnMark(..) => true,
+                    // The next in line: no live entry before its own.
+                    item_lock::Guard::Head(Some(mine), _) => {
+                        line.own(Some(mine)).is_some()
+                            && line.ahead_of(mine, crate::ddb::now_millis()) == 0
+                    }
+                    _ => false,
+                };
+            let read = if watches {
+                // A waiter a holder may hand the item (the marked one, or the next in line): it
+                // watches for the handover.
+                let until = (tokio::time::Instant::now() + settings.queue_ttl / 3).min(deadline);
+                let spacing = (last_look.unwrap_or(settings.backoff_base)
+                    / HANDOVER_WATCHERS as u32)
+                    .max(WATCH_SPACING_MIN);
+                let pace = (HANDOVER_WATCHERS, spacing);
+                let watched =
+                    item_lock::watch_for_handover(c, (table, key), &self.id, guard, pace, until)
+                        .await;
+                // Found free: the lock steps from the line as the last read found it.
+                if let Ok(Err(seen)) = &watched {
+                    line = seen.clone();
+                    let now = crate::ddb::now_millis();
+                    step = LineStep::from_view(&line, self.known_ticket(), joined_line, now);
+                    guard = match guard {
+                        item_lock::Guard::OwnMark(own, _) => item_lock::Guard::OwnMark(own, step),
+                        item_lock::Guard::Head(t, _) => item_lock::Guard::Head(t, step),
+                        g => g,
+                    };
+                }
+                watched.map(Result::ok)
+            } else if self.looks_by_reading(&line, guard, holds_others) {
                 item_lock::look_by_reading(c, table, key, &self.id, guard).await
             } else {
                 Ok(None)
@@ -259,6 +311,9 @@ impl Transaction {
             };
             // How long a look takes: the line's waiters pace by it.
             let look_rtt = sent.elapsed();
+            if !watches {
+                last_look = Some(look_rtt);
+            }
             let out = match answered {
                 Ok(o) => o,
                 Err(
@@ -282,12 +337,26 @@ impl Transaction {
             if !matches!(out, LockOutcome::Locked(_)) {
                 self.met_contention.store(true, Ordering::SeqCst);
             }
+            holder_hands_over = matches!(
+                &out,
+                LockOutcome::Held { lock_ticket: Some(t), owner, .. }
+                    if !t.recorded && !owner.0.is_empty()
+            );
             let (owner, resolution) = match out {
                 LockOutcome::Locked(l) => {
                     let promoted = step.promote.map(|p| p.ticket);
                     debug!(tx = %self.id, table, ?promoted, "took the item");
                     // Its own entry, if any, goes with the unlock.
                     self.places.locked(table, key);
+                    // Handed the item (`Settings::hand_over`) by a holder that did not know our
+                    // entry in the line: it goes now, or a later holder would hand it the item.
+                    if let Some(mine) = self.known_ticket()
+                        && placed.takes_handover
+                        && l.waiters.line.entries.contains_key(&mine)
+                    {
+                        let left = item_lock::line::leave_line(c, table, key, mine).await;
+                        debug!(tx = %self.id, table, ?left, "left the line of an item handed to it");
+                    }
                     // No longer blocked: others must not think we are. Decided meanwhile (an
                     // older transaction, the sweeper or an operator rolled us back while we
                     // waited), the lock just taken is a late one: released here.

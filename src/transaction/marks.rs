@@ -14,10 +14,13 @@ use super::Transaction;
 
 /// Where a waiter (may have) put its place on the item it waits for: its mark, or its entry in
 /// the line behind the mark. A write whose answer was lost counts: it may have landed.
+/// `takes_handover`: its places name it, for the holder to hand it the item
+/// (`Settings::hand_over`).
 #[derive(Debug, Clone, Copy, Default)]
 pub(super) struct Placed {
     pub marked: bool,
     pub joined: bool,
+    pub takes_handover: bool,
 }
 
 /// How fast the line behind a mark moves, as a waiter in it sees its place fall.
@@ -120,7 +123,9 @@ impl Transaction {
     /// fails (an older one landed first, the item went, a refused request) is left to the next
     /// look. `maybe_marked` is set when the item may carry this waiter's mark even though none
     /// is returned: the write failed ambiguously (it may have landed), so a waiter that stops
-    /// waiting without another look still takes it off.
+    /// waiting without another look still takes it off. `takes_handover`: the mark names this
+    /// transaction, whom the holder may hand the item over to (`Settings::hand_over`).
+    #[allow(clippy::too_many_arguments)]
     pub(super) async fn mark_as_waiter(
         &self,
         table: &str,
@@ -129,6 +134,7 @@ impl Transaction {
         found: Option<HeadMark>,
         mine: u64,
         maybe_marked: &mut bool,
+        takes_handover: bool,
     ) -> Option<HeadMark> {
         let now = crate::ddb::now_millis();
         let ttl = self.inner.settings.queue_ttl.as_millis() as u64;
@@ -140,7 +146,18 @@ impl Transaction {
             ticket: mine,
             expiry: now + ttl,
         };
-        match head::mark(c, table, key, schema, &self.id, written, now).await {
+        match head::mark(
+            c,
+            table,
+            key,
+            schema,
+            &self.id,
+            written,
+            now,
+            takes_handover,
+        )
+        .await
+        {
             Ok(landed) => {
                 debug!(tx = %self.id, table, mine, landed, "marked the item as its oldest waiter");
                 landed.then_some(written)
@@ -176,8 +193,17 @@ impl Transaction {
         joined: &mut bool,
     ) -> Option<HeadMark> {
         let (table, key, schema) = at;
+        let handover = placed.takes_handover;
         let own = self
-            .mark_as_waiter(table, key, schema, found, mine, &mut placed.marked)
+            .mark_as_waiter(
+                table,
+                key,
+                schema,
+                found,
+                mine,
+                &mut placed.marked,
+                handover,
+            )
             .await;
         if own.is_none() && found.is_some_and(|h| h.refuses(Some(mine), crate::ddb::now_millis())) {
             *joined |= self.join_line(table, key, schema, line, mine, placed).await;
@@ -219,6 +245,7 @@ impl Transaction {
             mine,
             now + ttl,
             line.exists,
+            placed.takes_handover,
         )
         .await;
         debug!(tx = %self.id, table, mine, ?joined, "joined the line behind the mark");
@@ -240,9 +267,33 @@ impl Transaction {
             Placed {
                 marked: true,
                 joined: false,
+                takes_handover: false,
             },
         )
         .await;
+    }
+
+    /// After this waiter named itself at `table`/`key` (`Settings::hand_over`) and left without
+    /// the lock: a holder may have handed it the item before its places went. One consistent
+    /// read tells, and a lock handed to it is released (unapplied, conditional on being ours).
+    /// Best effort: a lock left behind is one without record, which whoever meets it releases
+    /// after `wound_grace`.
+    pub(super) async fn release_handed(&self, table: &str, key: &Item) {
+        let c = &self.inner.client;
+        let found = match crate::ddb::get_consistent(c, table, key).await {
+            Ok(found) => found,
+            Err(e) => {
+                debug!(tx = %self.id, table, error = %e, "could not look for a handed lock");
+                return;
+            }
+        };
+        let obs = crate::item_lock::Observed::of(found.as_ref());
+        if !obs.locked_by(&self.id) || obs.applied {
+            return;
+        }
+        let release = crate::item_lock::release_write(table, key, obs.transient, false, &self.id);
+        let released = release.send(c, None).await;
+        debug!(tx = %self.id, table, ?released, "released a lock handed to it after it left");
     }
 
     /// Takes this transaction's places at `table`/`key` off the item, as far as it put them

@@ -138,6 +138,23 @@ impl Transaction {
         Some((w, k.clone()))
     }
 
+    /// `write`, the commit's one write on `k` (see [`Self::write_without_record`]), made to hand
+    /// the item over to its oldest live waiter as this transaction last saw the item, when that
+    /// waiter takes it (`Settings::hand_over`, see [`crate::item_lock::handover`]). None otherwise:
+    /// the item is released as usual.
+    fn handover_write(&self, st: &State, k: &ItemRef, write: &Write) -> Option<Write> {
+        if !self.inner.settings.hands_over() {
+            return None;
+        }
+        let lock = st.items.get(k)?.lock.as_ref()?;
+        let now = crate::ddb::now_millis();
+        let target = lock.waiters.target(now)?;
+        if target.id == self.id.as_str() {
+            return None;
+        }
+        crate::item_lock::handover::hand_over(write, &target, now)
+    }
+
     /// Commits with `write` on the only item, `k` (see [`Self::write_without_record`]): its final
     /// write (the write applied and the lock removed, or only the lock removed after a read
     /// alone), conditional on our lock. Our lock gone means a contender released it under a tombstone: rolled back. After a
@@ -156,10 +173,15 @@ impl Transaction {
         let mut in_doubt = false;
         let mut last_err = None;
         self.wrote.store(true, Ordering::SeqCst);
+        // The item handed over to its oldest waiter in the same write, when it has one that
+        // takes it (`Settings::hand_over`).
+        let mut handover = self.handover_write(st, k, &write);
         for _ in 0..COMMIT_SENDS {
-            let failed = match write.send(c, None).await {
+            let sent = handover.as_ref().unwrap_or(&write);
+            let failed = match sent.send(c, None).await {
                 Ok(Written::Ok(_)) => {
-                    debug!(tx = %self.id, "committed without a record");
+                    let handed = handover.is_some();
+                    debug!(tx = %self.id, handed, "committed without a record");
                     st.outcome = Some(TxState::Committed);
                     st.items.get_mut(k).expect("entry").lock = None;
                     st.unrecorded_lock_sent = None;
@@ -186,6 +208,12 @@ impl Transaction {
             let e = st.items[k].clone();
             let obs = Observed::of(failed.as_ref());
             let lock = e.lock.as_ref().expect("held");
+            if obs.holds(&self.id, lock) && handover.take().is_some() {
+                // Still ours, refused for the handover (its waiter left, or its mark went) or
+                // for the request's own condition: sent again as a plain unlock, which tells.
+                debug!(tx = %self.id, "handover refused; committing with a plain unlock");
+                continue;
+            }
             if obs.holds(&self.id, lock) {
                 // Still ours: the request's own condition is false.
                 return Err(self

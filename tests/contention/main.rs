@@ -3,6 +3,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod handover;
 mod line;
 mod lock_tickets;
 mod looks;
