@@ -27,11 +27,23 @@
 //!   renews its mark and its entry at its looks). A promoted mark keeps its entry's expiry, so
 //!   an entry that expired becomes a mark that does not count.
 //!
+//! With `hand_over` (docs/PROTOCOL.md "Handing the item over"), one more request:
+//! - **hand over** (`HandOver`): the holder's commit unlocks the item and writes the lock of a
+//!   waiter, conditional on the waiter's place being there and counting: the mark, if it is the
+//!   waiter's, or its entry, behind no mark that counts and is older. It promotes an entry of
+//!   the line (any, or none) and takes the waiter's entry out or leaves it (a holder that did not
+//!   see it), wiping the line or not, as a lock does. The waiter holds the item from then on; a
+//!   live one learns it at a look (`Learn`, which takes its entry out if it is still there), one
+//!   that gives up releases it as it leaves (the read after its leave), and one that crashed
+//!   holds it until a contender releases it after its grace (`ReleaseDead`).
+//!
 //! Properties, beside those of `marked.rs` (the item goes to the oldest marked waiter, no wait
 //! for a finished transaction's mark, no deadlock): **no finished transaction in the line** (a
 //! transaction that holds or held the item has no entry there, so no lock promotes it), and
 //! `sometimes`: a waiter joins the line, a promoted waiter takes the item next, a departed
-//! waiter's entry is promoted and then expires, every transaction holds the item.
+//! waiter's entry is promoted and then expires, every transaction holds the item. With
+//! `hand_over`: **no finished transaction handed the item**, and `sometimes` a handover lands,
+//! a departed waiter is handed the item (and released after its grace).
 
 use stateright::{Model, Property};
 
@@ -83,6 +95,11 @@ pub struct LineState {
     pub promoted_took_next: bool,
     pub joined: bool,
     pub departed_promoted_expired: bool,
+    /// Every transaction whose mark ever landed (kept for the broken handover only).
+    pub ever_marked: Set,
+    pub handed_to_finished: bool,
+    pub handed_over: bool,
+    pub handed_to_departed: bool,
 }
 
 /// Deliberate bugs, to show the checker catches them.
@@ -96,6 +113,9 @@ pub enum LineBug {
     /// The promoted mark is written without an expiry: a departed waiter promoted blocks the
     /// item for good.
     PromotedMarkNeverExpires,
+    /// The handover is not conditional on the waiter's place: a holder whose view is stale
+    /// hands the item to a transaction that took it and finished since.
+    HandOverWithoutCheck,
 }
 
 #[derive(Clone, Debug)]
@@ -104,6 +124,8 @@ pub struct LineConfig {
     pub txs: usize,
     pub leaves: u8,
     pub bug: Option<LineBug>,
+    /// Holders hand the item over (`Settings::hand_over`).
+    pub hand_over: bool,
 }
 
 pub struct LineModel {
@@ -121,6 +143,11 @@ pub enum LineAction {
     Leave(Tx),
     Expire(Tx),
     ExpireEntry(Tx),
+    /// The holder's commit hands the item to a waiter, promoting this entry, taking the waiter's
+    /// entry out (`true`) or not, and wiping the line (`true`) or not.
+    HandOver(Tx, Tx, Option<Tx>, bool, bool),
+    Learn(Tx),
+    ReleaseDead(Tx),
 }
 
 impl LineModel {
@@ -151,6 +178,53 @@ impl LineModel {
             s.line
         };
         pool & !bit(t)
+    }
+
+    /// Whether a handover by the holder to `t` lands: `t`'s place is there and counts.
+    fn may_hand_to(&self, s: &LineState, t: Tx) -> bool {
+        if self.bug(LineBug::HandOverWithoutCheck) {
+            return (s.ever_joined | s.ever_marked) & bit(t) != 0;
+        }
+        let in_line = s.line & bit(t) != 0 && s.line_expired & bit(t) == 0;
+        Self::live_mark(s) == Some(t) || (in_line && Self::live_mark(s).is_none_or(|m| m >= t))
+    }
+
+    /// Takes the item for `t` (a lock, or a handover to it): the ghosts, the promotion and the
+    /// line as a lock leaves them.
+    fn take(&self, s: &mut LineState, t: Tx, promote: Option<Tx>, own_entry: bool, wipe: bool) {
+        let older_marker = (0..t).any(|w| s.marked & bit(w) != 0 && s.phases[w] == Phase::Waiting);
+        s.passed_older_marker |= older_marker;
+        s.promoted_took_next |= s.promoted == Some(t);
+        s.holder = Some(t);
+        s.marked = 0;
+        if own_entry && !self.bug(LineBug::KeepsOwnEntry) {
+            s.line &= !bit(t);
+            s.line_expired &= !bit(t);
+        }
+        s.promoted = promote;
+        s.mark = promote;
+        if let Some(p) = promote {
+            if self.bug(LineBug::PromotedMarkNeverExpires) {
+                s.forever |= bit(p);
+            }
+            // The mark carries the entry's expiry: an expired entry is a mark that does not
+            // count.
+            if s.line_expired & bit(p) != 0 && s.forever & bit(p) == 0 {
+                s.expired |= bit(p);
+            } else {
+                s.expired &= !bit(p);
+                s.marked |= bit(p);
+                if self.bug(LineBug::HandOverWithoutCheck) {
+                    s.ever_marked |= bit(p);
+                }
+            }
+            s.line &= !bit(p);
+            s.line_expired &= !bit(p);
+        }
+        if wipe {
+            s.line = 0;
+            s.line_expired = 0;
+        }
     }
 
     fn deadlocked(&self, s: &LineState) -> bool {
@@ -192,6 +266,10 @@ impl Model for LineModel {
             promoted_took_next: false,
             joined: false,
             departed_promoted_expired: false,
+            ever_marked: 0,
+            handed_to_finished: false,
+            handed_over: false,
+            handed_to_departed: false,
         }]
     }
 
@@ -210,14 +288,19 @@ impl Model for LineModel {
                             out.push(LineAction::Try(t, Some(p), false));
                         }
                     }
+                    // Handed the item: it holds it, and learns so at a look.
+                    if s.holder == Some(t) {
+                        out.push(LineAction::Learn(t));
+                    }
                     if s.phases[t] == Phase::Waiting {
-                        if s.mark != Some(t) {
+                        // A mark or a join is conditional on the waiter not holding the item.
+                        if s.mark != Some(t) && s.holder != Some(t) {
                             out.push(LineAction::Mark(t));
                         }
                         // Behind a live older mark, not in the line (or its entry expired).
                         let behind = Self::live_mark(s).is_some_and(|m| m < t);
                         let placed = s.line & bit(t) != 0 && s.line_expired & bit(t) == 0;
-                        if behind && !placed {
+                        if behind && !placed && s.holder != Some(t) {
                             out.push(LineAction::Join(t));
                         }
                         if s.leaves_left > 0 {
@@ -225,7 +308,24 @@ impl Model for LineModel {
                         }
                     }
                 }
-                Phase::Holding => out.push(LineAction::Release(t)),
+                Phase::Holding => {
+                    out.push(LineAction::Release(t));
+                    if self.cfg.hand_over {
+                        for w in (0..self.cfg.txs).filter(|&w| w != t && self.may_hand_to(s, w)) {
+                            let pool = s.line & !bit(w) & !bit(t);
+                            let promotions = std::iter::once(None)
+                                .chain((0..self.cfg.txs).filter(|&p| pool & bit(p) != 0).map(Some));
+                            for p in promotions {
+                                for own_entry in [true, false] {
+                                    for wipe in [true, false] {
+                                        out.push(LineAction::HandOver(t, w, p, own_entry, wipe));
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+                Phase::Left if s.holder == Some(t) => out.push(LineAction::ReleaseDead(t)),
                 Phase::Left | Phase::Done => {
                     if s.mark == Some(t) && s.expired & bit(t) == 0 && s.forever & bit(t) == 0 {
                         out.push(LineAction::Expire(t));
@@ -243,38 +343,8 @@ impl Model for LineModel {
         match action {
             LineAction::Try(t, promote, wipe) => {
                 if Self::may_lock(&s, t) {
-                    let older_marker =
-                        (0..t).any(|w| s.marked & bit(w) != 0 && s.phases[w] == Phase::Waiting);
-                    s.passed_older_marker |= older_marker;
-                    s.promoted_took_next |= s.promoted == Some(t);
-                    s.holder = Some(t);
+                    self.take(&mut s, t, promote, true, wipe);
                     s.phases[t] = Phase::Holding;
-                    s.marked = 0;
-                    if !self.bug(LineBug::KeepsOwnEntry) {
-                        s.line &= !bit(t);
-                        s.line_expired &= !bit(t);
-                    }
-                    s.promoted = promote;
-                    s.mark = promote;
-                    if let Some(p) = promote {
-                        if self.bug(LineBug::PromotedMarkNeverExpires) {
-                            s.forever |= bit(p);
-                        }
-                        // The mark carries the entry's expiry: an expired entry is a mark that
-                        // does not count.
-                        if s.line_expired & bit(p) != 0 && s.forever & bit(p) == 0 {
-                            s.expired |= bit(p);
-                        } else {
-                            s.expired &= !bit(p);
-                            s.marked |= bit(p);
-                        }
-                        s.line &= !bit(p);
-                        s.line_expired &= !bit(p);
-                    }
-                    if wipe {
-                        s.line = 0;
-                        s.line_expired = 0;
-                    }
                 } else {
                     if s.holder.is_none()
                         && let Some(m) = Self::live_mark(&s)
@@ -294,6 +364,9 @@ impl Model for LineModel {
                     s.expired &= !bit(t);
                     s.forever &= !bit(t);
                     s.marked |= bit(t);
+                    if self.bug(LineBug::HandOverWithoutCheck) {
+                        s.ever_marked |= bit(t);
+                    }
                 }
             }
             LineAction::Join(t) => {
@@ -309,6 +382,26 @@ impl Model for LineModel {
             LineAction::Leave(t) => {
                 s.phases[t] = Phase::Left;
                 s.leaves_left -= 1;
+                // Handed the item meanwhile: its read after the leave releases it.
+                if s.holder == Some(t) {
+                    s.holder = None;
+                }
+            }
+            LineAction::HandOver(h, w, promote, own_entry, wipe) => {
+                s.phases[h] = Phase::Done;
+                s.handed_to_finished |= matches!(s.phases[w], Phase::Done | Phase::Holding);
+                s.handed_over = true;
+                s.handed_to_departed |= s.phases[w] == Phase::Left;
+                self.take(&mut s, w, promote, own_entry, wipe);
+            }
+            LineAction::Learn(t) => {
+                s.phases[t] = Phase::Holding;
+                // Its entry, if the handover left it, goes now.
+                s.line &= !bit(t);
+                s.line_expired &= !bit(t);
+            }
+            LineAction::ReleaseDead(_) => {
+                s.holder = None;
             }
             LineAction::Expire(t) => {
                 s.expired |= bit(t);
@@ -363,6 +456,18 @@ impl Model for LineModel {
                 "a departed waiter's entry is promoted and expires",
                 |_: &LineModel, s: &LineState| s.departed_promoted_expired,
             ),
+            Property::always(
+                "no finished transaction handed the item",
+                |_: &LineModel, s: &LineState| !s.handed_to_finished,
+            ),
+            Property::sometimes(
+                "a handover lands (or no handovers)",
+                |m: &LineModel, s: &LineState| s.handed_over || !m.cfg.hand_over,
+            ),
+            Property::sometimes(
+                "a departed waiter is handed the item (or no handovers)",
+                |m: &LineModel, s: &LineState| s.handed_to_departed || !m.cfg.hand_over,
+            ),
         ]
     }
 }
@@ -373,6 +478,14 @@ fn config(name: &'static str, txs: usize, leaves: u8) -> LineConfig {
         txs,
         leaves,
         bug: None,
+        hand_over: false,
+    }
+}
+
+fn handing(name: &'static str, txs: usize, leaves: u8) -> LineConfig {
+    LineConfig {
+        hand_over: true,
+        ..config(name, txs, leaves)
     }
 }
 
@@ -394,6 +507,33 @@ fn four_transactions_line_up_at_one_item_with_two_departures() {
 #[test]
 fn five_transactions_line_up_at_one_item_with_two_departures() {
     assert_line_holds(config("line: 5 tx at one item, 2 departures", 5, 2));
+}
+
+#[test]
+fn three_transactions_hand_the_item_over_with_a_departure() {
+    assert_line_holds(handing("line, handed over: 3 tx, 1 departure", 3, 1));
+}
+
+#[test]
+fn four_transactions_hand_the_item_over_with_two_departures() {
+    assert_line_holds(handing("line, handed over: 4 tx, 2 departures", 4, 2));
+}
+
+#[test]
+fn five_transactions_hand_the_item_over_with_two_departures() {
+    assert_line_holds(handing("line, handed over: 5 tx, 2 departures", 5, 2));
+}
+
+#[test]
+fn a_handover_to_a_place_no_longer_there_is_caught() {
+    use stateright::Expectation;
+    let mut cfg = handing("line, handed over, broken", 3, 1);
+    cfg.bug = Some(LineBug::HandOverWithoutCheck);
+    crate::model_support::assert_caught(
+        "HandOverWithoutCheck",
+        LineModel { cfg },
+        &[Expectation::Always],
+    );
 }
 
 #[test]
