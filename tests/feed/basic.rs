@@ -576,3 +576,68 @@ async fn the_feed_ends_when_its_table_is_deleted() {
         .expect("the feed ends once its stream is closed and read");
     assert!(end.is_empty(), "{end:?}");
 }
+
+/// Increments of one counter by eight coordinators at once, with `Settings::hand_over`: most
+/// commits hand the item to the next holder in the write that applies them (the stream shows
+/// the item going from one lock to another). Each increment is delivered once, whole, without
+/// waiting for the settle grace, and in commit order: every change starts where the one before
+/// ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_counter_handed_over_from_holder_to_holder_comes_in_commit_order() {
+    let env = TestEnv::with_settings("feed-handed", |s| {
+        s.record_on_demand = true;
+        s.hand_over = true;
+    })
+    .await;
+    enable_stream(&env.client, &env.table).await;
+    outside_put(&env, "k", 0).await;
+    let (workers, each) = (8, 5);
+    let runs = (0..workers).map(|_| {
+        let (m, table) = (env.manager.clone(), env.table.clone());
+        async move {
+            for _ in 0..each {
+                m.run(async |tx| {
+                    let got = tx
+                        .get_item()
+                        .table_name(&table)
+                        .key("Id", s("k"))
+                        .send()
+                        .await?;
+                    let v: i64 = got.item().unwrap()["v"].as_n().unwrap().parse().unwrap();
+                    tx.update_item()
+                        .table_name(&table)
+                        .key("Id", s("k"))
+                        .update_expression("SET v = :v")
+                        .expression_attribute_values(":v", n(v + 1))
+                        .send()
+                        .await?;
+                    Ok(())
+                })
+                .await
+                .unwrap();
+            }
+        }
+    });
+    futures::future::join_all(runs).await;
+    let total = workers * each;
+
+    let mut feed = feed(env.manager.transactions_table(), &[&env.table])
+        .settle_grace(Duration::from_secs(3_600))
+        .build()
+        .unwrap();
+    let changes = first_changes(&mut feed, 1 + total as usize).await;
+    assert_clean(&changes);
+    let v =
+        |img: &Option<Item>| -> i64 { img.as_ref().unwrap()["v"].as_n().unwrap().parse().unwrap() };
+    let steps: Vec<(i64, i64)> = changes
+        .iter()
+        .filter(|c| c.transaction_id().is_some())
+        .map(|c| {
+            let items = c.items();
+            assert_eq!(items.len(), 1, "{c:?}");
+            (v(&items[0].before), v(&items[0].after))
+        })
+        .collect();
+    let expected: Vec<(i64, i64)> = (0..total as i64).map(|i| (i, i + 1)).collect();
+    assert_eq!(steps, expected, "{changes:#?}");
+}

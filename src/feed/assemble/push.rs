@@ -78,8 +78,18 @@ impl Assembler {
             }
             // Locked before and after: an apply, a mark, a padding change. Nothing to say.
             (Some(a), Some(b)) if a == b => vec![rec.id],
-            // The write that settles the item: the lock is gone.
-            (Some(tx), _) => {
+            // The write that settles the item: the lock is gone, or handed over to the next
+            // holder in the same write (`Settings::hand_over`), whose lock opens on the item as
+            // this write leaves it.
+            (Some(tx), new_owner) => {
+                if let Some(next) = new_owner {
+                    let before = rec.new.clone().map(strip);
+                    let lock = OpenLock {
+                        before,
+                        rec: rec.id.clone(),
+                    };
+                    self.open_locks.insert((item.clone(), next), lock);
+                }
                 let lock = self.open_locks.remove(&(item.clone(), tx.clone()));
                 let mut recs = Vec::new();
                 let before = match lock {
