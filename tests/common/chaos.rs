@@ -61,6 +61,10 @@ impl ChaosWorker {
             s.reorder_keeps_turn = w % 4 == 2;
             // Waiters far back in the line looking by reading on workers 1, 2, 4, 5...
             s.line_looks_read = !w.is_multiple_of(3);
+            // Handovers on workers 0, 2, 3, 5, 6...: on the ones that also lock a first read
+            // without a record (0, 5, 8, 9...), their commits hand items to waiters that named
+            // themselves, beside coordinators whose waiters do not.
+            s.hand_over = w % 3 != 1;
             s.lock_wait = std::time::Duration::from_secs(3);
             s.contention = dynamodb_transactions::ContentionPolicy::Ordered {
                 dead_after: std::time::Duration::from_secs(2),
