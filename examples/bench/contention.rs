@@ -281,6 +281,7 @@ pub async fn measure(
     let on_demand = !args.no_record_on_demand;
     let mark = !args.no_mark_oldest_waiter;
     let line_reads = args.line_looks_read;
+    let hand_over = args.hand_over;
     let grace = args.wound_grace_ms.map(Duration::from_millis);
     let patience = args.first_attempt_patience_ms.map(Duration::from_millis);
     let out_of_order = !args.no_yield_out_of_order;
@@ -296,6 +297,7 @@ pub async fn measure(
                 st.record_on_demand = on_demand;
                 st.mark_oldest_waiter = mark;
                 st.line_looks_read = line_reads;
+                st.hand_over = hand_over;
                 st.wait_for_running_holders = wait_for_running;
                 if let Some(g) = grace {
                     st.wound_grace = g;
