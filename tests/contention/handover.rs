@@ -473,7 +473,8 @@ async fn a_waiter_that_gives_up_releases_the_item_handed_to_it_meanwhile() {
     let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
     let hook = RunBefore::unarmed("UpdateItem", move || {
         go_tx.send(()).unwrap();
-        done_rx.recv().unwrap();
+        // Never for good: a test that failed meanwhile must not hold the runtime.
+        let _ = done_rx.recv_timeout(Duration::from_secs(30));
     });
     let (txt, imgt) = (
         env.manager.transactions_table().to_string(),
@@ -482,19 +483,36 @@ async fn a_waiter_that_gives_up_releases_the_item_handed_to_it_meanwhile() {
     let waiters = marking_tuned(&txt, &imgt, client_with(vec![shared(hook.clone())]), |s| {
         s.record_on_demand = true;
         s.hand_over = true;
-        s.lock_wait = Duration::from_millis(1_500);
+        s.lock_wait = Duration::from_secs(4);
         s.queue_ttl = Duration::from_secs(60);
     });
+    // The waiter's mark taken off, when it gives up (its only write that is just that): the
+    // second holder commits first. Armed before the waiter starts, so that its deadline cannot
+    // pass before (its other writes to the mark name the line too).
+    hook.arm(&["\"REMOVE #_TxH\""]);
     let (first, second_read) = two_holders(&env, &holders).await;
-    let (wid, giving_up) =
-        waiter_reads(&env, &waiters, |_, _, read| async move { read.map(|_| ()) });
+    // The waiter on a runtime of its own: the hook blocks its thread, and nothing else may be
+    // waiting on that thread (through the profile, the holder's commit did for the hook's 30 s).
+    let waiter = waiters.begin();
+    let (wid, t) = (waiter.id().clone(), table.clone());
+    let giving_up = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        // How its read ended: gave up (`ItemLocked`), as it should, or what else.
+        rt.block_on(async move {
+            let read = waiter.get_item().table_name(&t).key("Id", s("k")).send();
+            match read.await {
+                Err(dynamodb_transactions::Error::ItemLocked { .. }) => None,
+                other => Some(format!("{other:?}")),
+            }
+        })
+    });
     let second = second_takes(&env, first, second_read, &wid).await;
     set_i(&second, &table, "k", 3).await;
-    // The waiter's mark taken off, when it gives up: the second holder commits first.
-    hook.arm(&["\"REMOVE #_TxH\""]);
-    tokio::task::spawn_blocking(move || go_rx.recv().unwrap())
-        .await
-        .unwrap();
+    let gave_up = tokio::task::spawn_blocking(move || go_rx.recv_timeout(Duration::from_secs(30)));
+    gave_up.await.unwrap().expect("the waiter never gave up");
     second.commit().await.unwrap();
     assert_eq!(
         owner(&raw(&env, "k").await),
@@ -502,10 +520,9 @@ async fn a_waiter_that_gives_up_releases_the_item_handed_to_it_meanwhile() {
         "handed over"
     );
     done_tx.send(()).unwrap();
-    let r = giving_up.await.unwrap();
-    assert!(
-        matches!(r, Err(dynamodb_transactions::Error::ItemLocked { .. })),
-        "{r:?}"
-    );
+    let r = tokio::task::spawn_blocking(move || giving_up.join().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(r, None, "it did not give up");
     assert_eq!(raw(&env, "k").await, item(&[("Id", s("k")), ("v", n(3))]));
 }
