@@ -351,7 +351,10 @@ pub struct Settings {
     /// write applies the update and writes the waiter's lock, so the item is never free between
     /// the two, nobody else can take it first, and the waiter learns at its next look that it
     /// holds it. Such a waiter names itself (its transaction id) in its mark or its entry in the
-    /// line behind the mark.
+    /// line behind the mark. While a lock handed over holds the item (a chain of handovers), the
+    /// marked waiter and the next in line look by strongly consistent reads, three in flight
+    /// (one every third of a look, never more than one a millisecond): the next handover is seen
+    /// a fraction of a round trip after it lands, and the looks write nothing.
     ///
     /// The write is conditional on the waiter's place being there and live; when it is not
     /// (the waiter left, or its mark expired), the commit is sent again as a plain unlock: one

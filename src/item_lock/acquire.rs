@@ -115,6 +115,8 @@ pub(crate) struct HolderTicket {
     /// The ticket is the one the holder's record holds (`_TxKR`); otherwise the lock was taken
     /// without a record (`_TxK`).
     pub recorded: bool,
+    /// The lock was handed over by the item's previous holder (`_TxHO`, `Settings::hand_over`).
+    pub handed: bool,
 }
 
 impl HolderTicket {
@@ -128,6 +130,7 @@ impl HolderTicket {
             ticket,
             locked_ms: obs.locked_ms().unwrap_or(0),
             recorded,
+            handed: obs.handed,
         })
     }
 
@@ -386,6 +389,7 @@ async fn lock_write(
                 ticket: ticket.unrecorded(),
                 recorded_ticket: ticket.recorded(),
                 waiters,
+                handed: false,
             })))
         }
         Ok(Written::ConditionFailed(None)) => Ok(None),
@@ -439,8 +443,9 @@ pub(crate) async fn look_by_reading(
 /// (what an attempt would have met). Reads write nothing, and the ones in flight together find
 /// the handover a fraction of a round trip after it lands, where one look at a time finds it
 /// half a round trip after on average. The next in line watches while the item is held by
-/// another (marked meanwhile, it is the one handed the item next), and only while a lock
-/// without record holds it (a holder with a record never hands it over). Past `until`, the last read answered tells what an
+/// another (marked meanwhile, it is the one handed the item next), and only while a lock that
+/// was itself handed over holds it (`_TxHO`: a chain of handovers; a holder that took the item
+/// by its own look may have a record, and one with a record never hands it over). Past `until`, the last read answered tells what an
 /// attempt would have met (held by another, under its mark), so that the caller renews its
 /// mark. Cancel safety: dropping it drops reads, which change nothing.
 pub(crate) async fn watch_for_handover(
@@ -483,9 +488,10 @@ pub(crate) async fn watch_for_handover(
         }
         let still_marked = own.is_none_or(|own| HeadMark::of(&found) == Some(own));
         let over = tokio::time::Instant::now() >= until && reads.is_empty();
-        // Held by a lock with a record (no `_TxK`), which never hands the item over.
-        let recorded = obs.ticket.is_none();
-        if obs.locked_by(me) || !still_marked || recorded || over {
+        // Held by a lock that was not handed over: its holder took the item by its own look,
+        // and so may have a record, which never hands it over.
+        let not_handed = obs.ticket.is_none() || !obs.handed;
+        if obs.locked_by(me) || !still_marked || not_handed || over {
             return match met(&found, me, Existence::Present, guard) {
                 Some(out) => Ok(Ok(out)),
                 None => free(Some(&found)),
@@ -573,7 +579,8 @@ mod tests {
             HolderTicket {
                 ticket: 7,
                 locked_ms: 1700000000123,
-                recorded: false
+                recorded: false,
+                handed: false
             }
         );
         assert_eq!(unrecorded.unrecorded(), Some(unrecorded));

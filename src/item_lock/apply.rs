@@ -166,6 +166,9 @@ pub(crate) fn request_writes(
                 if lock.recorded_ticket.is_some() {
                     u.add(Clause::Remove, ph.name(super::RECORDED_TICKET));
                 }
+                if lock.handed {
+                    u.add(Clause::Remove, ph.name(super::HANDED));
+                }
             }
             Some(WriteKind::Update {
                 key: req.key.clone(),

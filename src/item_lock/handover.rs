@@ -6,7 +6,8 @@
 //! finds the item locked by itself) that it holds it.
 //!
 //! The lock written is the one the waiter would have taken itself without a record: `_TxId` (its
-//! id), a fresh `_TxD` stamp, and `_TxK` (its ticket). The write is conditional on the waiter's
+//! id), a fresh `_TxD` stamp, and `_TxK` (its ticket), with `_TxHO`, which tells the item's next
+//! waiters that they are in a chain of handovers (they watch for the next one). The write is conditional on the waiter's
 //! place still being there and live (its mark, with its ticket, or its entry, behind no older
 //! live mark), so it only ever hands the item to a waiter that has not left. A waiter that leaves
 //! without the lock looks once more and releases a lock handed to it; one that crashes leaves a
@@ -141,7 +142,8 @@ pub(crate) fn hand_over(w: &Write, target: &Target, now: u64) -> Option<Write> {
     let mut u = UpdateExpr::parse(update).ok()?;
     let ph = &mut w.ph;
     let (owner, date, ticket) = (ph.name(OWNER), ph.name(LOCK_DATE), ph.name(TICKET));
-    for a in [&owner, &date, &ticket] {
+    let handed = ph.name(super::HANDED);
+    for a in [&owner, &date, &ticket, &handed] {
         u.drop_action(Clause::Remove, a);
     }
     let to = ph.value("HandTo", AttributeValue::S(target.id.clone()));
@@ -150,6 +152,8 @@ pub(crate) fn hand_over(w: &Write, target: &Target, now: u64) -> Option<Write> {
     u.add(Clause::Set, format!("{owner} = {to}"));
     u.add(Clause::Set, format!("{date} = {stamp}"));
     u.add(Clause::Set, format!("{ticket} = {t}"));
+    let yes = ph.value("HandHanded", AttributeValue::Bool(true));
+    u.add(Clause::Set, format!("{handed} = {yes}"));
     let (h, mark_ticket, mark_expiry) = head::names(ph);
     let live = ph.value("HandNow", AttributeValue::N(now.to_string()));
     let l = ph.name(LINE);
@@ -324,8 +328,8 @@ mod tests {
         let (update, cond, names) = render(&target);
         assert_eq!(
             update,
-            "SET n = :v, #_TxId = :_TxHandTo, #_TxD = :_TxHandStamp, #_TxK = :_TxHandTicket \
-             REMOVE #_TxP, #_TxH, #_TxHL.#_TxHLh"
+            "SET n = :v, #_TxId = :_TxHandTo, #_TxD = :_TxHandStamp, #_TxK = :_TxHandTicket, \
+             #_TxHO = :_TxHandHanded REMOVE #_TxP, #_TxH, #_TxHL.#_TxHLh"
         );
         assert!(
             cond.starts_with("(#_TxId = :_TxMe) AND attribute_exists(#_TxHL.#_TxHLh)"),

@@ -18,6 +18,9 @@
 //! - `_TxK` (N): on a lock taken without a record (`Settings::record_on_demand`), the holder's
 //!   contention ticket, or 0 if its unit of work had none when the lock went out: whoever meets
 //!   the lock before the record exists judges the holder by it (see [`Observed::ticket`]).
+//! - `_TxHO` (BOOL true): the lock was handed over by the item's previous holder in its commit
+//!   (`Settings::hand_over`, see [`handover`]): the item's waiters watch for the next handover
+//!   only while a handed-over lock holds it.
 //! - `_TxKR` (N): on a lock taken by a handle that knew the ticket its record holds, that ticket:
 //!   whoever meets the lock may judge by it how the holder's ticket compares with its own without
 //!   reading the record (see [`Observed::recorded_ticket`]).
@@ -79,11 +82,12 @@ pub(crate) const PAD: &str = "_TxP";
 pub(crate) const ROLL: &str = "_TxU";
 pub(crate) const TICKET: &str = "_TxK";
 pub(crate) const RECORDED_TICKET: &str = "_TxKR";
+pub(crate) const HANDED: &str = "_TxHO";
 /// The fast-path transaction that wrote the item (see the module docs); never removed by a lock.
 pub(crate) const MADE: &str = "_TxM";
 
 /// Lock attributes removed when an item is released.
-const LOCK_ATTRS: [&str; 10] = [
+const LOCK_ATTRS: [&str; 11] = [
     OWNER,
     LOCK_DATE,
     TRANSIENT,
@@ -94,6 +98,7 @@ const LOCK_ATTRS: [&str; 10] = [
     ROLL,
     TICKET,
     RECORDED_TICKET,
+    HANDED,
 ];
 
 /// Removes every `_Tx*` attribute: what callers may see.
@@ -139,6 +144,8 @@ pub(crate) struct Observed {
     pub queue: Item,
     /// The oldest waiter's mark and the line behind it, as the item carries them (see [`head`]).
     pub waiters: handover::Waiters,
+    /// `_TxHO`: the lock was handed over by the previous holder.
+    pub handed: bool,
 }
 
 /// The number attribute `attr` of `raw`, if it has one that parses as `T`.
@@ -169,6 +176,7 @@ impl Observed {
             recorded_ticket: number(raw, RECORDED_TICKET),
             queue: queue::raw_attrs(raw),
             waiters: handover::Waiters::of(raw),
+            handed: raw.contains_key(HANDED),
         }
     }
 
@@ -239,6 +247,8 @@ pub(crate) struct LockInfo {
     /// The item's waiters, as this coordinator last saw them while holding it: whom its commit
     /// may hand the item over to (`Settings::hand_over`, see [`handover`]).
     pub waiters: handover::Waiters,
+    /// `_TxHO`: the lock was handed over to this coordinator; the write that unlocks removes it.
+    pub handed: bool,
 }
 
 /// Test seam, set only through `fault::zero_ended_lock_stamps`: every new stamp's random
@@ -280,6 +290,7 @@ impl LockInfo {
             ticket: obs.ticket,
             recorded_ticket: obs.recorded_ticket,
             waiters: obs.waiters.clone(),
+            handed: obs.handed,
         }
     }
 
@@ -298,6 +309,7 @@ impl LockInfo {
             ticket: None,
             recorded_ticket: None,
             waiters: Default::default(),
+            handed: false,
         }
     }
 
@@ -316,6 +328,7 @@ impl LockInfo {
             ticket: None,
             recorded_ticket: None,
             waiters: Default::default(),
+            handed: false,
         }
     }
 }
@@ -367,6 +380,7 @@ impl LockInfo {
             recorded_ticket: self.recorded_ticket,
             queue: self.queue.clone(),
             waiters: self.waiters.clone(),
+            handed: self.handed,
         }
     }
 }
@@ -399,6 +413,7 @@ mod tests {
             ticket: None,
             recorded_ticket: None,
             waiters: Default::default(),
+            handed: false,
         }
     }
 

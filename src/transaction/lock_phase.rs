@@ -159,8 +159,8 @@ impl Transaction {
             Box::pin(self.lock_waiting(table, key, first, without_record, order, &mut placed))
                 .await;
         if locked.is_err() {
-            self.leave(table, key, placed).await;
-            if placed.takes_handover && (placed.marked || placed.joined) {
+            let untouched = self.leave(table, key, placed).await;
+            if placed.takes_handover && !untouched {
                 self.release_handed(table, key).await;
             }
         }
@@ -230,8 +230,8 @@ impl Transaction {
         let mut joined_line = false;
         // How long the last look took.
         let mut last_look: Option<std::time::Duration> = None;
-        // The last look found the item held by a lock without record: a holder that may hand
-        // it over (one with a record never does).
+        // The last look found the item held by a lock handed over to its holder: a chain of
+        // handovers, which the holder's commit may go on with.
         let mut holder_hands_over = false;
         loop {
             // The oldest waiter's mark the look found on the item.
@@ -340,7 +340,7 @@ impl Transaction {
             holder_hands_over = matches!(
                 &out,
                 LockOutcome::Held { lock_ticket: Some(t), owner, .. }
-                    if !t.recorded && !owner.0.is_empty()
+                    if !t.recorded && t.handed && !owner.0.is_empty()
             );
             let (owner, resolution) = match out {
                 LockOutcome::Locked(l) => {
