@@ -188,8 +188,14 @@ pub(crate) fn release_marking(
 }
 
 /// Removes the mark of ticket `mine` from `table`/`key`, if the item carries it (conditional on
-/// that). True when it was there.
-pub(crate) async fn unmark(client: &Client, table: &str, key: &Item, mine: u64) -> Result<bool> {
+/// that). `Err(found)` when it was not there: the item as the failed condition returned it
+/// (`None`: absent).
+pub(crate) async fn unmark(
+    client: &Client,
+    table: &str,
+    key: &Item,
+    mine: u64,
+) -> Result<std::result::Result<(), Option<Item>>> {
     let mut ph = Placeholders::default();
     // Only the mark and its ticket: DynamoDB refuses a name the expressions do not use.
     let h = ph.name(HEAD);
@@ -199,7 +205,10 @@ pub(crate) async fn unmark(client: &Client, table: &str, key: &Item, mine: u64) 
         ph.value("HeadMine", AttributeValue::N(mine.to_string()))
     );
     let w = Write::update(table, key.clone(), format!("REMOVE {h}"), cond, ph);
-    Ok(matches!(w.send(client, None).await?, Written::Ok(_)))
+    Ok(match w.send(client, None).await? {
+        Written::Ok(_) => Ok(()),
+        Written::ConditionFailed(found) => Err(found),
+    })
 }
 
 /// Removes `mark` from `table`/`key` if the item still carries that very mark (its ticket and

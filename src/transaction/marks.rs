@@ -261,48 +261,33 @@ impl Transaction {
     /// Takes this transaction's mark off `table`/`key`, if the item still carries it: a waiter
     /// that stops waiting without the lock. Best effort: a mark left behind expires.
     pub(super) async fn unmark(&self, table: &str, key: &Item) {
-        self.leave(
-            table,
-            key,
-            Placed {
-                marked: true,
-                joined: false,
-                takes_handover: false,
-            },
-        )
-        .await;
-    }
-
-    /// After this waiter named itself at `table`/`key` (`Settings::hand_over`) and left without
-    /// the lock: a holder may have handed it the item before its places went. One consistent
-    /// read tells, and a lock handed to it is released (unapplied, conditional on being ours).
-    /// Best effort: a lock left behind is one without record, which whoever meets it releases
-    /// after `wound_grace`.
-    pub(super) async fn release_handed(&self, table: &str, key: &Item) {
-        let c = &self.inner.client;
-        let found = match crate::ddb::get_consistent(c, table, key).await {
-            Ok(found) => found,
-            Err(e) => {
-                debug!(tx = %self.id, table, error = %e, "could not look for a handed lock");
-                return;
-            }
-        };
-        let obs = crate::item_lock::Observed::of(found.as_ref());
-        if !obs.locked_by(&self.id) || obs.applied {
-            return;
-        }
-        let release = crate::item_lock::release_write(table, key, obs.transient, false, &self.id);
-        let released = release.send(c, None).await;
-        debug!(tx = %self.id, table, ?released, "released a lock handed to it after it left");
+        let _ = self
+            .leave(
+                table,
+                key,
+                Placed {
+                    marked: true,
+                    joined: false,
+                    takes_handover: false,
+                },
+            )
+            .await;
     }
 
     /// Takes this transaction's places at `table`/`key` off the item, as far as it put them
     /// there (`placed`): its mark, if the item still carries it (one that joined the line may
     /// have been promoted to it), and its entry in the line behind it. A waiter that stops
     /// waiting without the lock. Best effort: a mark or an entry left behind expires.
-    pub(super) async fn leave(&self, table: &str, key: &Item, placed: Placed) {
+    ///
+    /// True when no holder can have handed it the item (`Settings::hand_over`), before or after:
+    /// every place it had went by its own removal. A handover takes the place it goes by (the
+    /// mark, or the entry, with any mark) off the item, so a removal of ours that landed shows
+    /// that place was not used before it, and gone, it cannot be after; a mark removal that
+    /// found no mark of ours and the item not ours, beside an entry removal that landed (a
+    /// promotion would have taken the entry first), shows the same.
+    pub(super) async fn leave(&self, table: &str, key: &Item, placed: Placed) -> bool {
         let Some(mine) = self.known_ticket() else {
-            return;
+            return true;
         };
         let c = &self.inner.client;
         let unmark = async {
@@ -320,7 +305,66 @@ impl Transaction {
             }
         };
         let (taken, left) = tokio::join!(unmark, leave_line);
-        debug!(tx = %self.id, table, ?taken, ?left, "took its places off the item");
+        debug!(tx = %self.id, table, ?left, "took its places off the item");
+        let mark_gone = match &taken {
+            None | Some(Ok(Ok(()))) => true,
+            Some(Ok(Err(found))) => {
+                let obs = crate::item_lock::Observed::of(found.as_ref());
+                let ours = found.as_ref().and_then(HeadMark::of).map(|h| h.ticket) == Some(mine);
+                !obs.locked_by(&self.id) && !ours
+            }
+            Some(Err(_)) => false,
+        };
+        mark_gone && matches!(left, None | Some(Ok(true)))
+    }
+
+    /// After this waiter named itself at `table`/`key` (`Settings::hand_over`) and left without
+    /// the lock, when its leave cannot tell that no holder handed it the item ([`Self::leave`]):
+    /// a consistent read tells. A lock handed to it is released (unapplied, conditional on being
+    /// its own); a mark or an entry of its found there (a promotion that landed as it left) is
+    /// taken off, and the item read again, so that no holder hands it the item later. Best
+    /// effort: a lock left behind is one without record, which whoever meets it releases after
+    /// `wound_grace`.
+    pub(super) async fn release_handed(&self, table: &str, key: &Item) {
+        let (c, Some(mine)) = (&self.inner.client, self.known_ticket()) else {
+            return;
+        };
+        for _ in 0..3 {
+            let found = match crate::ddb::get_consistent(c, table, key).await {
+                Ok(found) => found,
+                Err(e) => {
+                    debug!(tx = %self.id, table, error = %e, "could not look for a handed lock");
+                    return;
+                }
+            };
+            let obs = crate::item_lock::Observed::of(found.as_ref());
+            if obs.locked_by(&self.id) && !obs.applied {
+                let release =
+                    crate::item_lock::release_write(table, key, obs.transient, false, &self.id);
+                let released = release.send(c, None).await;
+                debug!(tx = %self.id, table, ?released, "released a lock handed to it after it left");
+                return;
+            }
+            let marked = obs.waiters.mark.is_some_and(|h| h.ticket == mine);
+            let in_line = obs.waiters.line.entries.contains_key(&mine);
+            if !marked && !in_line {
+                return;
+            }
+            let taken = self
+                .leave(
+                    table,
+                    key,
+                    Placed {
+                        marked,
+                        joined: in_line,
+                        takes_handover: true,
+                    },
+                )
+                .await;
+            if taken {
+                return;
+            }
+        }
     }
 }
 
