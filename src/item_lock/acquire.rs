@@ -43,7 +43,7 @@ impl Guard {
     }
 
     /// What the lock does to the line behind the mark.
-    fn line_step(self) -> LineStep {
+    pub(crate) fn line_step(self) -> LineStep {
         match self {
             Guard::Head(_, s) | Guard::OwnMark(_, s) => s,
             _ => LineStep::default(),

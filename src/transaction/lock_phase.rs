@@ -12,12 +12,12 @@ use crate::TxId;
 use crate::contention::{HOLDER_RECHECK, LOCK_JUDGEMENT_PAUSE, Standing};
 use crate::error::{Error, Item, Result};
 use crate::expr;
-use crate::item_lock::line::LineStep;
 use crate::item_lock::{self, Existence, LockInfo, LockOutcome};
 use crate::keys::ItemRef;
 use crate::record::{self, TxState};
 use crate::request::Op;
 
+use super::marks::watched_by;
 use super::reorder::Placement;
 use super::{State, Transaction};
 
@@ -25,12 +25,6 @@ use super::{State, Transaction};
 /// locks reads its own record to learn whether it was rolled back (one holding none reads it every
 /// [`HOLDER_RECHECK`]).
 const OWN_RECORD_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
-/// Reads a marked waiter that a holder may hand the item over to keeps in flight while it
-/// watches for the handover, spread over a look's time (`Settings::hand_over`).
-const HANDOVER_WATCHERS: usize = 3;
-/// The least time between two reads of such a waiter (where a look takes a millisecond, as on
-/// DynamoDB Local, a third of it would flood the server with reads).
-const WATCH_SPACING_MIN: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// Whether a lock wait (until `deadline`) outlasts `e`: a write DynamoDB refused, past its own
 /// resends, because its item is part of a `TransactWriteItems` in flight (a holder's commit, most
@@ -266,45 +260,20 @@ impl Transaction {
                 (false, None) => item_lock::LockTicket::None,
             };
             let sent = tokio::time::Instant::now();
-            let watches = placed.takes_handover
-                && holder_hands_over
-                && match guard {
-                    item_lock::Guard::OwnMark(..) => true,
-                    // The next in line: no live entry before its own.
-                    item_lock::Guard::Head(Some(mine), _) => {
-                        line.own(Some(mine)).is_some()
-                            && line.ahead_of(mine, crate::ddb::now_millis()) == 0
-                    }
-                    _ => false,
-                };
+            let watches = placed.takes_handover && holder_hands_over && watched_by(guard, &line);
             let read = if watches {
-                // A waiter a holder may hand the item (the marked one, or the next in line): it
-                // watches for the handover.
-                let until = (tokio::time::Instant::now() + settings.queue_ttl / 3).min(deadline);
-                let spacing = (last_look.unwrap_or(settings.backoff_base)
-                    / HANDOVER_WATCHERS as u32)
-                    .max(WATCH_SPACING_MIN);
-                let pace = (HANDOVER_WATCHERS, spacing);
-                let watched =
-                    item_lock::watch_for_handover(c, (table, key), &self.id, guard, pace, until)
-                        .await;
-                // Found free: the lock steps from the line as the last read found it.
-                if let Ok(Err(seen)) = &watched {
-                    line = seen.clone();
-                    let now = crate::ddb::now_millis();
-                    step = LineStep::from_view(&line, self.known_ticket(), joined_line, now);
-                    guard = match guard {
-                        item_lock::Guard::OwnMark(own, _) => item_lock::Guard::OwnMark(own, step),
-                        item_lock::Guard::Head(t, _) => item_lock::Guard::Head(t, step),
-                        g => g,
-                    };
-                }
-                watched.map(Result::ok)
+                let at = (table, key, joined_line, deadline);
+                self.watch_for_handover(at, &mut guard, &mut line, last_look)
+                    .await
             } else if self.looks_by_reading(&line, guard, holds_others) {
                 item_lock::look_by_reading(c, table, key, &self.id, guard).await
             } else {
                 Ok(None)
             };
+            // A watch that found the item free stepped the guard from the line it read.
+            if watches {
+                step = guard.line_step();
+            }
             let answered = match read.transpose() {
                 Some(met) => met,
                 None => item_lock::lock(c, table, key, &schema, &self.id, at, guard, ticket).await,
@@ -348,14 +317,8 @@ impl Transaction {
                     debug!(tx = %self.id, table, ?promoted, "took the item");
                     // Its own entry, if any, goes with the unlock.
                     self.places.locked(table, key);
-                    // Handed the item (`Settings::hand_over`) by a holder that did not know our
-                    // entry in the line: it goes now, or a later holder would hand it the item.
-                    if let Some(mine) = self.known_ticket()
-                        && placed.takes_handover
-                        && l.waiters.line.entries.contains_key(&mine)
-                    {
-                        let left = item_lock::line::leave_line(c, table, key, mine).await;
-                        debug!(tx = %self.id, table, ?left, "left the line of an item handed to it");
+                    if placed.takes_handover {
+                        self.leave_line_once_handed(table, key, &l).await;
                     }
                     // No longer blocked: others must not think we are. Decided meanwhile (an
                     // older transaction, the sweeper or an operator rolled us back while we

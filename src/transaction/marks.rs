@@ -12,6 +12,26 @@ use crate::keys::KeySchema;
 
 use super::Transaction;
 
+/// Reads a waiter that a holder may hand the item over to keeps in flight while it watches for
+/// the handover, spread over a look's time (`Settings::hand_over`).
+const HANDOVER_WATCHERS: usize = 3;
+/// The least time between two reads of such a waiter (where a look takes a millisecond, as on
+/// DynamoDB Local, a third of it would flood the server with reads).
+const WATCH_SPACING_MIN: std::time::Duration = std::time::Duration::from_millis(1);
+
+/// Whether a waiter whose look goes with `guard`, the `line` as its last look found it, is one
+/// a holder may hand the item to next: the marked waiter, or the next in line (no live entry
+/// before its own).
+pub(super) fn watched_by(guard: crate::item_lock::Guard, line: &Line) -> bool {
+    match guard {
+        crate::item_lock::Guard::OwnMark(..) => true,
+        crate::item_lock::Guard::Head(Some(mine), _) => {
+            line.own(Some(mine)).is_some() && line.ahead_of(mine, crate::ddb::now_millis()) == 0
+        }
+        _ => false,
+    }
+}
+
 /// Where a waiter (may have) put its place on the item it waits for: its mark, or its entry in
 /// the line behind the mark. A write whose answer was lost counts: it may have landed.
 /// `takes_handover`: its places name it, for the holder to hand it the item
@@ -108,6 +128,65 @@ impl Transaction {
             && self.known_ticket().is_some_and(|mine| {
                 line.own(Some(mine)).is_some() && line.ahead_of(mine, crate::ddb::now_millis()) > 0
             })
+    }
+
+    /// The look of a waiter a holder may hand the item over to (`Settings::hand_over`,
+    /// [`watched_by`]) while a handed-over lock holds it: it watches for the handover by reads
+    /// ([`item_lock::watch_for_handover`](crate::item_lock::watch_for_handover)), spaced by a
+    /// third of its last look (`last_look`). What an attempt would have met, or `None` when the
+    /// item was found free: the attempt goes then, with `guard` and `line` as the last read
+    /// found the line. `at`: the item, whether this waiter joined the line, and the wait's
+    /// deadline.
+    pub(super) async fn watch_for_handover(
+        &self,
+        at: (&str, &Item, bool, tokio::time::Instant),
+        guard: &mut crate::item_lock::Guard,
+        line: &mut Line,
+        last_look: Option<std::time::Duration>,
+    ) -> crate::Result<Option<crate::item_lock::LockOutcome>> {
+        use crate::item_lock::{Guard, line::LineStep};
+        let (table, key, joined, deadline) = at;
+        let settings = &self.inner.settings;
+        let until = (tokio::time::Instant::now() + settings.queue_ttl / 3).min(deadline);
+        let spacing = (last_look.unwrap_or(settings.backoff_base) / HANDOVER_WATCHERS as u32)
+            .max(WATCH_SPACING_MIN);
+        let pace = (HANDOVER_WATCHERS, spacing);
+        let c = &self.inner.client;
+        let watched =
+            crate::item_lock::watch_for_handover(c, (table, key), &self.id, *guard, pace, until)
+                .await?;
+        match watched {
+            Ok(met) => Ok(Some(met)),
+            Err(seen) => {
+                *line = seen;
+                let now = crate::ddb::now_millis();
+                let step = LineStep::from_view(line, self.known_ticket(), joined, now);
+                *guard = match *guard {
+                    Guard::OwnMark(own, _) => Guard::OwnMark(own, step),
+                    Guard::Head(t, _) => Guard::Head(t, step),
+                    g => g,
+                };
+                Ok(None)
+            }
+        }
+    }
+
+    /// Holding `table`/`key` under `lock`: when it was handed over (`Settings::hand_over`) by
+    /// a holder that did not know this waiter's entry in the line, the entry goes now, or a
+    /// later holder would hand it the item again.
+    pub(super) async fn leave_line_once_handed(
+        &self,
+        table: &str,
+        key: &Item,
+        lock: &crate::item_lock::LockInfo,
+    ) {
+        let Some(mine) = self.known_ticket() else {
+            return;
+        };
+        if lock.waiters.line.entries.contains_key(&mine) {
+            let left = line::leave_line(&self.inner.client, table, key, mine).await;
+            debug!(tx = %self.id, table, ?left, "left the line of an item handed to it");
+        }
     }
 
     /// Whether the mark `found` is this transaction's (with the ticket it contends with).
