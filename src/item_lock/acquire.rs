@@ -50,6 +50,16 @@ impl Guard {
         }
     }
 
+    /// The same guard, its lock doing `step` to the line behind the mark (a guard that reads
+    /// no mark is unchanged).
+    pub(crate) fn stepping(self, step: LineStep) -> Guard {
+        match self {
+            Guard::Head(t, _) => Guard::Head(t, step),
+            Guard::OwnMark(own, _) => Guard::OwnMark(own, step),
+            g => g,
+        }
+    }
+
     /// The queue's ticket, when the guard is the queue.
     fn queue(self) -> Option<Option<u64>> {
         match self {
@@ -436,18 +446,18 @@ pub(crate) async fn look_by_reading(
 
 /// The look of a waiter that a holder may hand the item (`Settings::hand_over`): the marked
 /// waiter (`guard` its own mark, [`Guard::OwnMark`]) or the next in line behind it
-/// ([`Guard::Head`]). Strongly consistent reads, up to `width` in
-/// flight, one sent every `spacing`, until one shows the item locked by `me` (handed over:
-/// `Ok(Locked)`), free (`Err(line)`, the line behind the mark as that read found it: the
-/// caller attempts the lock at once, as its look would have), or no longer carrying its mark
-/// (what an attempt would have met). Reads write nothing, and the ones in flight together find
-/// the handover a fraction of a round trip after it lands, where one look at a time finds it
-/// half a round trip after on average. The next in line watches while the item is held by
-/// another (marked meanwhile, it is the one handed the item next), and only while a lock that
-/// was itself handed over holds it (`_TxHO`: a chain of handovers; a holder that took the item
-/// by its own look may have a record, and one with a record never hands it over). Past `until`, the last read answered tells what an
-/// attempt would have met (held by another, under its mark), so that the caller renews its
-/// mark. Cancel safety: dropping it drops reads, which change nothing.
+/// ([`Guard::Head`]). Strongly consistent reads, up to `width` in flight, one sent every
+/// `spacing`, until one shows the item locked by `me` (handed over: `Ok(Locked)`), free
+/// (`Err(line)`, the line behind the mark as that read found it: the caller attempts the lock
+/// at once, as its look would have), or no longer carrying its mark (what an attempt would have
+/// met). Reads write nothing, and the ones in flight together find the handover a fraction of a
+/// round trip after it lands, where one look at a time finds it half a round trip after on
+/// average. The next in line watches while the item is held by another (marked meanwhile, it
+/// is the one handed the item next), and only while a lock that was itself handed over holds it
+/// (`_TxHO`: a chain of handovers; a holder that took the item by its own look may have a
+/// record, and one with a record never hands it over). Past `until`, the last read answered
+/// tells what an attempt would have met (held by another, under its mark), so that the caller
+/// renews its mark. Cancel safety: dropping it drops reads, which change nothing.
 pub(crate) async fn watch_for_handover(
     client: &Client,
     key: (&str, &Item),

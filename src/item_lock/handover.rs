@@ -7,11 +7,12 @@
 //!
 //! The lock written is the one the waiter would have taken itself without a record: `_TxId` (its
 //! id), a fresh `_TxD` stamp, and `_TxK` (its ticket), with `_TxHO`, which tells the item's next
-//! waiters that they are in a chain of handovers (they watch for the next one). The write is conditional on the waiter's
-//! place still being there and live (its mark, with its ticket, or its entry, behind no older
-//! live mark), so it only ever hands the item to a waiter that has not left. A waiter that leaves
-//! without the lock looks once more and releases a lock handed to it; one that crashes leaves a
-//! lock without record, which whoever meets it releases after `Settings::wound_grace`, as any.
+//! waiters that they are in a chain of handovers (they watch for the next one). The write is
+//! conditional on the waiter's place still being there and live (its mark, with its ticket, or
+//! its entry, behind no older live mark), so it only ever hands the item to a waiter that has
+//! not left. A waiter that leaves without the lock releases a lock handed to it (it looks once
+//! more when its own removals cannot tell); one that crashes leaves a lock without record, which
+//! whoever meets it releases after `Settings::wound_grace`, as any.
 
 use aws_sdk_dynamodb::types::AttributeValue;
 
@@ -104,18 +105,8 @@ impl Waiters {
                 (next.ticket, self.line.ids.get(&next.ticket)?.clone(), false)
             }
         };
-        let promote = self
-            .line
-            .entries
-            .iter()
-            .find(|&(&t, &e)| e >= now && t != ticket)
-            .map(|(&t, &e)| {
-                let mark = HeadMark {
-                    ticket: t,
-                    expiry: e,
-                };
-                (mark, self.line.ids.contains_key(&t))
-            });
+        let promote =
+            (self.line.next(Some(ticket), now)).map(|p| (p, self.line.ids.contains_key(&p.ticket)));
         let in_line = self.line.entries.contains_key(&ticket);
         let taken = |t: u64| t == ticket || promote.is_some_and(|(p, _)| p.ticket == t);
         Some(Target {

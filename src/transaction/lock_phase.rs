@@ -245,10 +245,9 @@ impl Transaction {
                 joined_line,
                 crate::ddb::now_millis(),
             );
-            let (mut guard, at) = match (own_look, self.lock_guard()) {
-                (Some(own), _) => (item_lock::Guard::OwnMark(own, step), Existence::Present),
-                (None, item_lock::Guard::Head(t, _)) => (item_lock::Guard::Head(t, step), first),
-                (None, g) => (g, first),
+            let (mut guard, at) = match own_look {
+                Some(own) => (item_lock::Guard::OwnMark(own, step), Existence::Present),
+                None => (self.lock_guard().stepping(step), first),
             };
             // A lock without record carries the ticket its unit of work has by now (0: none yet),
             // by which whoever meets it judges us until our record exists; a lock of a record

@@ -144,7 +144,6 @@ impl Transaction {
         line: &mut Line,
         last_look: Option<std::time::Duration>,
     ) -> crate::Result<Option<crate::item_lock::LockOutcome>> {
-        use crate::item_lock::{Guard, line::LineStep};
         let (table, key, joined, deadline) = at;
         let settings = &self.inner.settings;
         let until = (tokio::time::Instant::now() + settings.queue_ttl / 3).min(deadline);
@@ -160,12 +159,8 @@ impl Transaction {
             Err(seen) => {
                 *line = seen;
                 let now = crate::ddb::now_millis();
-                let step = LineStep::from_view(line, self.known_ticket(), joined, now);
-                *guard = match *guard {
-                    Guard::OwnMark(own, _) => Guard::OwnMark(own, step),
-                    Guard::Head(t, _) => Guard::Head(t, step),
-                    g => g,
-                };
+                let step = line::LineStep::from_view(line, self.known_ticket(), joined, now);
+                *guard = guard.stepping(step);
                 Ok(None)
             }
         }
@@ -389,7 +384,7 @@ impl Transaction {
             None | Some(Ok(Ok(()))) => true,
             Some(Ok(Err(found))) => {
                 let obs = crate::item_lock::Observed::of(found.as_ref());
-                let ours = found.as_ref().and_then(HeadMark::of).map(|h| h.ticket) == Some(mine);
+                let ours = obs.waiters.mark.is_some_and(|h| h.ticket == mine);
                 !obs.locked_by(&self.id) && !ours
             }
             Some(Err(_)) => false,
