@@ -281,7 +281,7 @@ pub async fn measure(
     let on_demand = !args.no_record_on_demand;
     let mark = !args.no_mark_oldest_waiter;
     let line_reads = args.line_looks_read;
-    let hand_over = args.hand_over;
+    let hand_over = !args.no_hand_over;
     let grace = args.wound_grace_ms.map(Duration::from_millis);
     let patience = args.first_attempt_patience_ms.map(Duration::from_millis);
     let out_of_order = !args.no_yield_out_of_order;

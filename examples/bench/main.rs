@@ -117,10 +117,10 @@ pub struct Args {
     /// (`Settings::line_looks_read`; off by default).
     #[arg(long)]
     line_looks_read: bool,
-    /// Contention: a commit without record hands the item over to its oldest live waiter
-    /// (`Settings::hand_over`; off by default).
+    /// Contention: no library run's commit without record hands the item over to its oldest live
+    /// waiter (`Settings::hand_over` off; on by default).
     #[arg(long)]
-    hand_over: bool,
+    no_hand_over: bool,
     /// Contention: every library run gives a younger running holder this long before rolling it
     /// back (`Settings::wound_grace`; the library's default when absent).
     #[arg(long)]
