@@ -1,17 +1,67 @@
 //! Items near DynamoDB's 400 KB limit: the room the lock attributes need, on every commit path.
 
 use aws_sdk_dynamodb::types::ReturnValue;
+use dynamodb_transactions::fault::DynamoDbProfile;
 use dynamodb_transactions::{Error, TxState};
 
 use crate::common::*;
-use crate::{assert_clean, assert_no_images, coordinator_with, envs};
+use crate::{assert_clean, assert_no_images, coordinator_on};
+
+/// The profile these tests answer through when the run's is on: the run's, without its
+/// throttling. Each write of an item of 300–400 KB takes 300–400 of the 1,000 write units a
+/// second DynamoDB serves one item, and these tests write such items several times a second:
+/// DynamoDB throttles their own writes as the profile does, past the SDK's three attempts at
+/// times (a fresh-clone run failed so). What they check is the size rules, which throttling
+/// does not change; the library's answer to throttling is checked by `tests/profile` and the
+/// chaos workload.
+fn unthrottled() -> Option<&'static DynamoDbProfile> {
+    static UNTHROTTLED: std::sync::OnceLock<Option<DynamoDbProfile>> = std::sync::OnceLock::new();
+    UNTHROTTLED
+        .get_or_init(|| {
+            profile().map(|p| {
+                let mut settings = p.settings().clone();
+                settings.throttling = false;
+                DynamoDbProfile::new(settings)
+            })
+        })
+        .as_ref()
+}
+
+/// A test's environment, through [`unthrottled`] when the profile is on.
+async fn env_with(prefix: &str, f: impl FnOnce(&mut dynamodb_transactions::Settings)) -> TestEnv {
+    match unthrottled() {
+        Some(p) => TestEnv::through_profile(prefix, p, f).await,
+        None => TestEnv::with_settings(prefix, f).await,
+    }
+}
+
+/// `crate::envs`, through [`unthrottled`].
+async fn envs(prefix: &str) -> Vec<TestEnv> {
+    vec![
+        env_with(&format!("{prefix}-os"), |_| {}).await,
+        env_with(&format!("{prefix}-ph"), |s| s.one_shot_max_items = 0).await,
+        env_with(&format!("{prefix}-pi"), |s| s.batch_locks = false).await,
+    ]
+}
+
+/// `crate::coordinator_with`, through [`unthrottled`].
+fn coordinator_with(
+    env: &TestEnv,
+    f: impl FnOnce(&mut dynamodb_transactions::Settings),
+) -> dynamodb_transactions::TransactionManager {
+    let c = match unthrottled() {
+        Some(p) => client_through(p, vec![]),
+        None => client(),
+    };
+    coordinator_on(env, c, f)
+}
 
 /// Finding 11: an update whose expression makes the item grow (`SET b = a` copying a large
 /// attribute) to ~360 KB, which DynamoDB accepts, commits on every path: the before-image estimate
 /// must count the growth (an embedded 60 KB image would push the applied item past 400 KB).
 #[tokio::test]
 async fn an_update_that_copies_a_large_attribute_commits_on_every_path() {
-    let env = TestEnv::new("grow").await;
+    let env = env_with("grow", |_| {}).await;
     let a = s(&"y".repeat(60_000));
     let update = "SET b = a, c = a, d = a, e = a, f = a";
     // What DynamoDB itself does with the plain update.
