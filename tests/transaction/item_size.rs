@@ -5,7 +5,7 @@ use dynamodb_transactions::fault::DynamoDbProfile;
 use dynamodb_transactions::{Error, TxState};
 
 use crate::common::*;
-use crate::{assert_clean, assert_no_images, coordinator_on};
+use crate::{PATHS, assert_clean, assert_no_images, coordinator_on};
 
 /// The profile these tests answer through when the run's is on: the run's, without its
 /// throttling. Each write of an item of 300–400 KB takes 300–400 of the 1,000 write units a
@@ -37,11 +37,11 @@ async fn env_with(prefix: &str, f: impl FnOnce(&mut dynamodb_transactions::Setti
 
 /// `crate::envs`, through [`unthrottled`].
 async fn envs(prefix: &str) -> Vec<TestEnv> {
-    vec![
-        env_with(&format!("{prefix}-os"), |_| {}).await,
-        env_with(&format!("{prefix}-ph"), |s| s.one_shot_max_items = 0).await,
-        env_with(&format!("{prefix}-pi"), |s| s.batch_locks = false).await,
-    ]
+    let mut out = Vec::new();
+    for (path, settings) in PATHS {
+        out.push(env_with(&format!("{prefix}-{path}"), settings).await);
+    }
+    out
 }
 
 /// `crate::coordinator_with`, through [`unthrottled`].

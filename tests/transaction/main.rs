@@ -27,13 +27,24 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use common::*;
 use dynamodb_transactions::{Item, Transaction, TxId};
 
-/// Both commit paths: one `TransactWriteItems`, and phases.
+/// How a commit path configures the library.
+type Configure = fn(&mut dynamodb_transactions::Settings);
+
+/// The commit paths the suite runs each test on, by the suffix of their environments' names:
+/// one `TransactWriteItems`, phases, and phases locking item by item.
+const PATHS: [(&str, Configure); 3] = [
+    ("os", |_| {}),
+    ("ph", |s| s.one_shot_max_items = 0),
+    ("pi", |s| s.batch_locks = false),
+];
+
+/// An environment for each of the [`PATHS`].
 async fn envs(prefix: &str) -> Vec<TestEnv> {
-    vec![
-        TestEnv::new(&format!("{prefix}-os")).await,
-        TestEnv::with_settings(&format!("{prefix}-ph"), |s| s.one_shot_max_items = 0).await,
-        TestEnv::with_settings(&format!("{prefix}-pi"), |s| s.batch_locks = false).await,
-    ]
+    let mut out = Vec::new();
+    for (path, settings) in PATHS {
+        out.push(TestEnv::with_settings(&format!("{prefix}-{path}"), settings).await);
+    }
+    out
 }
 
 async fn assert_clean(env: &TestEnv) {
