@@ -135,8 +135,9 @@ impl Transaction {
 
     /// The look of a waiter a holder may hand the item over to (`Settings::hand_over`,
     /// [`watched_by`]) while a handed-over lock holds it: it watches for the handover by reads
-    /// ([`item_lock::watch_for_handover`](crate::item_lock::watch_for_handover)), spaced by a
-    /// third of its last look (`last_look`). What an attempt would have met, or `None` when the
+    /// ([`item_lock::watch_for_handover`](crate::item_lock::watch_for_handover)), up to
+    /// [`HANDOVER_WATCHERS`] in flight, spread over its last look (`last_look`) and at least
+    /// [`WATCH_SPACING_MIN`] apart. What an attempt would have met, or `None` when the
     /// item was found free: the attempt goes then, with `guard` and `line` as the last read
     /// found the line. `at`: the item, whether this waiter joined the line, and the wait's
     /// deadline.
