@@ -25,6 +25,9 @@ enum LateMode {
     /// The `n`-th request of `operation` (1-based, counted from arming) waits until
     /// [`LateDelivery::open`], then goes through as usual, its answer to its caller.
     Gate { operation: String, n: u64 },
+    /// Every request of `operation` from arming waits until [`LateDelivery::open`], then goes
+    /// through as usual, its answer to its caller.
+    GateAll { operation: String },
 }
 
 #[derive(Debug, Default)]
@@ -36,6 +39,8 @@ struct LateState {
     held: Vec<(SharedHttpConnector, HttpRequest)>,
     /// Opened by [`LateDelivery::open`] (a gate's request waits for it).
     gate: Arc<tokio::sync::Notify>,
+    /// Set by [`LateDelivery::open`] after [`LateDelivery::delay_all_until_opened`].
+    all_open: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// Loses answers, delivers requests late and holds them back, at chosen points: deterministic
@@ -112,10 +117,32 @@ impl LateDelivery {
         };
     }
 
+    /// Every request of `operation` (e.g. `"GetItem"`) from now waits before it is sent until
+    /// [`open`](LateDelivery::open) is called; they then go through as usual and their callers get
+    /// DynamoDB's answers. Other requests go through meanwhile (reads that never come back while
+    /// writes land).
+    pub fn delay_all_until_opened(&self, operation: &str) {
+        *self.lock() = LateState {
+            mode: LateMode::GateAll {
+                operation: operation.to_string(),
+            },
+            ..LateState::default()
+        };
+    }
+
     /// Lets the request waiting at the gate of [`delay_until_opened`](LateDelivery::delay_until_opened)
-    /// go (or the next one to reach it).
+    /// go (or the next one to reach it); after
+    /// [`delay_all_until_opened`](LateDelivery::delay_all_until_opened), every request waiting
+    /// goes, and later ones are not held.
     pub fn open(&self) {
-        self.lock().gate.notify_one();
+        let mut s = self.lock();
+        if matches!(s.mode, LateMode::GateAll { .. }) {
+            s.mode = LateMode::Off;
+            s.all_open.store(true, std::sync::atomic::Ordering::SeqCst);
+            s.gate.notify_waiters();
+        } else {
+            s.gate.notify_one();
+        }
     }
 
     /// Stops injecting; kept requests are dropped undelivered.
@@ -266,6 +293,22 @@ impl HttpConnector for LateConnector {
                 }
             }
             LateMode::Gate { .. } => {}
+            LateMode::GateAll { operation } if *operation == op => {
+                s.seen += 1;
+                LateDelivery::strike(&mut s);
+                let (gate, open) = (s.gate.clone(), s.all_open.clone());
+                return HttpConnectorFuture::new(async move {
+                    // Registered before the flag is read: an opening in between wakes it.
+                    let opened = gate.notified();
+                    tokio::pin!(opened);
+                    opened.as_mut().enable();
+                    if !open.load(std::sync::atomic::Ordering::SeqCst) {
+                        opened.await;
+                    }
+                    inner.call(request).await
+                });
+            }
+            LateMode::GateAll { .. } => {}
         }
         drop(s);
         inner.call(request)
