@@ -87,6 +87,7 @@ impl TransactionManagerBuilder {
                 settings: self.settings,
                 schemas: SchemaCache::default(),
                 unrecorded_tables: Default::default(),
+                notices: Default::default(),
             }),
         }
     }

@@ -557,6 +557,8 @@ pub(crate) struct Inner {
     pub schemas: SchemaCache,
     /// The user tables this manager listed as holding locks taken without a record.
     pub unrecorded_tables: crate::record::unrecorded_tables::Registered,
+    /// This manager's waiters watching for a handover, which its holders tell in process.
+    pub notices: crate::item_lock::notice::Notices,
 }
 
 impl Inner {

@@ -457,7 +457,9 @@ pub(crate) async fn look_by_reading(
 /// (`_TxHO`: a chain of handovers; a holder that took the item by its own look may have a
 /// record, and one with a record never hands it over). Past `until`, the last read answered
 /// tells what an attempt would have met (held by another, under its mark), so that the caller
-/// renews its mark. Cancel safety: dropping it drops reads, which change nothing.
+/// renews its mark. `told`: where a holder of the same manager passes the item as its handover
+/// left it ([`notice`](super::notice)), which counts as a read that found it. Cancel safety:
+/// dropping it drops reads, which change nothing.
 pub(crate) async fn watch_for_handover(
     client: &Client,
     key: (&str, &Item),
@@ -465,6 +467,7 @@ pub(crate) async fn watch_for_handover(
     guard: Guard,
     (width, spacing): (usize, std::time::Duration),
     until: tokio::time::Instant,
+    mut told: Option<tokio::sync::oneshot::Receiver<Item>>,
 ) -> Result<std::result::Result<LockOutcome, Line>> {
     use futures::StreamExt;
     let (table, key) = key;
@@ -487,6 +490,19 @@ pub(crate) async fn watch_for_handover(
         let send_more = reads.len() < width.max(1) && now < until;
         let found = tokio::select! {
             Some(found) = reads.next() => found?,
+            notice = async { told.as_mut().expect("guarded").await }, if told.is_some() => {
+                match notice {
+                    Ok(item) => {
+                        told = None;
+                        Some(item)
+                    }
+                    // Its holder went without telling: the reads go on.
+                    Err(_) => {
+                        told = None;
+                        continue;
+                    }
+                }
+            }
             _ = tokio::time::sleep_until(next), if send_more => continue,
         };
         let Some(found) = found else {

@@ -48,6 +48,7 @@ pub(crate) mod handover;
 pub(crate) mod head;
 mod image;
 pub(crate) mod line;
+pub(crate) mod notice;
 pub(crate) mod queue;
 mod release;
 

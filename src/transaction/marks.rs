@@ -137,9 +137,10 @@ impl Transaction {
     /// [`watched_by`]) while a handed-over lock holds it: it watches for the handover by reads
     /// ([`item_lock::watch_for_handover`](crate::item_lock::watch_for_handover)), up to
     /// [`HANDOVER_WATCHERS`] in flight, spread over its last look (`last_look`) and at least
-    /// [`WATCH_SPACING_MIN`] apart. What an attempt would have met, or `None` when the
-    /// item was found free: the attempt goes then, with `guard` and `line` as the last read
-    /// found the line. `at`: the item, whether this waiter joined the line, and the wait's
+    /// [`WATCH_SPACING_MIN`] apart, and told by a holder of the same manager that hands it the
+    /// item ([`notice`](crate::item_lock::notice)). What an attempt would have met, or `None`
+    /// when the item was found free: the attempt goes then, with `guard` and `line` as the last
+    /// read found the line. `at`: the item, whether this waiter joined the line, and the wait's
     /// deadline.
     pub(super) async fn watch_for_handover(
         &self,
@@ -155,8 +156,13 @@ impl Transaction {
             .max(WATCH_SPACING_MIN);
         let pace = (HANDOVER_WATCHERS, spacing);
         let c = &self.inner.client;
+        // A holder of this manager tells its handover at once.
+        let mut awaiting = (self.inner.notices)
+            .await_handover(self.id.as_str(), crate::keys::ItemRef::new(table, key));
+        let told = awaiting.told.take();
+        let at = (table, key);
         let watched =
-            crate::item_lock::watch_for_handover(c, (table, key), &self.id, *guard, pace, until)
+            crate::item_lock::watch_for_handover(c, at, &self.id, *guard, pace, until, told)
                 .await?;
         match watched {
             Ok(met) => Ok(Some(met)),

@@ -142,7 +142,7 @@ impl Transaction {
     /// the item over to its oldest live waiter as this transaction last saw the item, when that
     /// waiter takes it (`Settings::hand_over`, see [`crate::item_lock::handover`]). None otherwise:
     /// the item is released as usual.
-    fn handover_write(&self, st: &State, k: &ItemRef, write: &Write) -> Option<Write> {
+    fn handover_write(&self, st: &State, k: &ItemRef, write: &Write) -> Option<(Write, String)> {
         if !self.inner.settings.hands_over() {
             return None;
         }
@@ -152,7 +152,7 @@ impl Transaction {
         if target.id == self.id.as_str() {
             return None;
         }
-        crate::item_lock::handover::hand_over(write, &target, now)
+        crate::item_lock::handover::hand_over(write, &target, now).map(|w| (w, target.id))
     }
 
     /// Commits with `write` on the only item, `k` (see [`Self::write_without_record`]): its final
@@ -177,11 +177,20 @@ impl Transaction {
         // takes it (`Settings::hand_over`).
         let mut handover = self.handover_write(st, k, &write);
         for _ in 0..COMMIT_SENDS {
-            let sent = handover.as_ref().unwrap_or(&write);
-            let failed = match sent.send(c, None).await {
-                Ok(Written::Ok(_)) => {
+            let (sent, to) = match &handover {
+                Some((w, to)) => (w, Some(to.as_str())),
+                None => (&write, None),
+            };
+            // A waiter of this manager is told the item as the handover leaves it.
+            let told = to.filter(|to| self.inner.notices.awaited(to, k));
+            let all_new = told.map(|_| aws_sdk_dynamodb::types::ReturnValue::AllNew);
+            let failed = match sent.send(c, all_new).await {
+                Ok(Written::Ok(new)) => {
                     let handed = handover.is_some();
-                    debug!(tx = %self.id, handed, "committed without a record");
+                    if let (Some(to), Some(new)) = (told, new) {
+                        self.inner.notices.tell(to, k, new);
+                    }
+                    debug!(tx = %self.id, handed, told = told.is_some(), "committed without a record");
                     st.outcome = Some(TxState::Committed);
                     st.items.get_mut(k).expect("entry").lock = None;
                     st.unrecorded_lock_sent = None;

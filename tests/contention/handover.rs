@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use dynamodb_transactions::fault::{FaultInjector, FaultMode, RequestCounter};
+use dynamodb_transactions::fault::{FaultInjector, FaultMode, LateDelivery, RequestCounter};
 use dynamodb_transactions::{Item, Transaction, TransactionManager, TxId};
 
 use crate::common::*;
@@ -301,6 +301,62 @@ async fn a_live_waiter_handed_the_item_takes_it_at_its_next_look() {
     }
     futures::future::join_all(tasks).await;
     assert_eq!(raw(&env, "k").await, item(&[("Id", s("k")), ("v", n(30))]));
+}
+
+/// A holder that hands the item to a waiter of its own manager tells it in process. Two
+/// holders in turn, then two waiters, all of one manager: the second holder (which took the
+/// item by its own look) hands it to the first waiter, and the second waiter, behind a lock
+/// that was handed over, watches for the next handover by reads. From then on no `GetItem` of
+/// the manager comes back. The first waiter commits 4, handing the item to the second, which
+/// takes it from that commit's answer and runs on: it read 4, and the item ends at 5, free.
+/// (Before, a waiter learnt of a handover only from its reads, and waited here for the gate.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_of_the_holders_manager_is_told_the_handover_without_a_read() {
+    let env = TestEnv::new("ct-hand-told").await;
+    let late = LateDelivery::new();
+    let m = handing(&env, client_with_late(vec![], &late), |_| {});
+    let (first, second_read) = two_holders(&env, &m).await;
+    let (go, gone) = tokio::sync::oneshot::channel::<()>();
+    let (w1, first_waiter) = waiter_reads(&env, &m, |waiter, table, read| async move {
+        let v = read.unwrap();
+        gone.await.unwrap();
+        set_i(&waiter, &table, "k", v + 1).await;
+        waiter.commit().await.unwrap();
+        v
+    });
+    let second = second_takes(&env, first, second_read, &w1).await;
+    let (w2, second_waiter) = waiter_reads(&env, &m, |waiter, table, read| async move {
+        let v = read.unwrap();
+        set_i(&waiter, &table, "k", v + 1).await;
+        waiter.commit().await.unwrap();
+        v
+    });
+    until(&env, "k", "the second waiter joins the line", |i| {
+        names(i, "_TxHL") == [w2.to_string()]
+    })
+    .await;
+    set_i(&second, &env.table, "k", 3).await;
+    second.commit().await.unwrap();
+    until(&env, "k", "the first waiter is handed the item", |i| {
+        owner(i) == Some(w1.as_str())
+    })
+    .await;
+    late.delay_all_until_opened("GetItem");
+    // Two reads in flight at once: the second waiter watches.
+    let started = std::time::Instant::now();
+    while late.struck() < 2 {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "nobody watched"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    go.send(()).unwrap();
+    assert_eq!(first_waiter.await.unwrap(), 3);
+    let read = tokio::time::timeout(Duration::from_secs(10), second_waiter).await;
+    late.open();
+    assert_eq!(read.expect("the second waiter was not told").unwrap(), 4);
+    assert_eq!(raw(&env, "k").await, item(&[("Id", s("k")), ("v", n(5))]));
 }
 
 /// Marks and entries in the line live 800 ms.

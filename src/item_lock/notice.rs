@@ -1,0 +1,143 @@
+//! A handover told in process (`Settings::hand_over`): a holder whose commit hands the item to a
+//! waiter of the same [`TransactionManager`](crate::TransactionManager) asks that commit for the
+//! item as it left it (`ReturnValues=ALL_NEW`) and passes it to the waiter, which then holds its
+//! lock without waiting for its watch's next read to come back.
+//!
+//! A notice is an observation of the item like a consistent read's: the item as the commit
+//! wrote it, which names the waiter as its owner. The watch's reads go on beside it: a holder in
+//! another process, or one whose answer is lost, tells nobody, and the reads find the handover.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use tokio::sync::oneshot;
+
+use crate::error::Item;
+use crate::keys::ItemRef;
+
+/// A watching waiter: its transaction id and the item it watches.
+type Watcher = (String, ItemRef);
+
+/// Where a watching waiter is told: the place's generation, and its sender.
+type Place = (u64, oneshot::Sender<Item>);
+
+/// The waiters of one manager watching for a handover, by transaction id and item.
+#[derive(Debug, Default)]
+pub(crate) struct Notices {
+    waiting: Mutex<HashMap<Watcher, Place>>,
+    next: AtomicU64,
+}
+
+/// A waiter's place among the [`Notices`]: while it lives, a holder of the same manager whose
+/// commit hands the item to this waiter passes it the item. Dropped, it takes the place out.
+#[derive(Debug)]
+pub(crate) struct Awaiting<'a> {
+    notices: &'a Notices,
+    key: Watcher,
+    generation: u64,
+    /// The item as the handover left it, once a holder told.
+    pub told: Option<oneshot::Receiver<Item>>,
+}
+
+impl Notices {
+    /// Waits for a handover of `item` to transaction `tx` (until the result is dropped). A
+    /// place the same waiter had for the item before is replaced.
+    pub(crate) fn await_handover(&self, tx: &str, item: ItemRef) -> Awaiting<'_> {
+        let (send, told) = oneshot::channel();
+        let generation = self.next.fetch_add(1, Ordering::Relaxed);
+        let key = (tx.to_string(), item);
+        self.lock().insert(key.clone(), (generation, send));
+        Awaiting {
+            notices: self,
+            key,
+            generation,
+            told: Some(told),
+        }
+    }
+
+    /// Whether transaction `tx` of this manager is watching for a handover of `item`: a commit
+    /// that hands it the item then asks for the item as it leaves it, to [`Self::tell`] it.
+    pub(crate) fn awaited(&self, tx: &str, item: &ItemRef) -> bool {
+        self.lock().contains_key(&(tx.to_string(), item.clone()))
+    }
+
+    /// Passes `found`, the item as a commit that handed it to transaction `tx` left it, to that
+    /// transaction's watch, if it is still watching.
+    pub(crate) fn tell(&self, tx: &str, item: &ItemRef, found: Item) {
+        if let Some((_, send)) = self.lock().remove(&(tx.to_string(), item.clone())) {
+            // A watch that ended meanwhile dropped its receiver: its reads told it, or its
+            // next look will.
+            let _ = send.send(found);
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Watcher, Place>> {
+        // A panic while the map was held cannot leave it inconsistent: every use is one call.
+        self.waiting.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Drop for Awaiting<'_> {
+    fn drop(&mut self) {
+        let mut waiting = self.notices.lock();
+        if waiting
+            .get(&self.key)
+            .is_some_and(|(g, _)| *g == self.generation)
+        {
+            waiting.remove(&self.key);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aws_sdk_dynamodb::types::AttributeValue;
+
+    fn item(n: &str) -> Item {
+        Item::from([("n".to_string(), AttributeValue::N(n.into()))])
+    }
+
+    fn key(k: &str) -> ItemRef {
+        ItemRef::new(
+            "t",
+            &Item::from([("Id".to_string(), AttributeValue::S(k.into()))]),
+        )
+    }
+
+    #[test]
+    fn a_notice_reaches_the_waiter_of_that_transaction_and_item_only() {
+        let notices = Notices::default();
+        let mut a = notices.await_handover("tx-a", key("k"));
+        assert!(notices.awaited("tx-a", &key("k")));
+        assert!(!notices.awaited("tx-a", &key("other")));
+        assert!(!notices.awaited("tx-b", &key("k")));
+        notices.tell("tx-b", &key("k"), item("9"));
+        notices.tell("tx-a", &key("other"), item("8"));
+        let mut told = a.told.take().expect("receiver");
+        assert!(told.try_recv().is_err(), "nothing told yet");
+        notices.tell("tx-a", &key("k"), item("7"));
+        assert_eq!(told.try_recv().expect("told"), item("7"));
+        assert!(!notices.awaited("tx-a", &key("k")), "a place is told once");
+    }
+
+    #[test]
+    fn a_dropped_watch_takes_its_place_out_but_not_a_newer_one() {
+        let notices = Notices::default();
+        let old = notices.await_handover("tx-a", key("k"));
+        let mut new = notices.await_handover("tx-a", key("k"));
+        drop(old);
+        assert!(notices.awaited("tx-a", &key("k")), "the newer place stays");
+        notices.tell("tx-a", &key("k"), item("1"));
+        assert_eq!(
+            new.told.take().expect("rx").try_recv().expect("told"),
+            item("1")
+        );
+        let gone = notices.await_handover("tx-a", key("k"));
+        drop(gone);
+        assert!(!notices.awaited("tx-a", &key("k")));
+        // Telling nobody is no error.
+        notices.tell("tx-a", &key("k"), item("2"));
+    }
+}
