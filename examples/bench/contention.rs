@@ -357,9 +357,13 @@ pub async fn measure(
     let gave_up = Arc::new(AtomicU64::new(0));
     let board = Arc::new(Board::new(workers));
     let mut coordinators = Vec::new();
+    let mut shared = None;
     for _ in 0..workers {
         let client = target.client(vec![common::shared(recorder.clone())]).await;
         coordinators.push(match how {
+            How::Library(_) if args.one_manager => {
+                Worker::Library(shared.get_or_insert_with(|| mgr(client)).clone())
+            }
             How::Library(_) => Worker::Library(mgr(client)),
             How::Native | How::Handover => Worker::Native(client),
         });

@@ -94,6 +94,10 @@ pub struct Args {
     /// Hot counter: increments per run.
     #[arg(long, default_value_t = 400)]
     increments: usize,
+    /// Contention: the library's workers share one manager and one client, as tasks of one
+    /// process would (by default each has its own, as separate processes would).
+    #[arg(long)]
+    one_manager: bool,
     /// Contention: only the hot-item runs (and the native transfer), not every ticket mode.
     #[arg(long)]
     hot_only: bool,
