@@ -356,7 +356,10 @@ pub struct Settings {
     /// flight, one every sixth of a look and never more than one every 2 ms: the next handover
     /// is seen a fraction of a round trip after it lands, and the looks write nothing. On
     /// DynamoDB each such read costs one read unit (an item under 4 KB): at most 500 a second
-    /// per watching waiter, two waiters per hot item.
+    /// per watching waiter, two waiters per hot item. A holder that hands the item to a waiter
+    /// of the same manager (tasks of one process sharing it) tells it in process, with the item
+    /// as its commit left it, whether the waiter watches or sleeps between looks: that waiter
+    /// holds the lock when the commit's answer comes back, not a look later.
     ///
     /// The write is conditional on the waiter's place being there and live; when it is not
     /// (the waiter left, or its mark expired), the commit is sent again as a plain unlock: one

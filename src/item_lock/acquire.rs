@@ -467,7 +467,7 @@ pub(crate) async fn watch_for_handover(
     guard: Guard,
     (width, spacing): (usize, std::time::Duration),
     until: tokio::time::Instant,
-    mut told: Option<tokio::sync::oneshot::Receiver<Item>>,
+    told: &mut Option<tokio::sync::oneshot::Receiver<Item>>,
 ) -> Result<std::result::Result<LockOutcome, Line>> {
     use futures::StreamExt;
     let (table, key) = key;
@@ -491,16 +491,11 @@ pub(crate) async fn watch_for_handover(
         let found = tokio::select! {
             Some(found) = reads.next() => found?,
             notice = async { told.as_mut().expect("guarded").await }, if told.is_some() => {
+                *told = None;
                 match notice {
-                    Ok(item) => {
-                        told = None;
-                        Some(item)
-                    }
-                    // Its holder went without telling: the reads go on.
-                    Err(_) => {
-                        told = None;
-                        continue;
-                    }
+                    Ok(item) => Some(item),
+                    // Nobody will tell: the reads go on.
+                    Err(_) => continue,
                 }
             }
             _ = tokio::time::sleep_until(next), if send_more => continue,
@@ -524,6 +519,12 @@ pub(crate) async fn watch_for_handover(
             };
         }
     }
+}
+
+/// What a look with `guard` meets in `found`, the item as a holder's commit that handed it to
+/// `me` left it, told in process ([`notice`](super::notice)): the lock handed to `me`.
+pub(crate) fn met_told(found: &Item, me: &TxId, guard: Guard) -> Option<LockOutcome> {
+    met(found, me, Existence::Present, guard)
 }
 
 /// What a lock attempt that assumed `existence`, with `guard`, met when it did not lock: the item

@@ -63,7 +63,7 @@ use crate::keys::KeySchema;
 
 pub(crate) use acquire::{
     Existence, Guard, HolderTicket, LockOutcome, LockTicket, lock, lock_item_write,
-    look_by_reading, watch_for_handover,
+    look_by_reading, met_told, watch_for_handover,
 };
 pub(crate) use apply::{
     ImagePlace, Stage, mark_made, request_writes, roll_forward_write, unlocked_write,

@@ -1,11 +1,14 @@
 //! A handover told in process (`Settings::hand_over`): a holder whose commit hands the item to a
 //! waiter of the same [`TransactionManager`](crate::TransactionManager) asks that commit for the
 //! item as it left it (`ReturnValues=ALL_NEW`) and passes it to the waiter, which then holds its
-//! lock without waiting for its watch's next read to come back.
+//! lock without waiting for its next look to come back.
 //!
-//! A notice is an observation of the item like a consistent read's: the item as the commit
-//! wrote it, which names the waiter as its owner. The watch's reads go on beside it: a holder in
-//! another process, or one whose answer is lost, tells nobody, and the reads find the handover.
+//! A waiter that names itself waits for a notice for as long as it waits for the item: while it
+//! watches by reads, and while it sleeps between looks (a notice cuts the sleep short); one that
+//! comes during a look is taken at the next. A notice is an observation of the item like a
+//! consistent read's: the item as the commit wrote it, which names the waiter as its owner. The
+//! looks go on beside it: a holder in another process, or one whose answer is lost, tells
+//! nobody, and the looks find the handover.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -78,6 +81,41 @@ impl Notices {
     }
 }
 
+/// Waits out `sleep`, unless a holder tells the handover first (`told`, which is used up then):
+/// the item as it told it. Cancel safety: dropping it loses nothing that was not told yet.
+pub(crate) async fn sleep_unless_told(
+    sleep: impl std::future::Future<Output = ()>,
+    told: &mut Option<oneshot::Receiver<Item>>,
+) -> Option<Item> {
+    let Some(notice) = told.as_mut() else {
+        sleep.await;
+        return None;
+    };
+    tokio::select! {
+        () = sleep => None,
+        item = notice => {
+            // Told, or nobody will tell (its sender went): either way, no more.
+            *told = None;
+            item.ok()
+        }
+    }
+}
+
+/// The item a holder told, if it did (`told` is used up then). Never waits.
+pub(crate) fn told_now(told: &mut Option<oneshot::Receiver<Item>>) -> Option<Item> {
+    match told.as_mut()?.try_recv() {
+        Ok(item) => {
+            *told = None;
+            Some(item)
+        }
+        Err(oneshot::error::TryRecvError::Empty) => None,
+        Err(oneshot::error::TryRecvError::Closed) => {
+            *told = None;
+            None
+        }
+    }
+}
+
 impl Drop for Awaiting<'_> {
     fn drop(&mut self) {
         let mut waiting = self.notices.lock();
@@ -120,6 +158,33 @@ mod tests {
         notices.tell("tx-a", &key("k"), item("7"));
         assert_eq!(told.try_recv().expect("told"), item("7"));
         assert!(!notices.awaited("tx-a", &key("k")), "a place is told once");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_notice_cuts_a_sleep_short_and_is_used_up() {
+        let notices = Notices::default();
+        let mut a = notices.await_handover("tx-a", key("k"));
+        let mut told = a.told.take();
+        assert_eq!(told_now(&mut told), None, "nothing told yet");
+        let long = tokio::time::sleep(std::time::Duration::from_secs(3600));
+        let (item_told, ()) = tokio::join!(sleep_unless_told(long, &mut told), async {
+            notices.tell("tx-a", &key("k"), item("5"));
+        });
+        assert_eq!(item_told, Some(item("5")));
+        assert!(told.is_none(), "a notice is used up");
+        // With nothing to be told, the sleep runs its course.
+        let short = tokio::time::sleep(std::time::Duration::from_millis(5));
+        assert_eq!(sleep_unless_told(short, &mut told).await, None);
+    }
+
+    #[test]
+    fn a_notice_that_came_while_nobody_listened_is_there_at_the_next_look() {
+        let notices = Notices::default();
+        let mut a = notices.await_handover("tx-a", key("k"));
+        let mut told = a.told.take();
+        notices.tell("tx-a", &key("k"), item("6"));
+        assert_eq!(told_now(&mut told), Some(item("6")));
+        assert_eq!(told_now(&mut told), None);
     }
 
     #[test]

@@ -227,6 +227,15 @@ impl Transaction {
         // The last look found the item held by a lock handed over to its holder: a chain of
         // handovers, which the holder's commit may go on with.
         let mut holder_hands_over = false;
+        // A waiter that names itself is told by a holder of this manager that hands it the item
+        // (`item_lock::notice`), while it watches or sleeps; `told` is where, until it is.
+        let mut awaiting = placed.takes_handover.then(|| {
+            let item = crate::keys::ItemRef::new(table, key);
+            self.inner.notices.await_handover(self.id.as_str(), item)
+        });
+        let mut told = awaiting.as_mut().and_then(|a| a.told.take());
+        // The item as a holder told it while this waiter slept.
+        let mut notice: Option<Item> = None;
         loop {
             // The oldest waiter's mark the look found on the item.
             let mut found_head = None;
@@ -260,9 +269,14 @@ impl Transaction {
             };
             let sent = tokio::time::Instant::now();
             let watches = placed.takes_handover && holder_hands_over && watched_by(guard, &line);
-            let read = if watches {
+            let read = if let Some(found) = notice
+                .take()
+                .or_else(|| item_lock::notice::told_now(&mut told))
+            {
+                Ok(item_lock::met_told(&found, &self.id, guard))
+            } else if watches {
                 let at = (table, key, joined_line, deadline);
-                self.watch_for_handover(at, &mut guard, &mut line, last_look)
+                self.watch_for_handover(at, &mut guard, &mut line, last_look, &mut told)
                     .await
             } else if self.looks_by_reading(&line, guard, holds_others) {
                 item_lock::look_by_reading(c, table, key, &self.id, guard).await
@@ -699,17 +713,20 @@ impl Transaction {
                             None => crate::settings::backoff(settings, waits.min(3)).await,
                         }
                     };
+                    // A holder of this manager that hands this waiter the item cuts the sleep.
+                    let sleep = item_lock::notice::sleep_unless_told(sleep, &mut told);
                     let mine = if !check {
-                        sleep.await;
+                        notice = sleep.await;
                         None
                     } else if paced.is_some() {
-                        let (_, mine) = tokio::join!(
+                        let (told, mine) = tokio::join!(
                             sleep,
                             record::load_header(c, &self.inner.tx_table, &self.id)
                         );
+                        notice = told;
                         Some(mine?)
                     } else {
-                        sleep.await;
+                        notice = sleep.await;
                         Some(record::load_header(c, &self.inner.tx_table, &self.id).await?)
                     };
                     if let Some(mine) = mine {

@@ -137,8 +137,8 @@ impl Transaction {
     /// [`watched_by`]) while a handed-over lock holds it: it watches for the handover by reads
     /// ([`item_lock::watch_for_handover`](crate::item_lock::watch_for_handover)), up to
     /// [`HANDOVER_WATCHERS`] in flight, spread over its last look (`last_look`) and at least
-    /// [`WATCH_SPACING_MIN`] apart, and told by a holder of the same manager that hands it the
-    /// item ([`notice`](crate::item_lock::notice)). What an attempt would have met, or `None`
+    /// [`WATCH_SPACING_MIN`] apart, and by `told`, where a holder of the same manager that hands
+    /// it the item tells it ([`notice`](crate::item_lock::notice)). What an attempt would have met, or `None`
     /// when the item was found free: the attempt goes then, with `guard` and `line` as the last
     /// read found the line. `at`: the item, whether this waiter joined the line, and the wait's
     /// deadline.
@@ -148,6 +148,7 @@ impl Transaction {
         guard: &mut crate::item_lock::Guard,
         line: &mut Line,
         last_look: Option<std::time::Duration>,
+        told: &mut Option<tokio::sync::oneshot::Receiver<crate::Item>>,
     ) -> crate::Result<Option<crate::item_lock::LockOutcome>> {
         let (table, key, joined, deadline) = at;
         let settings = &self.inner.settings;
@@ -156,10 +157,6 @@ impl Transaction {
             .max(WATCH_SPACING_MIN);
         let pace = (HANDOVER_WATCHERS, spacing);
         let c = &self.inner.client;
-        // A holder of this manager tells its handover at once.
-        let mut awaiting = (self.inner.notices)
-            .await_handover(self.id.as_str(), crate::keys::ItemRef::new(table, key));
-        let told = awaiting.told.take();
         let at = (table, key);
         let watched =
             crate::item_lock::watch_for_handover(c, at, &self.id, *guard, pace, until, told)
