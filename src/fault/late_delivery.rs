@@ -58,7 +58,9 @@ struct LateState {
 ///   the network that arrives after its sender gave up and moved on);
 /// - [`delay_until_opened`](LateDelivery::delay_until_opened): a request waits before it is sent
 ///   until the test opens the gate, while its sender's other requests go through (one of two
-///   concurrent requests landing well before the other).
+///   concurrent requests landing well before the other);
+/// - [`delay_all_until_opened`](LateDelivery::delay_all_until_opened): the same for every
+///   request of one operation (reads that never come back while writes land).
 ///
 /// Cheap to clone; clones share state.
 #[derive(Debug, Clone, Default)]
