@@ -4,11 +4,12 @@
 //! the same transfers without the library (`drivers::optimistic_transfer`: read, conditional
 //! `TransactWriteItems`, retry), the baseline a user would write instead. Then the hot items: the
 //! transfers with default settings in both read orders (lowest key first, and from-then-to as a
-//! user writes it first), and a hot counter (one item, read-modify-write in `run`) beside its
-//! native optimistic increment and a sketch of a handover lock without the library
-//! (`drivers::handover_increment`: what handing the item over in the releasing write moves),
-//! each with its FIFO ideal and physical bound. With `--profile`, each run again right after
-//! through a fresh profile.
+//! user writes it first), and a hot counter (one item, read-modify-write in `run`; its workers
+//! with a manager each, as separate processes, then sharing one, as tasks of one process) beside
+//! its native optimistic increment (retried until it commits, as `run` is) and a sketch of a
+//! handover lock without the library (`drivers::handover_increment`: what handing the item over
+//! in the releasing write moves), each with its FIFO ideal and physical bound. With `--profile`,
+//! each run again right after through a fresh profile.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -121,6 +122,9 @@ pub struct Hot {
     pub name: &'static str,
     pub how: How,
     pub workload: Workload,
+    /// The library's workers share one manager and one client, as tasks of one process would
+    /// (otherwise each has its own, as separate processes would).
+    pub shared: bool,
 }
 
 /// The hot-item runs, in order: the library with default settings (no tuning: `run`'s default
@@ -131,39 +135,63 @@ pub const HOT: &[Hot] = &[
         name: "transfer, lowest first",
         how: How::Library(("defaults", |_| {})),
         workload: Workload::Transfer(Order::LowestFirst),
+        shared: false,
     },
     Hot {
         name: "transfer, from then to",
         how: How::Library(("defaults", |_| {})),
         workload: Workload::Transfer(Order::FromThenTo),
+        shared: false,
     },
     // The behaviour before `run_relocks_reads`: a retry starts with nothing locked.
     Hot {
         name: "transfer, from then to, retries relock nothing",
         how: How::Library(("no relock", |s| s.run_relocks_reads = false)),
         workload: Workload::Transfer(Order::FromThenTo),
+        shared: false,
     },
     Hot {
         name: "hot counter",
         how: How::Library(("defaults", |_| {})),
         workload: Workload::Counter,
+        shared: false,
+    },
+    // The same workers as tasks of one process: a holder hands the item to a waiter of its own
+    // manager in process (docs/PROTOCOL.md "Handing the item over", *Told in process*).
+    Hot {
+        name: "hot counter, one manager",
+        how: How::Library(("defaults", |_| {})),
+        workload: Workload::Counter,
+        shared: true,
     },
     Hot {
         name: "hot counter, retries relock nothing",
         how: How::Library(("no relock", |s| s.run_relocks_reads = false)),
         workload: Workload::Counter,
+        shared: false,
     },
     Hot {
         name: "hot counter, native optimistic",
         how: How::Native,
         workload: Workload::Counter,
+        shared: false,
     },
     Hot {
         name: "hot counter, native handover",
         how: How::Handover,
         workload: Workload::Counter,
+        shared: false,
     },
 ];
+
+/// The attempts of the counter's native optimistic increment: until it commits (as `run`, which
+/// the library's rows use, retries without bound), unless `--counter-native-attempts` bounds it.
+fn counter_native_attempts(args: &crate::Args) -> u32 {
+    match args.counter_native_attempts {
+        0 => u32::MAX,
+        n => n,
+    }
+}
 
 /// The name of the baseline without the library, in the report and JSON.
 pub const NATIVE: &str = "native optimistic";
@@ -268,6 +296,7 @@ pub async fn measure(
         name: mode,
         how,
         workload,
+        shared,
     } = run;
     let configure: fn(&mut Settings) = match how {
         How::Library((_, c)) => c,
@@ -357,12 +386,12 @@ pub async fn measure(
     let gave_up = Arc::new(AtomicU64::new(0));
     let board = Arc::new(Board::new(workers));
     let mut coordinators = Vec::new();
-    let mut shared = None;
+    let mut one_manager = None;
     for _ in 0..workers {
         let client = target.client(vec![common::shared(recorder.clone())]).await;
         coordinators.push(match how {
-            How::Library(_) if args.one_manager => {
-                Worker::Library(shared.get_or_insert_with(|| mgr(client)).clone())
+            How::Library(_) if shared => {
+                Worker::Library(one_manager.get_or_insert_with(|| mgr(client)).clone())
             }
             How::Library(_) => Worker::Library(mgr(client)),
             How::Native | How::Handover => Worker::Native(client),
@@ -437,7 +466,7 @@ pub async fn measure(
                                     client,
                                     &table,
                                     (COUNTER, "n"),
-                                    args.native_attempts,
+                                    counter_native_attempts(&args),
                                     &mut jitter,
                                 )
                                 .await
@@ -609,7 +638,11 @@ pub async fn measure(
         requests: per_tx(recs.len()),
         total_conserved: conserved,
         gave_up: gave_up.load(Ordering::SeqCst) as usize,
-        attempt_bound: matches!(how, How::Native).then_some(args.native_attempts),
+        attempt_bound: match (how, workload) {
+            (How::Native, Workload::Counter) => Some(counter_native_attempts(args)),
+            (How::Native, _) => Some(args.native_attempts),
+            _ => None,
+        },
         profile,
         workload,
         wait,
@@ -646,6 +679,7 @@ pub async fn bench_contention(
                 name: m.0,
                 how: How::Library(m),
                 workload: transfer,
+                shared: false,
             },
             true,
         )
@@ -655,6 +689,7 @@ pub async fn bench_contention(
             name: NATIVE,
             how: How::Native,
             workload: transfer,
+            shared: false,
         },
         true,
     ));

@@ -188,8 +188,9 @@ pub fn goals(rows: &[Row], locks: &LockResults, contention: &[ContentionFigures]
 /// The hot-item goals (docs/PROTOCOL.md "Contention"), checked against one pass: transfers in
 /// either read order with p99 ≤ 3× p50, goodput ≥ 1.2× `baseline_lowest_first` (the lowest-first
 /// goodput the goals were set against), at most 2 attempts, no `run` giving up, ≤ 20 reads per
-/// waiter per second; the hot counter at ≥ 0.8× its physical bound, p99 wait ≤ 2× its FIFO ideal,
-/// and against its native optimistic equivalent ≥ 1.0× goodput and ≤ 0.5× p99.
+/// waiter per second; the hot counter (its workers with a manager each, and sharing one) at
+/// ≥ 0.8× its physical bound, p99 wait ≤ 2× its FIFO ideal, and against its native optimistic
+/// equivalent (retried until it commits, by default) ≥ 1.0× goodput and ≤ 0.5× p99.
 pub fn hot_goals(c: &ContentionResults, baseline_lowest_first: Option<f64>) -> String {
     let mut out = String::new();
     for name in ["transfer, lowest first", "transfer, from then to"] {
@@ -212,7 +213,10 @@ pub fn hot_goals(c: &ContentionResults, baseline_lowest_first: Option<f64>) -> S
             f.reads_per_waiter_s
         );
     }
-    if let Some(f) = c.hot("hot counter") {
+    for (name, f) in ["hot counter", "hot counter, one manager"]
+        .into_iter()
+        .filter_map(|name| Some((name, c.hot(name)?)))
+    {
         let bound = f.bound_per_s.unwrap_or(f64::NAN);
         let ideal = f.ideal.pct(99.0);
         let native = c.hot("hot counter, native optimistic");
@@ -224,7 +228,7 @@ pub fn hot_goals(c: &ContentionResults, baseline_lowest_first: Option<f64>) -> S
             && f.latency.pct(99.0) <= 0.5 * n_p99;
         let _ = writeln!(
             out,
-            "- Goal: hot counter: goodput ≥ 0.8× the physical bound, p99 wait ≤ 2× the FIFO ideal, goodput ≥ native optimistic's, p99 ≤ 0.5× its: **{}** ({:.1} tx/s vs bound {:.1}; wait p99 {:.0} ms vs ideal {:.0} ms; native {:.1} tx/s, p99 {:.0} ms vs {:.0} ms)",
+            "- Goal: {name}: goodput ≥ 0.8× the physical bound, p99 wait ≤ 2× the FIFO ideal, goodput ≥ native optimistic's, p99 ≤ 0.5× its: **{}** ({:.1} tx/s vs bound {:.1}; wait p99 {:.0} ms vs ideal {:.0} ms; native {:.1} tx/s, p99 {:.0} ms vs {:.0} ms)",
             mark(ok),
             f.tx_per_s,
             bound,

@@ -94,10 +94,10 @@ pub struct Args {
     /// Hot counter: increments per run.
     #[arg(long, default_value_t = 400)]
     increments: usize,
-    /// Contention: the library's workers share one manager and one client, as tasks of one
-    /// process would (by default each has its own, as separate processes would).
-    #[arg(long)]
-    one_manager: bool,
+    /// Hot counter without the library (native optimistic): attempts before an increment gives
+    /// up (0: until it commits, as the library's `run` retries).
+    #[arg(long, default_value_t = 0)]
+    counter_native_attempts: u32,
     /// Contention: only the hot-item runs (and the native transfer), not every ticket mode.
     #[arg(long)]
     hot_only: bool,
@@ -199,7 +199,7 @@ pub struct Args {
     #[arg(long)]
     keep_tables: bool,
     /// Transfers without the library (contention and the transfer row): attempts before a
-    /// transfer gives up (0: no such run in the contention part).
+    /// transfer gives up (0: no native run in the contention part, the counter's included).
     #[arg(long, default_value_t = 20)]
     native_attempts: u32,
     /// The hot counter's handover sketch (beside native optimistic): reads on the way at once
