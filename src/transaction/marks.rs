@@ -137,10 +137,10 @@ impl Transaction {
     /// [`watched_by`]) while a handed-over lock holds it: it watches for the handover by reads
     /// ([`item_lock::watch_for_handover`](crate::item_lock::watch_for_handover)), up to
     /// [`HANDOVER_WATCHERS`] in flight, spread over its last look (`last_look`) and at least
-    /// [`WATCH_SPACING_MIN`] apart, and by `told`, where a holder of the same manager that hands
-    /// it the item tells it ([`notice`](crate::item_lock::notice)). What an attempt would have met, or `None`
-    /// when the item was found free: the attempt goes then, with `guard` and `line` as the last
-    /// read found the line. `at`: the item, whether this waiter joined the line, and the wait's
+    /// [`WATCH_SPACING_MIN`] apart, and by `told`, where a holder of the same manager that
+    /// hands it the item tells it ([`notice`](crate::item_lock::notice)). What an attempt would
+    /// have met, or `None` when the item was found free: the attempt goes then, with `guard` and
+    /// `line` as the last read found the line. `at`: the item, whether this waiter joined the line, and the wait's
     /// deadline.
     pub(super) async fn watch_for_handover(
         &self,

@@ -23,6 +23,7 @@ mod drop;
 mod early_apply;
 mod finish;
 mod lock_phase;
+mod lock_wait;
 mod marks;
 mod one_request;
 mod phased;
