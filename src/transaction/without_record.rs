@@ -157,10 +157,11 @@ impl Transaction {
 
     /// Commits with `write` on the only item, `k` (see [`Self::write_without_record`]): its final
     /// write (the write applied and the lock removed, or only the lock removed after a read
-    /// alone), conditional on our lock. Our lock gone means a contender released it under a tombstone: rolled back. After a
-    /// lost answer the write is sent again; if our lock is then gone and no tombstone exists, the
-    /// earlier send removed it (nobody else releases a lock whose record is absent without one);
-    /// with a tombstone, the outcome is unknown.
+    /// alone), conditional on our lock. After a lost answer the write is sent again. Our lock
+    /// found gone with no tombstone for us means a send of this write removed it (nobody else
+    /// releases a lock whose record is absent without one), whether we resent it or the SDK
+    /// did on its own: committed. With a tombstone, a contender released it: rolled back, or
+    /// unknown when we resent the write ourselves.
     #[instrument(level = "debug", name = "commit_without_record", skip_all, fields(tx = %self.id))]
     pub(super) async fn commit_without_record(
         &self,
@@ -237,14 +238,19 @@ impl Transaction {
                 late.lock = Some(LockInfo::from_observed(&obs));
                 crate::settle::release_unapplied_lock(&self.inner, &self.id, &mut late).await?;
             }
-            if !in_doubt {
-                st.outcome = Some(TxState::RolledBack);
-                return Err(self.rolled_back());
-            }
+            // Our lock gone: a contender released it under a tombstone, or a send of this very
+            // write removed it: ours after a lost answer (in doubt), or one the SDK sent again
+            // on its own after the first landed (a 5xx or a reset connection it retried), which
+            // we cannot see. Nobody else releases a lock whose record is absent without a
+            // tombstone: with none, the commit landed.
             let row = record::load_header_row(c, &self.inner.tx_table, &self.id).await?;
             if row.is_none() {
                 st.outcome = Some(TxState::Committed);
                 return Ok(());
+            }
+            if !in_doubt {
+                st.outcome = Some(TxState::RolledBack);
+                return Err(self.rolled_back());
             }
             return Err(Error::UnknownOutcome {
                 tx_id: self.id.clone(),
