@@ -284,23 +284,29 @@ async fn a_live_waiter_handed_the_item_takes_it_at_its_next_look() {
     env.raw_put(&table, item(&[("Id", s("k")), ("v", n(0))]))
         .await;
     let m = handing(&env, client(), |_| {});
-    let mut tasks = Vec::new();
-    for _ in 0..6 {
-        let (m, table) = (m.clone(), table.clone());
-        tasks.push(async move {
-            for _ in 0..5 {
-                m.run(async |tx| {
-                    let v = read_v(tx, &table, "k").await;
-                    set_i(tx, &table, "k", v + 1).await;
-                    Ok(())
-                })
-                .await
-                .unwrap();
-            }
-        });
-    }
-    futures::future::join_all(tasks).await;
+    tasks_increment_one_counter(&m, &table, 6, 5).await;
     assert_eq!(raw(&env, "k").await, item(&[("Id", s("k")), ("v", n(30))]));
+}
+
+/// `tasks` tasks sharing the manager `m` increment `k` of `table` `each` times through `run`.
+async fn tasks_increment_one_counter(
+    m: &TransactionManager,
+    table: &str,
+    tasks: usize,
+    each: usize,
+) {
+    let tasks = (0..tasks).map(|_| async move {
+        for _ in 0..each {
+            m.run(async |tx| {
+                let v = read_v(tx, table, "k").await;
+                set_i(tx, table, "k", v + 1).await;
+                Ok(())
+            })
+            .await
+            .unwrap();
+        }
+    });
+    futures::future::join_all(tasks).await;
 }
 
 /// A holder that hands the item to a waiter of its own manager tells it in process. Two
@@ -366,21 +372,7 @@ async fn ten_tasks_increment_one_counter(env: &TestEnv, client: aws_sdk_dynamodb
     env.raw_put(&table, item(&[("Id", s("k")), ("v", n(0))]))
         .await;
     let m = handing(env, client, |s| s.lock_wait = Duration::from_secs(30));
-    let tasks = (0..10).map(|_| {
-        let (m, table) = (m.clone(), table.clone());
-        async move {
-            for _ in 0..8 {
-                m.run(async |tx| {
-                    let v = read_v(tx, &table, "k").await;
-                    set_i(tx, &table, "k", v + 1).await;
-                    Ok(())
-                })
-                .await
-                .unwrap();
-            }
-        }
-    });
-    futures::future::join_all(tasks).await;
+    tasks_increment_one_counter(&m, &table, 10, 8).await;
     assert_eq!(raw(env, "k").await, item(&[("Id", s("k")), ("v", n(80))]));
 }
 
