@@ -2,7 +2,7 @@
 //! writes only the item it read commits with one conditional write and never has a record; one
 //! that needs more creates its record then. What each outcome leaves on the item and the record.
 use super::*;
-use dynamodb_transactions::fault::{FaultMode, LateDelivery};
+use dynamodb_transactions::fault::{FaultMode, LateDelivery, ServiceAnswer, ServiceFaults};
 use dynamodb_transactions::{Error, Transaction, TransactionManager, TxState};
 
 pub(super) fn on_demand(s: &mut dynamodb_transactions::Settings) {
@@ -414,6 +414,77 @@ async fn a_lost_commit_answer_is_learnt_as_committed() {
     assert!(env.faults.struck());
     assert_eq!(v(&env, "a").await, n(2));
     assert!(header_row(&env, &id).await.is_none());
+    assert_clean(&env).await;
+}
+
+/// The SDK resends the commit on its own after its first send landed (a 500 after the write),
+/// while a contender that met our lock before the commit landed has tombstoned us and not yet
+/// sent its release. The resend finds our lock gone beside a tombstone, as it would had the
+/// contender's release landed first: the commit may have landed, so it is reported unknown, never
+/// rolled back (which `run` would take as leave to apply it a second time).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_the_sdk_resent_across_a_contenders_tombstone_is_not_reported_rolled_back() {
+    let env = env("rod-resent").await;
+    let answers = ServiceFaults::new();
+    let m1 = TransactionManager::builder(client_with(vec![shared(answers.clone())]))
+        .transactions_table(env.manager.transactions_table())
+        .images_table(env.manager.images_table())
+        .configure(|s| {
+            on_demand(s);
+            s.rollback_on_drop = false;
+        })
+        .build();
+    list_table(&m1, &env.table).await;
+    let tx = m1.begin();
+    let id = tx.id().clone();
+    increment(&tx, &env.table, "a").await.unwrap();
+
+    // The contender's release of our lock, sent once its tombstone is down, waits for our commit.
+    let (reached, mut at_release) = tokio::sync::mpsc::unbounded_channel();
+    let (go_on, wait) = std::sync::mpsc::channel::<()>();
+    let hook = RunBefore::unarmed("UpdateItem", move || {
+        reached.send(()).unwrap();
+        wait.recv().unwrap();
+    });
+    let m2 = TransactionManager::builder(client_with(vec![shared(hook.clone())]))
+        .transactions_table(env.manager.transactions_table())
+        .images_table(env.manager.images_table())
+        .configure(|s| {
+            s.rollback_on_drop = false;
+            s.wound_grace = std::time::Duration::from_millis(50);
+        })
+        .build();
+    hook.arm(&[id.as_str()]);
+    let table = env.table.clone();
+    let contender = tokio::spawn(async move {
+        let c = m2.begin();
+        increment(&c, &table, "a").await?;
+        c.commit().await
+    });
+    at_release
+        .recv()
+        .await
+        .expect("the contender reached its release");
+    let stone = header_row(&env, &id)
+        .await
+        .expect("the contender's tombstone");
+    assert!(stone.contains_key("_TxX"), "{stone:?}");
+    assert_eq!(owner(&env, "a").await.as_deref(), Some(id.as_str()));
+
+    // Our commit lands; its answer is a 500; the SDK's resend finds our lock gone.
+    answers.answer_after_send("UpdateItem", 1, 1, ServiceAnswer::InternalServerError);
+    let outcome = tx.commit().await;
+    assert_eq!(answers.injected(), 1);
+    assert!(answers.requests_seen() >= 2, "the SDK resent the commit");
+    assert_eq!((v(&env, "a").await, owner(&env, "a").await), (n(2), None));
+    go_on.send(()).unwrap();
+    contender.await.unwrap().unwrap();
+    assert_eq!(v(&env, "a").await, n(3), "both increments landed");
+    let err = outcome.unwrap_err();
+    assert!(
+        matches!(err, Error::UnknownOutcome { .. }),
+        "our commit landed: it must not be reported rolled back: {err:?}"
+    );
     assert_clean(&env).await;
 }
 
