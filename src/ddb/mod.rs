@@ -16,7 +16,7 @@ use aws_sdk_dynamodb::types::{
 use crate::error::{Error, Item, Result};
 use crate::request::{item_size, value_size};
 
-pub(crate) use send_tracker::track_sends;
+pub(crate) use send_tracker::{Transmissions, track_sends};
 
 /// Most actions in one `TransactWriteItems`.
 pub(crate) const MAX_TRANSACT_ACTIONS: usize = 100;
@@ -283,11 +283,24 @@ impl Write {
         client: &Client,
         return_values: Option<ReturnValue>,
     ) -> Result<Written> {
+        self.send_counted(client, return_values, None).await
+    }
+
+    /// [`send`](Self::send), counting in `sends` every attempt that may have reached DynamoDB
+    /// (the SDK's own resends included) and every answer seen: a failed condition then tells
+    /// whether an attempt whose answer nobody saw may have landed before it
+    /// ([`Transmissions::unseen`]). A single-item write only.
+    pub async fn send_counted(
+        &self,
+        client: &Client,
+        return_values: Option<ReturnValue>,
+        sends: Option<&Transmissions>,
+    ) -> Result<Written> {
         let mut attempt = 0;
         loop {
             // Boxed: every protocol step awaits this; its future would otherwise be inlined into
             // theirs, which a debug build's test threads overflow.
-            match Box::pin(self.send_once(client, return_values.clone())).await {
+            match Box::pin(self.send_once(client, return_values.clone(), sends)).await {
                 Err(e) if is_conflict(&e) && attempt < CONFLICT_RETRIES => {
                     conflict_pause(attempt).await;
                     attempt += 1;
@@ -320,6 +333,7 @@ impl Write {
         &self,
         client: &Client,
         return_values: Option<ReturnValue>,
+        sends: Option<&Transmissions>,
     ) -> Result<Written> {
         let (names, values) = self.ph.used_by(&self.exprs());
         let on_fail = ReturnValuesOnConditionCheckFailure::AllOld;
@@ -327,14 +341,24 @@ impl Write {
         // and the error type that carries a failed condition's item; the rest is one path.
         macro_rules! send_one {
             ($builder:expr, $failed:path) => {{
-                let r = $builder
+                let b = $builder
                     .set_condition_expression(self.condition.clone())
                     .set_expression_attribute_names(names)
                     .set_expression_attribute_values(values)
                     .set_return_values(return_values)
-                    .return_values_on_condition_check_failure(on_fail)
-                    .send()
-                    .await;
+                    .return_values_on_condition_check_failure(on_fail);
+                let r = match sends {
+                    Some(t) => b.customize().interceptor(t.clone()).send().await,
+                    None => b.send().await,
+                };
+                // DynamoDB's answer (a success or a service error) is the last attempt's.
+                if let Some(t) = sends.filter(|_| {
+                    r.as_ref()
+                        .err()
+                        .is_none_or(|e| e.as_service_error().is_some())
+                }) {
+                    t.saw_answer();
+                }
                 match r {
                     Ok(o) => Ok(Written::Ok(o.attributes)),
                     Err(e) => match e.as_service_error() {

@@ -1,6 +1,8 @@
 //! Whether a failed request was sent: the interceptor the manager adds to its client marks a
 //! dispatch failure as never sent when it can prove it, so that `Error::sdk` calls it unambiguous.
 
+use std::sync::atomic::{AtomicU32, Ordering};
+
 use crate::error::{BoxError, NeverSent};
 
 /// True when the connector error proves that the connection was never set up, so the request
@@ -133,6 +135,75 @@ impl aws_smithy_runtime_api::client::interceptors::Intercept for SendTracker {
         };
         let original = std::mem::replace(e, OrchestratorError::other("replaced by SendTracker"));
         *e = OrchestratorError::connector(make(Box::new(NeverSent(Box::new(original)))));
+        Ok(())
+    }
+}
+
+/// Counts, for one write sent by the library (each of its sends, and the SDK's own resends of
+/// each), the attempts that may have reached DynamoDB and the answers its caller saw. The SDK
+/// resends a request on its own after a 5xx answer, a throttling error or a reset connection,
+/// any of which may follow a landed attempt, and the caller sees only the last answer: a failed
+/// condition that may be our own earlier attempt's effect is told from one that is not by
+/// [`unseen`](Self::unseen). An attempt that provably failed while connecting did not land and
+/// is not counted.
+///
+/// Added to a request with `customize().interceptor(..)`; clones share the counts.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Transmissions(std::sync::Arc<Counts>);
+
+#[derive(Debug, Default)]
+struct Counts {
+    /// Attempts handed to the HTTP client, less those refused while connecting.
+    may_have_landed: AtomicU32,
+    /// Answers from DynamoDB the caller saw (a success or a service error: one per SDK call).
+    answered: AtomicU32,
+}
+
+impl Transmissions {
+    /// One SDK call ended with DynamoDB's answer, which its caller saw.
+    pub(crate) fn saw_answer(&self) {
+        self.0.answered.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// True when an attempt whose answer nobody saw may have reached DynamoDB: more attempts may
+    /// have landed than answers were seen.
+    pub(crate) fn unseen(&self) -> bool {
+        self.0.may_have_landed.load(Ordering::SeqCst) > self.0.answered.load(Ordering::SeqCst)
+    }
+}
+
+impl aws_smithy_runtime_api::client::interceptors::Intercept for Transmissions {
+    fn name(&self) -> &'static str {
+        "dynamodb_transactions::Transmissions"
+    }
+
+    fn read_before_transmit(
+        &self,
+        _ctx: &aws_smithy_runtime_api::client::interceptors::context::BeforeTransmitInterceptorContextRef<'_>,
+        _rc: &aws_smithy_runtime_api::client::runtime_components::RuntimeComponents,
+        _cfg: &mut aws_smithy_types::config_bag::ConfigBag,
+    ) -> Result<(), BoxError> {
+        self.0.may_have_landed.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+
+    fn read_after_attempt(
+        &self,
+        ctx: &aws_smithy_runtime_api::client::interceptors::context::FinalizerInterceptorContextRef<
+            '_,
+        >,
+        _rc: &aws_smithy_runtime_api::client::runtime_components::RuntimeComponents,
+        _cfg: &mut aws_smithy_types::config_bag::ConfigBag,
+    ) -> Result<(), BoxError> {
+        let refused = matches!(ctx.output_or_error(), Some(Err(e))
+            if e.as_connector_error().is_some_and(|c| connect_failed(c)));
+        if refused {
+            // Counted at its transmission: it never left the machine.
+            let _ = self
+                .0
+                .may_have_landed
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+        }
         Ok(())
     }
 }

@@ -161,7 +161,8 @@ impl Transaction {
     /// found gone with no tombstone for us means a send of this write removed it (nobody else
     /// releases a lock whose record is absent without one), whether we resent it or the SDK
     /// did on its own: committed. With a tombstone, a contender released it: rolled back, or
-    /// unknown when we resent the write ourselves.
+    /// unknown when an attempt of ours whose answer we missed (a lost answer, or the SDK's own
+    /// resend after a 5xx or a throttling error) may have landed first.
     #[instrument(level = "debug", name = "commit_without_record", skip_all, fields(tx = %self.id))]
     pub(super) async fn commit_without_record(
         &self,
@@ -177,6 +178,9 @@ impl Transaction {
         // The item handed over to its oldest waiter in the same write, when it has one that
         // takes it (`Settings::hand_over`).
         let mut handover = self.handover_write(st, k, &write);
+        // Every attempt of the write, the SDK's own resends included: our lock found gone beside
+        // a tombstone is a rollback only if no attempt whose answer we missed may have landed.
+        let sends = crate::ddb::Transmissions::default();
         for _ in 0..COMMIT_SENDS {
             let (sent, to) = match &handover {
                 Some((w, to)) => (w, Some(to.as_str())),
@@ -185,7 +189,7 @@ impl Transaction {
             // A waiter of this manager is told the item as the handover leaves it.
             let told = to.filter(|to| self.inner.notices.awaited(to, k));
             let all_new = told.map(|_| aws_sdk_dynamodb::types::ReturnValue::AllNew);
-            let failed = match sent.send(c, all_new).await {
+            let failed = match sent.send_counted(c, all_new, Some(&sends)).await {
                 Ok(Written::Ok(new)) => {
                     let handed = handover.is_some();
                     if let (Some(to), Some(new)) = (told, new) {
@@ -240,15 +244,17 @@ impl Transaction {
             }
             // Our lock gone: a contender released it under a tombstone, or a send of this very
             // write removed it: ours after a lost answer (in doubt), or one the SDK sent again
-            // on its own after the first landed (a 5xx or a reset connection it retried), which
-            // we cannot see. Nobody else releases a lock whose record is absent without a
-            // tombstone: with none, the commit landed.
+            // on its own after the first landed (a 5xx or a reset connection it retried), whose
+            // answer we never saw. Nobody else releases a lock whose record is absent without a
+            // tombstone: with none, the commit landed. With one, the contender that put it may
+            // have met our lock before our commit landed, and its release then found nothing:
+            // a rollback only if no send of ours may have landed unseen.
             let row = record::load_header_row(c, &self.inner.tx_table, &self.id).await?;
             if row.is_none() {
                 st.outcome = Some(TxState::Committed);
                 return Ok(());
             }
-            if !in_doubt {
+            if !in_doubt && !sends.unseen() {
                 st.outcome = Some(TxState::RolledBack);
                 return Err(self.rolled_back());
             }
