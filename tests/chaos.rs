@@ -14,10 +14,13 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::types::KeysAndAttributes;
 use common::*;
-use dynamodb_transactions::fault::{Delayer, FaultMode};
+use dynamodb_transactions::fault::{Delayer, FaultInjector, FaultMode};
 use dynamodb_transactions::sweeper::SweepOptions;
 use dynamodb_transactions::{Error, IsolationLevel, TxState};
 use rand::{Rng, SeedableRng};
+
+/// The item every worker increments now and then, its count in `bal`.
+const COUNTER: &str = "hits";
 
 fn balance(item: &dynamodb_transactions::Item) -> i64 {
     item["bal"].as_n().unwrap().parse().unwrap()
@@ -35,6 +38,11 @@ struct Stats {
     committed: u64,
     /// Transfers declined for lack of funds (rolled back by the worker).
     declined: u64,
+    /// Transactions that incremented the shared counter and whose `commit` returned `Ok`.
+    incremented: Vec<String>,
+    /// Transactions that incremented the counter and were reported rolled back (their commit, or
+    /// a step before it, failed with a retryable error that is not undetermined).
+    not_incremented: Vec<String>,
     /// Attempts that failed with a retryable or undetermined error and were retried.
     retried: u64,
     throttled: u64,
@@ -50,6 +58,8 @@ impl std::ops::AddAssign for Stats {
         self.faults_struck += o.faults_struck;
         self.committed += o.committed;
         self.declined += o.declined;
+        self.incremented.extend(o.incremented);
+        self.not_incremented.extend(o.not_incremented);
         self.retried += o.retried;
         self.throttled += o.throttled;
         self.delayed += o.delayed;
@@ -98,25 +108,20 @@ async fn transfers_survive_crashes_lost_responses_throttling_and_delays() {
                 let from = rng.random_range(0..accounts);
                 let to = (from + rng.random_range(1..accounts)) % accounts;
                 let amount = rng.random_range(1..30);
-                let fault = rng.random_range(0..10);
-                match fault {
-                    0 => {
-                        faults.crash_at(rng.random_range(1..=8), FaultMode::BeforeSend);
-                        st.crashes_armed += 1;
-                    }
-                    1 => {
-                        faults.crash_at(rng.random_range(1..=8), FaultMode::AfterSend);
-                        st.crashes_armed += 1;
-                    }
-                    2 | 3 => {
-                        faults.fail_once_at(rng.random_range(1..=8), FaultMode::AfterSend);
-                        st.lost_armed += 1;
-                    }
-                    _ => faults.disarm(),
-                }
+                // One step in four increments the shared counter instead: a read-modify-write of
+                // one item, which commits without a record on the workers that take one only
+                // when needed. Its final value counts the increments applied, which the balances
+                // cannot (a transfer applied twice conserves money).
+                let counts = rng.random_range(0..4) == 0;
+                arm_fault(&faults, &mut rng, &mut st);
                 for _attempt in 0..50 {
                     let tx = m.begin();
+                    let id = tx.id().to_string();
                     let r = async {
+                        if counts {
+                            increment(&tx, &table).await?;
+                            return Ok::<_, Error>(true);
+                        }
                         if w == MEMO_WORKER {
                             // Blind puts of 17 KB and 1 KB, recorded with the first read: the
                             // record is created with a lean header and its requests in a chunk
@@ -186,8 +191,14 @@ async fn transfers_survive_crashes_lost_responses_throttling_and_delays() {
                     }
                     match outcome {
                         Ok(()) if declined => st.declined += 1,
+                        Ok(()) if counts => st.incremented.push(id.clone()),
                         Ok(()) => st.committed += 1,
                         Err(e) if e.is_retryable() || e.is_undetermined() => {
+                            // A rollback applied nothing; an undetermined commit may have been
+                            // applied, and is tried again all the same.
+                            if counts && !e.is_undetermined() {
+                                st.not_incremented.push(id.clone());
+                            }
                             st.retried += 1;
                             continue;
                         }
@@ -258,11 +269,13 @@ async fn transfers_survive_crashes_lost_responses_throttling_and_delays() {
     }
     let t = &total;
     println!(
-        "chaos: {} transfers committed, {} declined, {} attempts retried; {} crashes and {} lost \
-         responses armed, {} struck (their transfers left to others, outcome unknown); {} throttled \
+        "chaos: {} transfers committed, {} declined, {} increments committed ({} rolled back), {} \
+         attempts retried; {} crashes and {} lost responses armed, {} struck (their transfers left to others, outcome unknown); {} throttled \
          responses; {} requests delayed ({} before sending, {} after the response); {:.1}s",
         t.committed,
         t.declined,
+        t.incremented.len(),
+        t.not_incremented.len(),
         t.retried,
         t.crashes_armed,
         t.lost_armed,
@@ -278,32 +291,14 @@ async fn transfers_survive_crashes_lost_responses_throttling_and_delays() {
         "faults were injected"
     );
 
-    // Everyone is gone: the sweeper finishes what they left.
-    let report = env
-        .manager
-        .sweep(
-            &SweepOptions::new()
-                .rollback_after(Duration::ZERO)
-                .complete_after(Duration::ZERO)
-                // Read locks a crashed coordinator's record never named are found on the items.
-                .tables_to_scan([env.table.clone()]),
-        )
-        .await
-        .unwrap();
-    assert!(
-        report.errors.is_empty(),
-        "sweep errors: {:?}",
-        report.errors
-    );
-
-    let mut items = env.scan_all(&env.table).await;
-    for i in &items {
-        assert!(
-            !has_tx_attrs(i),
-            "lock attributes left (seed {seed}): {i:?}"
-        );
-    }
-    items.retain(|i| !i["Id"].as_s().unwrap().starts_with("memo"));
+    let mut items = sweep_and_scan(&env, seed).await;
+    // Every increment reported committed was applied once, and nothing else was: one reported
+    // rolled back was not applied at all.
+    assert_counted(&items, t, seed);
+    items.retain(|i| {
+        let id = i["Id"].as_s().unwrap();
+        !id.starts_with("memo") && id != COUNTER
+    });
     assert_eq!(items.len(), accounts, "no account created or lost");
     let total: i64 = items.iter().map(balance).sum();
     assert_eq!(
@@ -354,6 +349,202 @@ async fn transfers_survive_crashes_lost_responses_throttling_and_delays() {
             row.get("_TxS")
         );
     }
+}
+
+/// Arms the fault of one step at random, counting it in `st`: a crash before or after a request
+/// (one step in ten each), a lost answer (two in ten), or none.
+fn arm_fault(faults: &FaultInjector, rng: &mut rand::rngs::StdRng, st: &mut Stats) {
+    match rng.random_range(0..10) {
+        0 => {
+            faults.crash_at(rng.random_range(1..=8), FaultMode::BeforeSend);
+            st.crashes_armed += 1;
+        }
+        1 => {
+            faults.crash_at(rng.random_range(1..=8), FaultMode::AfterSend);
+            st.crashes_armed += 1;
+        }
+        2 | 3 => {
+            faults.fail_once_at(rng.random_range(1..=8), FaultMode::AfterSend);
+            st.lost_armed += 1;
+        }
+        _ => faults.disarm(),
+    }
+}
+
+/// Once every worker is gone: the sweeper finishes what they left; then no item of the table
+/// carries a lock. The table's items.
+async fn sweep_and_scan(env: &TestEnv, seed: u64) -> Vec<dynamodb_transactions::Item> {
+    let report = env
+        .manager
+        .sweep(
+            &SweepOptions::new()
+                .rollback_after(Duration::ZERO)
+                .complete_after(Duration::ZERO)
+                // Read locks a crashed coordinator's record never named are found on the items.
+                .tables_to_scan([env.table.clone()]),
+        )
+        .await
+        .unwrap();
+    assert!(
+        report.errors.is_empty(),
+        "sweep errors: {:?}",
+        report.errors
+    );
+    let items = env.scan_all(&env.table).await;
+    for i in &items {
+        assert!(
+            !has_tx_attrs(i),
+            "lock attributes left (seed {seed}): {i:?}"
+        );
+    }
+    items
+}
+
+/// The counter among `items` lists the transactions whose increment was applied: every one
+/// reported committed, once, and none reported rolled back (a transaction that crashed, or whose
+/// outcome was undetermined, may be there or not). Its count is the list's length.
+fn assert_counted(items: &[dynamodb_transactions::Item], t: &Stats, seed: u64) {
+    let applied: Vec<String> = items
+        .iter()
+        .find(|i| i["Id"] == s(COUNTER))
+        .and_then(|i| i.get("by"))
+        .map(|by| {
+            by.as_l()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_s().unwrap().clone())
+                .collect()
+        })
+        .unwrap_or_default();
+    let once: HashSet<&String> = applied.iter().collect();
+    assert_eq!(
+        once.len(),
+        applied.len(),
+        "an increment applied twice (seed {seed})"
+    );
+    for id in &t.incremented {
+        assert!(
+            once.contains(id),
+            "{id} reported committed, not applied (seed {seed})"
+        );
+    }
+    for id in &t.not_incremented {
+        assert!(
+            !once.contains(id),
+            "{id} reported rolled back, applied (seed {seed})"
+        );
+    }
+    let count = items
+        .iter()
+        .find(|i| i["Id"] == s(COUNTER))
+        .map_or(0, balance);
+    assert_eq!(count as usize, applied.len(), "(seed {seed})");
+}
+
+/// Reads the counter under lock and writes it plus one, adding `tx`'s id to the list of the
+/// transactions it counts, in `tx`.
+async fn increment(tx: &dynamodb_transactions::Transaction, table: &str) -> Result<(), Error> {
+    let got = tx
+        .get_item()
+        .table_name(table)
+        .key("Id", s(COUNTER))
+        .send()
+        .await?;
+    let hits = got.item().map_or(0, balance);
+    let mut by = got
+        .item()
+        .and_then(|i| i.get("by"))
+        .map(|l| l.as_l().unwrap().clone())
+        .unwrap_or_default();
+    by.push(s(tx.id().as_str()));
+    tx.put_item()
+        .table_name(table)
+        .item("Id", s(COUNTER))
+        .item("bal", n(hits + 1))
+        .item("by", aws_sdk_dynamodb::types::AttributeValue::L(by))
+        .send()
+        .await?;
+    Ok(())
+}
+
+/// Workers incrementing one counter by read-modify-write, through the same faults as the
+/// transfers: most of these transactions are one item, which commits in one write without a
+/// record on the workers that take one only when needed, where a throttling answer after the
+/// write landed makes the SDK resend it. The counter's final value counts the increments applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn increments_are_applied_once_through_crashes_lost_responses_throttling_and_delays() {
+    let (seed, scale) = seed_and_scale("CHAOS_SEED", 10842988599556174014, "CHAOS_SCALE");
+    println!("chaos seed {seed} (replay with CHAOS_SEED={seed}), scale {scale}");
+    let env = TestEnv::new("chaos-count").await;
+    let workers = 6;
+    let per_worker = 25 * scale;
+    let mut handles = Vec::new();
+    for w in 0..workers {
+        let ChaosWorker {
+            manager: m,
+            faults,
+            throttle,
+            ..
+        } = ChaosWorker::new(&env, seed, w);
+        let table = env.table.clone();
+        handles.push(tokio::spawn(async move {
+            let mut rng = rand::rngs::StdRng::seed_from_u64(seed.wrapping_add(w as u64 * 104729));
+            let mut st = Stats::default();
+            for _ in 0..per_worker {
+                arm_fault(&faults, &mut rng, &mut st);
+                for _attempt in 0..50 {
+                    let tx = m.begin();
+                    let id = tx.id().to_string();
+                    let outcome = match increment(&tx, &table).await {
+                        Ok(()) => tx.commit().await,
+                        Err(e) => {
+                            tx.abandon();
+                            Err(e)
+                        }
+                    };
+                    if faults.struck() {
+                        faults.disarm();
+                        st.faults_struck += 1;
+                        break;
+                    }
+                    match outcome {
+                        Ok(()) => st.incremented.push(id.clone()),
+                        Err(e) if e.is_retryable() || e.is_undetermined() => {
+                            if !e.is_undetermined() {
+                                st.not_incremented.push(id.clone());
+                            }
+                            st.retried += 1;
+                            continue;
+                        }
+                        Err(e) => panic!("worker {w}: unexpected error (seed {seed}): {e}"),
+                    }
+                    break;
+                }
+            }
+            st.throttled = throttle.injected();
+            st
+        }));
+    }
+    let mut total = Stats::default();
+    for h in handles {
+        total += h.await.unwrap();
+    }
+    let t = &total;
+    println!(
+        "chaos: {} increments committed, {} rolled back, {} attempts retried; {} faults struck; \
+         {} throttled responses",
+        t.incremented.len(),
+        t.not_incremented.len(),
+        t.retried,
+        t.faults_struck,
+        t.throttled
+    );
+    assert!(
+        t.throttled > 0 && t.faults_struck > 0,
+        "faults were injected"
+    );
+    let items = sweep_and_scan(&env, seed).await;
+    assert_counted(&items, t, seed);
 }
 
 /// Runs 40 puts and reads (20 at a time) through a client whose requests go through `delayer`;
