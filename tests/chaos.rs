@@ -2,7 +2,9 @@
 //! protocol steps, responses are lost, responses turn into throttling errors after the server
 //! applied the request, and random requests are delayed before they are sent or after DynamoDB
 //! answered. Afterwards the sweeper cleans up, and the invariants are checked: the total is
-//! conserved, no item carries `_Tx*` attributes, no image is left, every record is finalized.
+//! conserved, no item carries `_Tx*` attributes, no image is left, every record is finalized, and
+//! a counter that lists the transactions it counts holds each one reported committed once and
+//! none reported rolled back.
 //!
 //! `CHAOS_SEED=<n>` replays a run (`CHAOS_SEED=random` explores); `CHAOS_SCALE=<k>` multiplies the
 //! work (default 1 in CI).
