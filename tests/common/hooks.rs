@@ -87,7 +87,14 @@ impl aws_sdk_dynamodb::config::Intercept for RunBefore {
         let Some(hook) = self.hook.lock().unwrap().take() else {
             return Ok(());
         };
-        std::thread::spawn(hook).join().expect("the hook panicked");
+        let run = || std::thread::spawn(hook).join().expect("the hook panicked");
+        // On a multi-threaded runtime the held request's worker hands its other tasks over
+        // first: a task left in a blocked worker's queue (a connection of another client, say)
+        // would wait for the hook too.
+        match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+            Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(run),
+            _ => run(),
+        }
         Ok(())
     }
 }
