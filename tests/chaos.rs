@@ -17,7 +17,6 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::KeysAndAttributes;
 use common::*;
 use dynamodb_transactions::fault::{Delayer, FaultInjector, FaultMode};
-use dynamodb_transactions::sweeper::SweepOptions;
 use dynamodb_transactions::{Error, IsolationLevel, TxState};
 use rand::{Rng, SeedableRng};
 
@@ -376,22 +375,7 @@ fn arm_fault(faults: &FaultInjector, rng: &mut rand::rngs::StdRng, st: &mut Stat
 /// Once every worker is gone: the sweeper finishes what they left; then no item of the table
 /// carries a lock. The table's items.
 async fn sweep_and_scan(env: &TestEnv, seed: u64) -> Vec<dynamodb_transactions::Item> {
-    let report = env
-        .manager
-        .sweep(
-            &SweepOptions::new()
-                .rollback_after(Duration::ZERO)
-                .complete_after(Duration::ZERO)
-                // Read locks a crashed coordinator's record never named are found on the items.
-                .tables_to_scan([env.table.clone()]),
-        )
-        .await
-        .unwrap();
-    assert!(
-        report.errors.is_empty(),
-        "sweep errors: {:?}",
-        report.errors
-    );
+    sweep_left_work(env, &[&env.table]).await;
     let items = env.scan_all(&env.table).await;
     for i in &items {
         assert!(

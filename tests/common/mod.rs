@@ -26,7 +26,7 @@ mod chaos;
 mod hooks;
 // Not every test binary uses them.
 #[allow(unused_imports)]
-pub use chaos::ChaosWorker;
+pub use chaos::{ChaosWorker, sweep_left_work};
 #[allow(unused_imports)]
 pub use hooks::{Hook, RunBefore};
 

@@ -14,11 +14,10 @@ use std::sync::atomic::AtomicI64;
 use std::time::Duration;
 
 use dynamodb_transactions::fault::{FaultInjector, FaultMode};
-use dynamodb_transactions::sweeper::SweepOptions;
 use dynamodb_transactions::{TransactionManager, TxId};
 use rand::{Rng, SeedableRng};
 
-use crate::common::{TestEnv, client_with, shared};
+use crate::common::{TestEnv, client_with, shared, sweep_left_work};
 use crate::*;
 
 /// A coordinator of its own, with a fault injector, and the commit path of worker `w`.
@@ -164,21 +163,7 @@ async fn replaying_the_feed_from_the_start_rebuilds_every_table_after_chaos() {
         struck += s;
     }
     // Everyone is gone: the sweeper finishes what they left.
-    let report = env
-        .manager
-        .sweep(
-            &SweepOptions::new()
-                .rollback_after(Duration::ZERO)
-                .complete_after(Duration::ZERO)
-                .tables_to_scan([env.table.clone(), env.range_table.clone()]),
-        )
-        .await
-        .unwrap();
-    assert!(
-        report.errors.is_empty(),
-        "sweep errors: {:?}",
-        report.errors
-    );
+    sweep_left_work(&env, &[&env.table, &env.range_table]).await;
     let committed = committed_ids(&env.manager, &ids).await;
     println!(
         "{} transactions, {} committed, {struck} faults struck",

@@ -5,10 +5,9 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::AtomicI64;
 
 use dynamodb_transactions::feed::{Change, MemoryCheckpoint, TableCheckpoint};
-use dynamodb_transactions::sweeper::SweepOptions;
 use rand::{Rng, SeedableRng};
 
-use crate::common::{TestEnv, unique_name};
+use crate::common::{TestEnv, sweep_left_work, unique_name};
 use crate::*;
 
 /// Thirty transactions of 1 to 4 items over two tables, a quarter rolled back after applying,
@@ -67,20 +66,7 @@ async fn killed_and_resumed(env: &TestEnv, seed: u64) {
     let ids = workload(env, seed).await;
     // A transaction whose commit failed (a timeout on a loaded machine) may have left its locks:
     // the sweeper finishes it, as in production, so that the tables hold only settled items.
-    let report = env
-        .manager
-        .sweep(
-            &SweepOptions::new()
-                .rollback_after(std::time::Duration::ZERO)
-                .complete_after(std::time::Duration::ZERO),
-        )
-        .await
-        .unwrap();
-    assert!(
-        report.errors.is_empty(),
-        "sweep errors: {:?}",
-        report.errors
-    );
+    sweep_left_work(env, &[]).await;
     let committed = committed_ids(&env.manager, &ids).await;
     let tables = [env.table.as_str(), env.range_table.as_str()];
     let tx_table = env.manager.transactions_table();
