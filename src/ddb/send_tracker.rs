@@ -217,3 +217,132 @@ pub(crate) fn track_sends(client: aws_sdk_dynamodb::Client) -> aws_sdk_dynamodb:
         .build();
     aws_sdk_dynamodb::Client::from_conf(conf)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use aws_sdk_dynamodb::config::retry::RetryConfig;
+    use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
+    use aws_sdk_dynamodb::types::AttributeValue;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    use super::Transmissions;
+    use crate::ddb::{Placeholders, Write, Written};
+
+    /// A client of `endpoint` that makes up to three attempts, 1 ms apart.
+    fn client(endpoint: &str) -> aws_sdk_dynamodb::Client {
+        let conf = aws_sdk_dynamodb::Config::builder()
+            .behavior_version(BehaviorVersion::latest())
+            .endpoint_url(endpoint)
+            .region(Region::new("us-east-1"))
+            .credentials_provider(Credentials::new("k", "s", None, None, "test"))
+            .retry_config(
+                RetryConfig::standard()
+                    .with_max_attempts(3)
+                    .with_initial_backoff(std::time::Duration::from_millis(1)),
+            )
+            .build();
+        aws_sdk_dynamodb::Client::from_conf(conf)
+    }
+
+    fn write() -> Write {
+        let key = HashMap::from([("Id".to_string(), AttributeValue::S("a".into()))]);
+        Write::update(
+            "T",
+            key,
+            "SET v = :_TxV".into(),
+            "attribute_exists(Id)".into(),
+            Placeholders {
+                values: HashMap::from([(":_TxV".into(), AttributeValue::N("1".into()))]),
+                ..Placeholders::default()
+            },
+        )
+    }
+
+    /// A server that answers its requests with `answers` in turn (status, DynamoDB error type),
+    /// one connection each; its address.
+    async fn server(answers: Vec<(u16, &'static str)>) -> String {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = format!("http://{}", l.local_addr().unwrap());
+        tokio::spawn(async move {
+            for (status, kind) in answers {
+                let (mut sock, _) = l.accept().await.unwrap();
+                // The headers, then the body they announce.
+                let mut got = Vec::new();
+                let mut buf = [0u8; 4096];
+                loop {
+                    let n = sock.read(&mut buf).await.unwrap();
+                    got.extend_from_slice(&buf[..n]);
+                    let text = String::from_utf8_lossy(&got).to_lowercase();
+                    if let Some(end) = text.find("\r\n\r\n") {
+                        let len = text
+                            .lines()
+                            .find_map(|l| l.strip_prefix("content-length: "))
+                            .and_then(|v| v.trim().parse::<usize>().ok())
+                            .unwrap_or(0);
+                        if got.len() >= end + 4 + len {
+                            break;
+                        }
+                    }
+                }
+                let body = format!(
+                    r#"{{"__type":"com.amazonaws.dynamodb.v20120810#{kind}","message":"m"}}"#
+                );
+                let answer = format!(
+                    "HTTP/1.1 {status} X\r\ncontent-type: application/x-amz-json-1.0\r\n\
+                     content-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                sock.write_all(answer.as_bytes()).await.unwrap();
+                let _ = sock.shutdown().await;
+            }
+        });
+        addr
+    }
+
+    /// A failed condition answered at once: every attempt was seen.
+    #[tokio::test]
+    async fn a_failed_condition_answered_at_once_leaves_nothing_unseen() {
+        let endpoint = server(vec![(400, "ConditionalCheckFailedException")]).await;
+        let t = Transmissions::default();
+        let got = write()
+            .send_counted(&client(&endpoint), None, Some(&t))
+            .await;
+        assert!(matches!(got, Ok(Written::ConditionFailed(_))), "{got:?}");
+        assert!(!t.unseen());
+    }
+
+    /// A 500 the SDK retried, then a failed condition: the first attempt may have landed, and
+    /// its answer was not the one seen.
+    #[tokio::test]
+    async fn a_failed_condition_after_a_retried_500_leaves_an_attempt_unseen() {
+        let endpoint = server(vec![
+            (500, "InternalServerError"),
+            (400, "ConditionalCheckFailedException"),
+        ])
+        .await;
+        let t = Transmissions::default();
+        let got = write()
+            .send_counted(&client(&endpoint), None, Some(&t))
+            .await;
+        assert!(matches!(got, Ok(Written::ConditionFailed(_))), "{got:?}");
+        assert!(t.unseen());
+    }
+
+    /// Every attempt refused while connecting: none left the machine.
+    #[tokio::test]
+    async fn attempts_refused_while_connecting_are_not_counted() {
+        let port = {
+            let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let t = Transmissions::default();
+        let c = client(&format!("http://127.0.0.1:{port}"));
+        let got = write().send_counted(&c, None, Some(&t)).await;
+        assert!(got.is_err(), "{got:?}");
+        assert!(!t.unseen());
+        assert_eq!(t.0.may_have_landed.load(super::Ordering::SeqCst), 0);
+    }
+}
