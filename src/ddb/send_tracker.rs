@@ -141,11 +141,12 @@ impl aws_smithy_runtime_api::client::interceptors::Intercept for SendTracker {
 
 /// Counts, for one write sent by the library (each of its sends, and the SDK's own resends of
 /// each), the attempts that may have reached DynamoDB and the answers its caller saw. The SDK
-/// resends a request on its own after a 5xx answer, a throttling error or a reset connection,
-/// any of which may follow a landed attempt, and the caller sees only the last answer: a failed
-/// condition that may be our own earlier attempt's effect is told from one that is not by
+/// resends a request on its own after a 5xx answer or a reset connection, either of which may
+/// follow a landed attempt, and the caller sees only the last answer: a failed condition that
+/// may be our own earlier attempt's effect is told from one that is not by
 /// [`unseen`](Self::unseen). An attempt that provably failed while connecting did not land and
-/// is not counted.
+/// is not counted. A throttled attempt is (DynamoDB applied nothing, but the tests'
+/// `fault::Throttler` throttles answers after applying them).
 ///
 /// Added to a request with `customize().interceptor(..)`; clones share the counts.
 #[derive(Debug, Clone, Default)]

@@ -162,7 +162,7 @@ impl Transaction {
     /// releases a lock whose record is absent without one), whether we resent it or the SDK
     /// did on its own: committed. With a tombstone, a contender released it: rolled back, or
     /// unknown when an attempt of ours whose answer we missed (a lost answer, or the SDK's own
-    /// resend after a 5xx or a throttling error) may have landed first.
+    /// resend after a 5xx or a reset connection) may have landed first.
     #[instrument(level = "debug", name = "commit_without_record", skip_all, fields(tx = %self.id))]
     pub(super) async fn commit_without_record(
         &self,
