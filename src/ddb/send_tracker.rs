@@ -29,6 +29,14 @@ fn connect_failed(e: &(dyn std::error::Error + 'static)) -> bool {
     false
 }
 
+/// True when the attempt `ctx` failed while connecting (see [`connect_failed`]).
+fn refused_while_connecting(
+    ctx: &aws_smithy_runtime_api::client::interceptors::context::FinalizerInterceptorContextRef<'_>,
+) -> bool {
+    matches!(ctx.output_or_error(), Some(Err(e))
+        if e.as_connector_error().is_some_and(|c| connect_failed(c)))
+}
+
 /// Per operation: how many attempts reached the HTTP client, and how many of them provably
 /// failed while connecting.
 #[derive(Debug, Clone, Copy, Default)]
@@ -78,9 +86,7 @@ impl aws_smithy_runtime_api::client::interceptors::Intercept for SendTracker {
         let Some(mut s) = cfg.load::<Sends>().copied() else {
             return Ok(()); // this attempt never reached the HTTP client
         };
-        let refused = matches!(ctx.output_or_error(), Some(Err(e))
-            if e.as_connector_error().is_some_and(|c| connect_failed(c)));
-        if refused && s.never_sent < s.transmitted {
+        if refused_while_connecting(ctx) && s.never_sent < s.transmitted {
             s.never_sent += 1;
             cfg.interceptor_state().store_put(s);
         }
@@ -196,9 +202,7 @@ impl aws_smithy_runtime_api::client::interceptors::Intercept for Transmissions {
         _rc: &aws_smithy_runtime_api::client::runtime_components::RuntimeComponents,
         _cfg: &mut aws_smithy_types::config_bag::ConfigBag,
     ) -> Result<(), BoxError> {
-        let refused = matches!(ctx.output_or_error(), Some(Err(e))
-            if e.as_connector_error().is_some_and(|c| connect_failed(c)));
-        if refused {
+        if refused_while_connecting(ctx) {
             // Counted at its transmission: it never left the machine.
             let _ = self
                 .0
