@@ -376,14 +376,10 @@ async fn a_rollback_and_a_dropped_handle_release_the_lock() {
     assert_eq!(owner(&env, "a").await, None);
     assert!(header_row(&env, &id).await.is_none());
 
-    let m = TransactionManager::builder(env.client.clone())
-        .transactions_table(env.manager.transactions_table())
-        .images_table(env.manager.images_table())
-        .configure(|s| {
-            on_demand(s);
-            s.rollback_on_drop = true;
-        })
-        .build();
+    let m = coordinator_on(&env, env.client.clone(), |s| {
+        on_demand(s);
+        s.rollback_on_drop = true;
+    });
     let tx = m.begin();
     increment(&tx, &env.table, "b").await.unwrap();
     assert!(owner(&env, "b").await.is_some());
@@ -426,14 +422,7 @@ async fn a_lost_commit_answer_is_learnt_as_committed() {
 async fn a_commit_the_sdk_resent_across_a_contenders_tombstone_is_not_reported_rolled_back() {
     let env = env("rod-resent").await;
     let answers = ServiceFaults::new();
-    let m1 = TransactionManager::builder(client_with(vec![shared(answers.clone())]))
-        .transactions_table(env.manager.transactions_table())
-        .images_table(env.manager.images_table())
-        .configure(|s| {
-            on_demand(s);
-            s.rollback_on_drop = false;
-        })
-        .build();
+    let m1 = coordinator_on(&env, client_with(vec![shared(answers.clone())]), on_demand);
     list_table(&m1, &env.table).await;
     let tx = m1.begin();
     let id = tx.id().clone();
@@ -446,14 +435,9 @@ async fn a_commit_the_sdk_resent_across_a_contenders_tombstone_is_not_reported_r
         reached.send(()).unwrap();
         wait.recv().unwrap();
     });
-    let m2 = TransactionManager::builder(client_with(vec![shared(hook.clone())]))
-        .transactions_table(env.manager.transactions_table())
-        .images_table(env.manager.images_table())
-        .configure(|s| {
-            s.rollback_on_drop = false;
-            s.wound_grace = std::time::Duration::from_millis(50);
-        })
-        .build();
+    let m2 = coordinator_on(&env, client_with(vec![shared(hook.clone())]), |s| {
+        s.wound_grace = std::time::Duration::from_millis(50);
+    });
     hook.arm(&[id.as_str()]);
     let table = env.table.clone();
     let contender = tokio::spawn(async move {
