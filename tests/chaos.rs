@@ -52,6 +52,56 @@ struct Stats {
     delayed_after_response: u64,
 }
 
+/// What one step of a worker does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    /// A transfer, committed when it succeeds.
+    Transfer,
+    /// A transfer declined for lack of funds, rolled back by the worker.
+    Declined,
+    /// An increment of the shared counter.
+    Increment,
+}
+
+impl Stats {
+    /// Counts the outcome of one attempt at `step` (transaction `id`) of worker `w`: false when
+    /// the step is over, true when the worker tries it again. A fault that struck leaves the
+    /// transaction to others (a crashed coordinator's, decided later; a lost response may have
+    /// been absorbed). A rollback applied nothing; an undetermined commit may have been applied,
+    /// and is tried again all the same.
+    fn tally(
+        &mut self,
+        faults: &FaultInjector,
+        step: Step,
+        id: String,
+        outcome: Result<(), Error>,
+        w: usize,
+        seed: u64,
+    ) -> bool {
+        if faults.struck() {
+            faults.disarm();
+            self.faults_struck += 1;
+            return false;
+        }
+        match outcome {
+            Ok(()) => match step {
+                Step::Transfer => self.committed += 1,
+                Step::Declined => self.declined += 1,
+                Step::Increment => self.incremented.push(id),
+            },
+            Err(e) if e.is_retryable() || e.is_undetermined() => {
+                if step == Step::Increment && !e.is_undetermined() {
+                    self.not_incremented.push(id);
+                }
+                self.retried += 1;
+                return true;
+            }
+            Err(e) => panic!("worker {w}: unexpected error (seed {seed}): {e}"),
+        }
+        false
+    }
+}
+
 impl std::ops::AddAssign for Stats {
     fn add_assign(&mut self, o: Stats) {
         self.crashes_armed += o.crashes_armed;
@@ -183,29 +233,16 @@ async fn transfers_survive_crashes_lost_responses_throttling_and_delays() {
                             Err(e)
                         }
                     };
-                    if faults.struck() {
-                        // A crashed coordinator leaves its transaction for others (one transfer lost
-                        // or done, decided later); a lost response may have been absorbed.
-                        faults.disarm();
-                        st.faults_struck += 1;
+                    let step = if declined {
+                        Step::Declined
+                    } else if counts {
+                        Step::Increment
+                    } else {
+                        Step::Transfer
+                    };
+                    if !st.tally(&faults, step, id, outcome, w, seed) {
                         break;
                     }
-                    match outcome {
-                        Ok(()) if declined => st.declined += 1,
-                        Ok(()) if counts => st.incremented.push(id.clone()),
-                        Ok(()) => st.committed += 1,
-                        Err(e) if e.is_retryable() || e.is_undetermined() => {
-                            // A rollback applied nothing; an undetermined commit may have been
-                            // applied, and is tried again all the same.
-                            if counts && !e.is_undetermined() {
-                                st.not_incremented.push(id.clone());
-                            }
-                            st.retried += 1;
-                            continue;
-                        }
-                        Err(e) => panic!("worker {w}: unexpected error (seed {seed}): {e}"),
-                    }
-                    break;
                 }
             }
             st.throttled = throttle.injected();
@@ -488,23 +525,9 @@ async fn increments_are_applied_once_through_crashes_lost_responses_throttling_a
                             Err(e)
                         }
                     };
-                    if faults.struck() {
-                        faults.disarm();
-                        st.faults_struck += 1;
+                    if !st.tally(&faults, Step::Increment, id, outcome, w, seed) {
                         break;
                     }
-                    match outcome {
-                        Ok(()) => st.incremented.push(id.clone()),
-                        Err(e) if e.is_retryable() || e.is_undetermined() => {
-                            if !e.is_undetermined() {
-                                st.not_incremented.push(id.clone());
-                            }
-                            st.retried += 1;
-                            continue;
-                        }
-                        Err(e) => panic!("worker {w}: unexpected error (seed {seed}): {e}"),
-                    }
-                    break;
                 }
             }
             st.throttled = throttle.injected();
