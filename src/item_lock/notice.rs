@@ -25,11 +25,30 @@ type Watcher = (String, ItemRef);
 /// Where a watching waiter is told: the place's generation, and its sender.
 type Place = (u64, oneshot::Sender<Item>);
 
-/// The waiters of one manager watching for a handover, by transaction id and item.
-#[derive(Debug, Default)]
+/// The waiters of one manager watching for a handover, by transaction id and item; and the items
+/// a live transaction of the manager holds, which its waiters wait for in process.
+#[derive(Debug)]
 pub(crate) struct Notices {
     waiting: Mutex<HashMap<Watcher, Place>>,
     next: AtomicU64,
+    /// Item → the transaction of this manager holding its lock, from the lock's answer (or the
+    /// handover told) until that transaction lets it go or ends. A hint, never a decision: an
+    /// entry may outlive the lock (a contender released it), and a waiter acting on it only
+    /// waits longer, within its bound ([`Notices::wait_while_held`]).
+    held: Mutex<HashMap<ItemRef, String>>,
+    /// Bumped whenever an entry of `held` goes.
+    let_go: tokio::sync::watch::Sender<u64>,
+}
+
+impl Default for Notices {
+    fn default() -> Self {
+        Notices {
+            waiting: Default::default(),
+            next: Default::default(),
+            held: Default::default(),
+            let_go: tokio::sync::watch::Sender::new(0),
+        }
+    }
 }
 
 /// A waiter's place among the [`Notices`]: while it lives, a holder of the same manager whose
@@ -69,6 +88,9 @@ impl Notices {
     /// transaction's watch, if it is still watching.
     pub(crate) fn tell(&self, tx: &str, item: &ItemRef, found: Item) {
         if let Some((_, send)) = self.lock().remove(&(tx.to_string(), item.clone())) {
+            // The item passes to that transaction in process: its other waiters here go on
+            // waiting for it, not for the holder that handed it over.
+            self.holds(tx, item);
             // A watch that ended meanwhile dropped its receiver: its reads told it, or its
             // next look will.
             let _ = send.send(found);
@@ -78,6 +100,88 @@ impl Notices {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Watcher, Place>> {
         // A panic while the map was held cannot leave it inconsistent: every use is one call.
         self.waiting.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn held(&self) -> std::sync::MutexGuard<'_, HashMap<ItemRef, String>> {
+        // As `lock`: every use is one call.
+        self.held.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Transaction `tx` of this manager took `item`'s lock.
+    pub(crate) fn holds(&self, tx: &str, item: &ItemRef) {
+        self.held().insert(item.clone(), tx.to_string());
+    }
+
+    /// Transaction `tx` let `item` go (its lock released, or never taken after all).
+    pub(crate) fn let_go(&self, tx: &str, item: &ItemRef) {
+        let gone = {
+            let mut held = self.held();
+            held.get(item).is_some_and(|h| h == tx) && held.remove(item).is_some()
+        };
+        if gone {
+            self.let_go.send_modify(|n| *n = n.wrapping_add(1));
+        }
+    }
+
+    /// Transaction `tx` ended (its handle dropped): every item it held here is let go.
+    pub(crate) fn ended(&self, tx: &str) {
+        let gone = {
+            let mut held = self.held();
+            let before = held.len();
+            held.retain(|_, h| h != tx);
+            held.len() != before
+        };
+        if gone {
+            self.let_go.send_modify(|n| *n = n.wrapping_add(1));
+        }
+    }
+
+    /// The transaction of this manager holding `item`, other than `me`, if any.
+    pub(crate) fn held_by_other(&self, item: &ItemRef, me: &str) -> Option<String> {
+        self.held().get(item).filter(|h| *h != me).cloned()
+    }
+
+    /// Waits, without a request, while another transaction of this manager holds `item` (its
+    /// commit hands the item over in process or lets it go here, so a look at DynamoDB would
+    /// only find it held): until the item is let go, a holder tells `told`, or `until`. The item
+    /// as told, if it was (`told` is used up then).
+    ///
+    /// Cancel safety: dropping it loses nothing that was not told yet.
+    pub(crate) async fn wait_while_held(
+        &self,
+        item: &ItemRef,
+        me: &str,
+        told: &mut Option<oneshot::Receiver<Item>>,
+        until: tokio::time::Instant,
+    ) -> Option<Item> {
+        // Subscribed before the check: a let-go after it is seen.
+        let mut changes = self.let_go.subscribe();
+        while self.held_by_other(item, me).is_some() {
+            let changed = async {
+                tokio::select! {
+                    () = tokio::time::sleep_until(until) => false,
+                    r = changes.changed() => r.is_ok(),
+                }
+            };
+            let changed = match told.as_mut() {
+                Some(notice) => tokio::select! {
+                    item = notice => {
+                        // Told, or nobody will tell (its sender went): either way, no more.
+                        *told = None;
+                        match item {
+                            Ok(item) => return Some(item),
+                            Err(_) => true,
+                        }
+                    }
+                    c = changed => c,
+                },
+                None => changed.await,
+            };
+            if !changed {
+                return None;
+            }
+        }
+        None
     }
 }
 
@@ -204,5 +308,77 @@ mod tests {
         assert!(!notices.awaited("tx-a", &key("k")));
         // Telling nobody is no error.
         notices.tell("tx-a", &key("k"), item("2"));
+    }
+
+    #[test]
+    fn an_item_held_here_is_let_go_only_by_its_holder_or_its_end() {
+        let notices = Notices::default();
+        notices.holds("tx-a", &key("k"));
+        notices.holds("tx-a", &key("j"));
+        assert_eq!(
+            notices.held_by_other(&key("k"), "tx-b").as_deref(),
+            Some("tx-a")
+        );
+        assert_eq!(notices.held_by_other(&key("k"), "tx-a"), None, "its own");
+        notices.let_go("tx-b", &key("k"));
+        assert!(
+            notices.held_by_other(&key("k"), "tx-b").is_some(),
+            "not tx-b's to let go"
+        );
+        notices.let_go("tx-a", &key("k"));
+        assert_eq!(notices.held_by_other(&key("k"), "tx-b"), None);
+        notices.ended("tx-a");
+        assert_eq!(notices.held_by_other(&key("j"), "tx-b"), None);
+    }
+
+    #[test]
+    fn a_told_handover_passes_the_item_to_its_waiter_here() {
+        let notices = Notices::default();
+        notices.holds("tx-a", &key("k"));
+        let _b = notices.await_handover("tx-b", key("k"));
+        notices.tell("tx-b", &key("k"), item("1"));
+        notices.ended("tx-a");
+        assert_eq!(
+            notices.held_by_other(&key("k"), "tx-c").as_deref(),
+            Some("tx-b")
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_wait_in_process_ends_at_a_let_go_a_notice_or_its_bound() {
+        let notices = Notices::default();
+        let k = key("k");
+        let far = tokio::time::Instant::now() + std::time::Duration::from_secs(3600);
+        // Let go.
+        notices.holds("tx-a", &key("k"));
+        let mut none = None;
+        let (waited, ()) =
+            tokio::join!(notices.wait_while_held(&k, "tx-b", &mut none, far), async {
+                tokio::task::yield_now().await;
+                notices.ended("tx-a");
+            });
+        assert_eq!(waited, None);
+        assert!(tokio::time::Instant::now() < far);
+        // Told.
+        notices.holds("tx-a", &key("k"));
+        let mut b = notices.await_handover("tx-b", key("k"));
+        let mut told = b.told.take();
+        let (waited, ()) =
+            tokio::join!(notices.wait_while_held(&k, "tx-b", &mut told, far), async {
+                tokio::task::yield_now().await;
+                notices.tell("tx-b", &key("k"), item("4"));
+            });
+        assert_eq!(waited, Some(item("4")));
+        assert!(told.is_none());
+        // Its bound, while another still holds the item.
+        notices.holds("tx-c", &key("k"));
+        let soon = tokio::time::Instant::now() + std::time::Duration::from_millis(500);
+        assert_eq!(
+            notices
+                .wait_while_held(&key("k"), "tx-b", &mut none, soon)
+                .await,
+            None
+        );
+        assert_eq!(tokio::time::Instant::now(), soon);
     }
 }

@@ -10,6 +10,8 @@ use super::Transaction;
 
 impl Drop for Transaction {
     fn drop(&mut self) {
+        // Its waiters of this manager stop waiting for it in process.
+        self.inner.notices.ended(self.id.as_str());
         // A handle that sent nothing decides nothing (another coordinator may be driving it).
         if self.finished.load(Ordering::SeqCst)
             || !self.wrote.load(Ordering::SeqCst)

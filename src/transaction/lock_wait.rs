@@ -59,6 +59,8 @@ impl Transaction {
             Box::pin(self.lock_waiting(table, key, first, without_record, order, &mut placed))
                 .await;
         if locked.is_err() {
+            let item = crate::keys::ItemRef::new(table, key);
+            self.inner.notices.let_go(self.id.as_str(), &item);
             let untouched = self.leave(table, key, placed).await;
             if placed.takes_handover && !untouched {
                 self.release_handed(table, key).await;
@@ -142,6 +144,15 @@ impl Transaction {
         let mut told = awaiting.as_mut().and_then(|a| a.told.take());
         // The item as a holder told it while this waiter slept.
         let mut notice: Option<Item> = None;
+        let here = crate::keys::ItemRef::new(table, key);
+        // Behind another transaction of this manager, a waiter that holds no other lock waits in
+        // process (`Notices::wait_while_held`) once it has its place on the item (and has waited
+        // there: `waited`), looking again
+        // at the latest this long after its last look: its places there are renewed, and an
+        // older waiter judges a younger holder once its grace is over.
+        let in_process_for = settings.wound_grace.min(settings.queue_ttl / 3);
+        let mut last_look_at = tokio::time::Instant::now();
+        let mut waited = false;
         loop {
             // The oldest waiter's mark the look found on the item.
             let mut found_head = None;
@@ -150,6 +161,49 @@ impl Transaction {
             // This transaction asked for other locks: it may hold items others wait for.
             let holds_others =
                 order != Placement::Released && self.lock_requests.load(Ordering::SeqCst) > 1;
+            // Held by another transaction of this manager: its commit tells this waiter the
+            // handover, or lets the item go here; a look at DynamoDB meanwhile would find it held.
+            let until = (last_look_at + in_process_for).min(deadline);
+            // Its place, as it last saw it: its mark, or its entry in the line behind the mark
+            // (a holder hands the item to the oldest of them, or lets it go here).
+            let has_place = own_mark.is_some()
+                || self
+                    .known_ticket()
+                    .is_some_and(|mine| line.own(Some(mine)).is_some());
+            if waited
+                && has_place
+                && notice.is_none()
+                && !holds_others
+                && ordered
+                && tokio::time::Instant::now() < until
+                && self
+                    .inner
+                    .notices
+                    .held_by_other(&here, self.id.as_str())
+                    .is_some()
+            {
+                let notices = &self.inner.notices;
+                let me = self.id.as_str();
+                // Not next (a place behind another's in the line): a let-go wakes it to look
+                // only if no transaction here takes the item within a look's time (the next in
+                // line's look most often does), so that a let-go is not a look by every waiter.
+                let behind_others = own_mark.is_none()
+                    && self
+                        .known_ticket()
+                        .is_some_and(|mine| line.ahead_of(mine, crate::ddb::now_millis()) > 0);
+                loop {
+                    notice = notices.wait_while_held(&here, me, &mut told, until).await;
+                    if notice.is_some() || !behind_others || tokio::time::Instant::now() >= until {
+                        break;
+                    }
+                    let pause = last_look.unwrap_or(settings.backoff_base);
+                    let pause = tokio::time::sleep(pause.min(until - tokio::time::Instant::now()));
+                    notice = item_lock::notice::sleep_unless_told(pause, &mut told).await;
+                    if notice.is_some() || notices.held_by_other(&here, me).is_none() {
+                        break;
+                    }
+                }
+            }
             self.wrote.store(true, Ordering::SeqCst);
             // The marked waiter's look is conditional on its very mark: one that lands late (after
             // an ambiguous failure), when the waiter has taken the item since, takes nothing.
@@ -174,6 +228,7 @@ impl Transaction {
                 (false, None) => item_lock::LockTicket::None,
             };
             let sent = tokio::time::Instant::now();
+            last_look_at = sent;
             let watches = placed.takes_handover && holder_hands_over && watched_by(guard, &line);
             let read = if let Some(found) = notice
                 .take()
@@ -236,6 +291,8 @@ impl Transaction {
                     debug!(tx = %self.id, table, ?promoted, "took the item");
                     // Its own entry, if any, goes with the unlock.
                     self.places.locked(table, key);
+                    // Its waiters of this manager wait for it in process.
+                    self.inner.notices.holds(self.id.as_str(), &here);
                     if placed.takes_handover {
                         self.leave_line_once_handed(table, key, &l).await;
                     }
@@ -494,6 +551,7 @@ impl Transaction {
                     }
                 }
                 Resolution::Grace => {
+                    waited = true;
                     if settings.wait_for_running_holders {
                         // The grace may last until the deadline.
                         if tokio::time::Instant::now() >= deadline {
@@ -524,6 +582,7 @@ impl Transaction {
                     }
                 }
                 Resolution::Wait { on, .. } => {
+                    waited = true;
                     if tokio::time::Instant::now() >= deadline {
                         break;
                     }

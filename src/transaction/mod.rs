@@ -553,6 +553,8 @@ impl Transaction {
             .commit_inner()
             .await
             .map_err(|e| e.in_transaction(&self.id));
+        // Its waiters of this manager look again (or were told the handover).
+        self.inner.notices.ended(self.id.as_str());
         crate::metrics::commit_result(&r);
         crate::metrics::record_outcome(&r, "committed");
         self.finished.store(true, Ordering::SeqCst);
@@ -590,6 +592,7 @@ impl Transaction {
         }
         .await
         .map_err(|e| e.in_transaction(&self.id));
+        self.inner.notices.ended(self.id.as_str());
         self.finished.store(true, Ordering::SeqCst);
         crate::metrics::record_outcome(&r, "rolled_back");
         self.leave_own_places().await;

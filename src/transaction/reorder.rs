@@ -165,6 +165,7 @@ impl Transaction {
                 crate::settle::release_unapplied_lock(&self.inner, &self.id, &mut e).await?;
             }
             st.items.get_mut(k).expect("entry exists").lock = None;
+            self.inner.notices.let_go(self.id.as_str(), k);
         }
         let (table, key) = (st.items[r].table.clone(), st.items[r].key.clone());
         let order = if st.items.values().any(|e| e.lock.is_some()) {

@@ -13,7 +13,7 @@ use crate::oldest_mark::{marking_tuned, read_v, set_i};
 
 /// A manager over the env's tables on `client` that marks, locks a first read without a record
 /// and hands items over; `more` tunes it further.
-fn handing(
+pub(crate) fn handing(
     env: &TestEnv,
     client: aws_sdk_dynamodb::Client,
     more: impl FnOnce(&mut dynamodb_transactions::Settings),
@@ -27,12 +27,12 @@ fn handing(
 }
 
 /// `k` as the table holds it.
-async fn raw(env: &TestEnv, k: &str) -> Item {
+pub(crate) async fn raw(env: &TestEnv, k: &str) -> Item {
     env.raw_get(&env.table, &key(k)).await.unwrap()
 }
 
 /// The id a map attribute `attr` of `k` (the mark, or an entry of the line) names, by ticket.
-fn names(raw: &Item, attr: &str) -> Vec<String> {
+pub(crate) fn names(raw: &Item, attr: &str) -> Vec<String> {
     let Some(m) = raw.get(attr).and_then(|v| v.as_m().ok()) else {
         return vec![];
     };
@@ -50,7 +50,12 @@ fn names(raw: &Item, attr: &str) -> Vec<String> {
 }
 
 /// Waits until `check` holds of `k`.
-async fn until(env: &TestEnv, k: &str, what: &str, check: impl Fn(&Item) -> bool) -> Item {
+pub(crate) async fn until(
+    env: &TestEnv,
+    k: &str,
+    what: &str,
+    check: impl Fn(&Item) -> bool,
+) -> Item {
     let started = std::time::Instant::now();
     loop {
         let item = raw(env, k).await;
@@ -72,7 +77,7 @@ fn owner(item: &Item) -> Option<&str> {
 }
 
 /// A call of a waiter or a holder, spawned.
-type Call<T> = tokio::task::JoinHandle<T>;
+pub(crate) type Call<T> = tokio::task::JoinHandle<T>;
 
 /// Two holders in turn at `k`, put at 1, each locking it without a record: the first holds it,
 /// its increment to 2 buffered; the second waits for it, marked. The first, and the second's
@@ -102,7 +107,11 @@ async fn two_holders(
 
 /// A waiter of `waiters` that reads `k` (locked), then runs `then` with itself, the table and
 /// what it read; spawned.
-fn waiter_reads<T, F, Fut>(env: &TestEnv, waiters: &TransactionManager, then: F) -> (TxId, Call<T>)
+pub(crate) fn waiter_reads<T, F, Fut>(
+    env: &TestEnv,
+    waiters: &TransactionManager,
+    then: F,
+) -> (TxId, Call<T>)
 where
     F: FnOnce(Transaction, String, Result<i64, dynamodb_transactions::Error>) -> Fut
         + Send

@@ -4,6 +4,7 @@
 mod common;
 
 mod handover;
+mod in_process;
 mod line;
 mod lock_tickets;
 mod looks;
