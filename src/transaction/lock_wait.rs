@@ -203,6 +203,14 @@ impl Transaction {
                         break;
                     }
                 }
+                // Not told: the line may have changed while this waiter sent nothing, and a lock
+                // taken on a stale view would drop the entries that joined since (and promote
+                // none of them). One read brings the view up to date.
+                if notice.is_none()
+                    && let Some(found) = crate::ddb::get_consistent(c, table, key).await?
+                {
+                    line = item_lock::line::Line::of(&found);
+                }
             }
             self.wrote.store(true, Ordering::SeqCst);
             // The marked waiter's look is conditional on its very mark: one that lands late (after
