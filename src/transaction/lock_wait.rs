@@ -146,10 +146,9 @@ impl Transaction {
         let mut notice: Option<Item> = None;
         let here = crate::keys::ItemRef::new(table, key);
         // Behind another transaction of this manager, a waiter that holds no other lock waits in
-        // process (`Notices::wait_while_held`) once it has its place on the item (and has waited
-        // there: `waited`), looking again
-        // at the latest this long after its last look: its places there are renewed, and an
-        // older waiter judges a younger holder once its grace is over.
+        // process (`Notices::wait_while_held`) once it has waited with its place on the item
+        // (`waited`), looking again at the latest this long after its last look: its places
+        // there are renewed, and an older waiter judges a younger holder once its grace is over.
         let in_process_for = settings.wound_grace.min(settings.queue_ttl / 3);
         let mut last_look_at = tokio::time::Instant::now();
         let mut waited = false;
@@ -205,9 +204,10 @@ impl Transaction {
                 }
                 // Not told: the line may have changed while this waiter sent nothing, and a lock
                 // taken on a stale view would drop the entries that joined since (and promote
-                // none of them). One read brings the view up to date.
+                // none of them). One read brings the view up to date; a read that fails leaves
+                // it as it was (those entries' waiters join again at their next look).
                 if notice.is_none()
-                    && let Some(found) = crate::ddb::get_consistent(c, table, key).await?
+                    && let Ok(Some(found)) = crate::ddb::get_consistent(c, table, key).await
                 {
                     line = item_lock::line::Line::of(&found);
                 }
