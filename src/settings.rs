@@ -359,7 +359,11 @@ pub struct Settings {
     /// per watching waiter, two waiters per hot item. A holder that hands the item to a waiter
     /// of the same manager (tasks of one process sharing it) tells it in process, with the item
     /// as its commit left it, whether the waiter watches or sleeps between looks: that waiter
-    /// holds the lock when the commit's answer comes back, not a look later.
+    /// holds the lock when the commit's answer comes back, not a look later. Whatever this
+    /// setting, a waiter that holds no other lock and meets its item held by a transaction of
+    /// its own manager sends nothing while that holder holds it: it is told the handover or the
+    /// item is let go in process, and it looks again at the latest
+    /// `min(wound_grace, queue_ttl / 3)` after its last look.
     ///
     /// The write is conditional on the waiter's place being there and live; when it is not
     /// (the waiter left, or its mark expired), the commit is sent again as a plain unlock: one
