@@ -360,7 +360,8 @@ pub struct Settings {
     /// of the same manager (tasks of one process sharing it) tells it in process, with the item
     /// as its commit left it, whether the waiter watches or sleeps between looks: that waiter
     /// holds the lock when the commit's answer comes back, not a look later. Whatever this
-    /// setting, a waiter that holds no other lock and meets its item held by a transaction of
+    /// setting, a waiter under tickets that holds no other lock, has its place on the item
+    /// ([`mark_oldest_waiter`](Self::mark_oldest_waiter)) and meets it held by a transaction of
     /// its own manager sends nothing while that holder holds it: it is told the handover or the
     /// item is let go in process, and it looks again at the latest
     /// `min(wound_grace, queue_ttl / 3)` after its last look.
