@@ -181,36 +181,17 @@ impl Transaction {
                     .held_by_other(&here, self.id.as_str())
                     .is_some()
             {
-                let notices = &self.inner.notices;
-                let me = self.id.as_str();
-                // Not next (a place behind another's in the line): a let-go wakes it to look
-                // only if no transaction here takes the item within a look's time (the next in
-                // line's look most often does), so that a let-go is not a look by every waiter.
-                let behind_others = own_mark.is_none()
-                    && self
-                        .known_ticket()
-                        .is_some_and(|mine| line.ahead_of(mine, crate::ddb::now_millis()) > 0);
-                loop {
-                    notice = notices.wait_while_held(&here, me, &mut told, until).await;
-                    if notice.is_some() || !behind_others || tokio::time::Instant::now() >= until {
-                        break;
-                    }
-                    let pause = last_look.unwrap_or(settings.backoff_base);
-                    let pause = tokio::time::sleep(pause.min(until - tokio::time::Instant::now()));
-                    notice = item_lock::notice::sleep_unless_told(pause, &mut told).await;
-                    if notice.is_some() || notices.held_by_other(&here, me).is_none() {
-                        break;
-                    }
-                }
-                // Not told: the line may have changed while this waiter sent nothing, and a lock
-                // taken on a stale view would drop the entries that joined since (and promote
-                // none of them). One read brings the view up to date; a read that fails leaves
-                // it as it was (those entries' waiters join again at their next look).
-                if notice.is_none()
-                    && let Ok(Some(found)) = crate::ddb::get_consistent(c, table, key).await
-                {
-                    line = item_lock::line::Line::of(&found);
-                }
+                let at = (table, key, &here);
+                notice = self
+                    .wait_in_process(
+                        at,
+                        own_mark.is_some(),
+                        &mut line,
+                        last_look,
+                        &mut told,
+                        until,
+                    )
+                    .await;
             }
             self.wrote.store(true, Ordering::SeqCst);
             // The marked waiter's look is conditional on its very mark: one that lands late (after

@@ -22,6 +22,7 @@ mod commit;
 mod drop;
 mod early_apply;
 mod finish;
+mod in_process;
 mod lock_phase;
 mod lock_wait;
 mod marks;

@@ -1,0 +1,65 @@
+//! Waiting in process (docs/PROTOCOL.md "Handing the item over", *Waiting in process*): a waiter
+//! whose item a transaction of its own manager holds waits for that holder here
+//! ([`Notices::wait_while_held`](crate::item_lock::notice::Notices::wait_while_held)) instead of
+//! looking at DynamoDB, which would only find the item held.
+
+use crate::error::Item;
+use crate::item_lock::line::Line;
+use crate::keys::ItemRef;
+
+use super::Transaction;
+
+impl Transaction {
+    /// Waits in process for the item `at` (its table, key and reference) while another
+    /// transaction of this manager holds it, until `until`: the item as a holder told its
+    /// handover, if it did (`told` is used up then). `marked`: this waiter's mark is on the
+    /// item; `line`: the line behind the mark as its last look found it, brought up to date when
+    /// the wait ends untold; `last_look`: how long its last look took.
+    ///
+    /// Cancel safety: dropping it loses nothing that was not told yet, and sends nothing that
+    /// changes the item.
+    pub(super) async fn wait_in_process(
+        &self,
+        at: (&str, &Item, &ItemRef),
+        marked: bool,
+        line: &mut Line,
+        last_look: Option<std::time::Duration>,
+        told: &mut Option<tokio::sync::oneshot::Receiver<Item>>,
+        until: tokio::time::Instant,
+    ) -> Option<Item> {
+        let (table, key, here) = at;
+        let notices = &self.inner.notices;
+        let me = self.id.as_str();
+        // Not next (a place behind another's in the line): a let-go wakes it to look only if no
+        // transaction here takes the item within a look's time (the next in line's look most
+        // often does), so that a let-go is not a look by every waiter.
+        let behind_others = !marked
+            && self
+                .known_ticket()
+                .is_some_and(|mine| line.ahead_of(mine, crate::ddb::now_millis()) > 0);
+        let mut notice;
+        loop {
+            notice = notices.wait_while_held(here, me, told, until).await;
+            if notice.is_some() || !behind_others || tokio::time::Instant::now() >= until {
+                break;
+            }
+            let pause = last_look.unwrap_or(self.inner.settings.backoff_base);
+            let pause = tokio::time::sleep(pause.min(until - tokio::time::Instant::now()));
+            notice = crate::item_lock::notice::sleep_unless_told(pause, told).await;
+            if notice.is_some() || notices.held_by_other(here, me).is_none() {
+                break;
+            }
+        }
+        // Not told: the line may have changed while this waiter sent nothing, and a lock taken
+        // on a stale view would drop the entries that joined since (and promote none of them).
+        // One read brings the view up to date; a read that fails leaves it as it was (those
+        // entries' waiters join again at their next look).
+        if notice.is_none()
+            && let Ok(Some(found)) =
+                crate::ddb::get_consistent(&self.inner.client, table, key).await
+        {
+            *line = Line::of(&found);
+        }
+        notice
+    }
+}
