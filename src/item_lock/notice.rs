@@ -119,7 +119,7 @@ impl Notices {
             held.get(item).is_some_and(|h| h == tx) && held.remove(item).is_some()
         };
         if gone {
-            self.let_go.send_modify(|n| *n = n.wrapping_add(1));
+            self.bump();
         }
     }
 
@@ -132,8 +132,13 @@ impl Notices {
             held.len() != before
         };
         if gone {
-            self.let_go.send_modify(|n| *n = n.wrapping_add(1));
+            self.bump();
         }
+    }
+
+    /// Wakes the waiters in process: an entry of `held` went.
+    fn bump(&self) {
+        self.let_go.send_modify(|n| *n = n.wrapping_add(1));
     }
 
     /// The transaction of this manager holding `item`, other than `me`, if any.
@@ -157,27 +162,19 @@ impl Notices {
         // Subscribed before the check: a let-go after it is seen.
         let mut changes = self.let_go.subscribe();
         while self.held_by_other(item, me).is_some() {
-            let changed = async {
+            // Woken by a let-go (false) or at `until` (true); a notice ends the wait, and a
+            // notice that will never come (its sender went) leaves the let-go to wait for.
+            let mut bound = false;
+            let woken = async {
                 tokio::select! {
-                    () = tokio::time::sleep_until(until) => false,
-                    r = changes.changed() => r.is_ok(),
+                    () = tokio::time::sleep_until(until) => bound = true,
+                    r = changes.changed() => bound = r.is_err(),
                 }
             };
-            let changed = match told.as_mut() {
-                Some(notice) => tokio::select! {
-                    item = notice => {
-                        // Told, or nobody will tell (its sender went): either way, no more.
-                        *told = None;
-                        match item {
-                            Ok(item) => return Some(item),
-                            Err(_) => true,
-                        }
-                    }
-                    c = changed => c,
-                },
-                None => changed.await,
-            };
-            if !changed {
+            if let Some(item) = sleep_unless_told(woken, told).await {
+                return Some(item);
+            }
+            if bound {
                 return None;
             }
         }
