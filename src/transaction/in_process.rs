@@ -37,6 +37,7 @@ impl Transaction {
             && self
                 .known_ticket()
                 .is_some_and(|mine| line.ahead_of(mine, crate::ddb::now_millis()) > 0);
+        tracing::debug!(tx = %self.id, table, marked, behind_others, "waiting in process");
         let mut notice;
         loop {
             notice = notices.wait_while_held(here, me, told, until).await;
@@ -60,6 +61,7 @@ impl Transaction {
         {
             *line = Line::of(&found);
         }
+        tracing::debug!(tx = %self.id, table, told = notice.is_some(), "waited in process");
         notice
     }
 }

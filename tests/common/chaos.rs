@@ -41,6 +41,16 @@ impl ChaosWorker {
     /// first lock with the record's creation, tombstones); crashed coordinators hold their locks
     /// until contenders find them dead (2 s).
     pub fn new(env: &TestEnv, seed: u64, w: usize) -> ChaosWorker {
+        Self::with(env, seed, w, |_| {})
+    }
+
+    /// [`new`](Self::new), with `more` applied to its settings last.
+    pub fn with(
+        env: &TestEnv,
+        seed: u64,
+        w: usize,
+        more: impl FnOnce(&mut dynamodb_transactions::Settings),
+    ) -> ChaosWorker {
         let faults = FaultInjector::new();
         let throttle = Throttler::new(0.03, seed ^ (w as u64 + 1));
         let delays = Delayer::new(
@@ -87,6 +97,7 @@ impl ChaosWorker {
                 dead_after: std::time::Duration::from_secs(2),
                 ticket_at_begin: false,
             };
+            more(s);
         })
         .build();
         ChaosWorker {
