@@ -63,6 +63,8 @@ impl Transaction {
         // A placeholder's item did not exist: its lock is known whole, with nothing to read.
         let mut unread = Unread::new();
         for (k, stamp, existence) in landed {
+            // Its manager's waiters wait for it in process.
+            self.inner.notices.holds(self.id.as_str(), &k);
             match existence {
                 Existence::Absent => {
                     let roll = self.roll_index(st, &k);

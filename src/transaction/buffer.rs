@@ -260,8 +260,10 @@ impl Transaction {
         }
         match attempt {
             Ok(LockOutcome::Locked(lock)) if sent.elapsed() < record::KEEP / 2 => {
-                // Kept without a lock wait (which counts the locks it asks for otherwise).
+                // Kept without a lock wait (which counts the locks it asks for otherwise, and
+                // tells its manager's waiters who holds the item).
                 self.lock_requests.fetch_add(1, Ordering::SeqCst);
+                self.inner.notices.holds(self.id.as_str(), r);
                 st.items.get_mut(r).expect("entry exists").lock = Some(lock.clone());
                 Ok(lock)
             }

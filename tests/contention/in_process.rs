@@ -58,12 +58,15 @@ enum Ends {
     Dropped,
 }
 
-/// A waiter in process behind a holder of its own manager that ends without handing it the
-/// item looks again when it ends, well before its bound (10 s here) for looking again: it takes
-/// the item and commits on what the holder left.
+/// A waiter in process behind a holder of its own manager sends nothing while it holds the
+/// item, whichever way the holder locked it (a holder with a record locks its second item with
+/// the record's creation), and, when the holder ends without handing it the item, looks again
+/// well before its bound (10 s here) for looking again: it takes the item and commits on what
+/// the holder left.
 async fn a_waiter_in_process_looks_again_once_its_holder_ends(prefix: &str, ends: Ends) {
     let env = TestEnv::new(prefix).await;
-    let m = handing(&env, client(), |s| {
+    let counter = RequestCounter::new();
+    let m = handing(&env, client_with(vec![shared(counter.clone())]), |s| {
         s.queue_ttl = Duration::from_secs(30);
         s.rollback_on_drop = true;
     });
@@ -78,7 +81,10 @@ async fn a_waiter_in_process_looks_again_once_its_holder_ends(prefix: &str, ends
     assert_eq!(read_v(&holder, &env.table, "k").await, 1);
     set_i(&holder, &env.table, "k", 2).await;
     let waiter = marked_waiter(&env, &m).await;
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    counter.reset();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(counter.total(), 0, "{:?}", counter.snapshot());
     let (read, left) = match ends {
         Ends::CommitsWithRecord => {
             holder.commit().await.unwrap();
