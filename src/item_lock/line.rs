@@ -111,6 +111,21 @@ pub(crate) struct LineStep {
     /// The promoted entry names its waiter (`{t, e, i}`, `Settings::hand_over`): the mark is a
     /// copy of it, so that it names the waiter too.
     pub copy: bool,
+    /// The view may be stale (its locker waited in process, sending nothing): a lock that
+    /// promotes nobody, which removes the line whole, is held to the line as seen, so that it
+    /// drops no entry that joined since ([`LineStep::held_to_view`]). A promotion is held to the
+    /// view's size anyway.
+    pub seen: Option<SeenLine>,
+}
+
+/// The line as a stale view saw it, which a lock that removes it whole is held to: refused when
+/// the line changed since, its answer (`ALL_OLD`) is the view to lock from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct SeenLine {
+    /// Entries seen (0: no line).
+    pub size: usize,
+    /// The locker's own entry, which may be there unseen (a join whose answer was lost).
+    pub unseen_own: Option<u64>,
 }
 
 impl LineStep {
@@ -129,13 +144,29 @@ impl LineStep {
             own,
             rest: promote.is_some() && rest,
             copy: promote.is_some_and(|p| line.ids.contains_key(&p.ticket)),
+            seen: None,
+        }
+    }
+
+    /// The same step, held to the view `line` it was decided from (by `mine`, which `joined`
+    /// the line or may have): for a lock whose view may be stale. Waiting in process, a waiter
+    /// sends nothing while others join the line; a lock that removed the line whole on that view
+    /// would drop them (they would join again only at their next look).
+    pub(crate) fn held_to_view(self, line: &Line, mine: Option<u64>, joined: bool) -> LineStep {
+        let unseen_own = mine.filter(|m| joined && !line.entries.contains_key(m));
+        LineStep {
+            seen: Some(SeenLine {
+                size: line.entries.len(),
+                unseen_own,
+            }),
+            ..self
         }
     }
 
     /// Whether the lock taking this step is conditional on the line (it can fail for the line
-    /// alone, on a free item): a promotion is.
+    /// alone, on a free item): a promotion is, and a step held to its view.
     pub(crate) fn conditional(self) -> bool {
-        self.promote.is_some()
+        self.promote.is_some() || self.seen.is_some()
     }
 
     /// The update's parts and the condition a lock taking this step adds: a `SET` assignment
@@ -150,7 +181,8 @@ impl LineStep {
         let h = ph.name(HEAD);
         let l = ph.name(LINE);
         let Some(p) = self.promote else {
-            return (None, vec![h, l], None);
+            let cond = self.seen.map(|seen| seen.condition(ph, &l));
+            return (None, vec![h, l], cond);
         };
         let k = format!("#_TxHLp{}", p.ticket);
         ph.names.insert(k.clone(), p.ticket.to_string());
@@ -186,6 +218,31 @@ impl LineStep {
         };
         let removes = if self.rest { removes } else { vec![l] };
         (Some(set), removes, Some(format!("{cond} AND {size}")))
+    }
+}
+
+impl SeenLine {
+    /// The condition that the line `l` (its placeholder) is as seen: absent or of the size seen,
+    /// or one larger by the locker's own entry where that may be there unseen. Entries are
+    /// counted, not named: a line where one entry left and another joined passes (that one joins
+    /// again at its next look, as after any lock on a view one look old).
+    fn condition(self, ph: &mut Placeholders, l: &str) -> String {
+        let as_seen = match self.size {
+            0 => format!("attribute_not_exists({l})"),
+            n => format!(
+                "size({l}) = {}",
+                ph.value("Seen", AttributeValue::N(n.to_string()))
+            ),
+        };
+        match self.unseen_own {
+            None => as_seen,
+            Some(o) => {
+                let k = format!("#_TxHLo{o}");
+                ph.names.insert(k.clone(), o.to_string());
+                let more = ph.value("SeenOwn", AttributeValue::N((self.size + 1).to_string()));
+                format!("({as_seen} OR (size({l}) = {more} AND attribute_exists({l}.{k})))")
+            }
+        }
     }
 }
 
@@ -408,6 +465,7 @@ mod tests {
             own: Some(5),
             rest: true,
             copy: false,
+            seen: None,
         });
         assert_eq!(set.as_deref(), Some("#_TxH = :_TxPromoted"));
         assert_eq!(
@@ -427,6 +485,7 @@ mod tests {
             own: Some(5),
             rest: false,
             copy: false,
+            seen: None,
         });
         assert_eq!(removes, vec!["#_TxHL".to_string()]);
         assert_eq!(
@@ -441,6 +500,7 @@ mod tests {
             own: None,
             rest: true,
             copy: false,
+            seen: None,
         });
         assert_eq!(removes, vec!["#_TxHL.#_TxHLp9".to_string()]);
         assert_eq!(
@@ -452,11 +512,46 @@ mod tests {
             own: None,
             rest: false,
             copy: false,
+            seen: None,
         });
         assert_eq!(removes, vec!["#_TxHL".to_string()]);
         assert_eq!(
             cond.as_deref(),
             Some("attribute_exists(#_TxHL.#_TxHLp9) AND size(#_TxHL) = :_TxOne")
+        );
+        let step = |line: &Line, mine, joined| LineStep::from_view(line, mine, joined, 10);
+        // Held to a stale view: no line, or its size, or one more by the locker's own entry
+        // where that may be there unseen; the line still goes whole.
+        let held = |line: &Line, joined| {
+            let s = step(line, Some(5), joined).held_to_view(line, Some(5), joined);
+            assert!(s.conditional());
+            parts(s)
+        };
+        assert_eq!(
+            held(&Line::default(), false),
+            (
+                None,
+                vec!["#_TxH".into(), "#_TxHL".into()],
+                Some("attribute_not_exists(#_TxHL)".into())
+            )
+        );
+        assert_eq!(
+            held(&line_of(&[(5, 100), (9, 5)]), true).2.as_deref(),
+            Some("size(#_TxHL) = :_TxSeen")
+        );
+        assert_eq!(
+            held(&line_of(&[(9, 5)]), true).2.as_deref(),
+            Some(
+                "(size(#_TxHL) = :_TxSeen OR (size(#_TxHL) = :_TxSeenOwn AND \
+                 attribute_exists(#_TxHL.#_TxHLo5)))"
+            )
+        );
+        // A promotion is held to the view's size already: its condition is unchanged.
+        let view = line_of(&[(9, 100)]);
+        let promoting = step(&view, Some(5), false);
+        assert_eq!(
+            parts(promoting.held_to_view(&view, Some(5), false)),
+            parts(promoting)
         );
         // An entry that names its waiter is copied whole into the mark.
         let (set, _, _) = parts(LineStep {
@@ -464,6 +559,7 @@ mod tests {
             own: None,
             rest: false,
             copy: true,
+            seen: None,
         });
         assert_eq!(set.as_deref(), Some("#_TxH = #_TxHL.#_TxHLp9"));
     }

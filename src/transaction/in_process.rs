@@ -10,24 +10,24 @@ use crate::keys::ItemRef;
 use super::Transaction;
 
 impl Transaction {
-    /// Waits in process for the item `at` (its table, key and reference) while another
-    /// transaction of this manager holds it, until `until`: the item as a holder told its
-    /// handover, if it did (`told` is used up then). `marked`: this waiter's mark is on the
-    /// item; `line`: the line behind the mark as its last look found it, brought up to date when
-    /// the wait ends untold; `last_look`: how long its last look took.
+    /// Waits in process for the item `at` (its table and reference) while another transaction
+    /// of this manager holds it, until `until`: the item as a holder told its handover, if it
+    /// did (`told` is used up then). `marked`: this waiter's mark is on the item; `line`: the
+    /// line behind the mark as its last look found it; `last_look`: how long its last look took.
+    /// Untold, the caller's view of the line may be stale: its next lock is held to that view
+    /// ([`LineStep::held_to_view`](crate::item_lock::line::LineStep::held_to_view)).
     ///
-    /// Cancel safety: dropping it loses nothing that was not told yet, and sends nothing that
-    /// changes the item.
+    /// Cancel safety: dropping it loses nothing that was not told yet, and sends nothing.
     pub(super) async fn wait_in_process(
         &self,
-        at: (&str, &Item, &ItemRef),
+        at: (&str, &ItemRef),
         marked: bool,
-        line: &mut Line,
+        line: &Line,
         last_look: Option<std::time::Duration>,
         told: &mut Option<tokio::sync::oneshot::Receiver<Item>>,
         until: tokio::time::Instant,
     ) -> Option<Item> {
-        let (table, key, here) = at;
+        let (table, here) = at;
         let notices = &self.inner.notices;
         let me = self.id.as_str();
         // Not next (a place behind another's in the line): a let-go wakes it to look only if no
@@ -50,16 +50,6 @@ impl Transaction {
             if notice.is_some() || notices.held_by_other(here, me).is_none() {
                 break;
             }
-        }
-        // Not told: the line may have changed while this waiter sent nothing, and a lock taken
-        // on a stale view would drop the entries that joined since (and promote none of them).
-        // One read brings the view up to date; a read that fails leaves it as it was (those
-        // entries' waiters join again at their next look).
-        if notice.is_none()
-            && let Ok(Some(found)) =
-                crate::ddb::get_consistent(&self.inner.client, table, key).await
-        {
-            *line = Line::of(&found);
         }
         tracing::debug!(tx = %self.id, table, told = notice.is_some(), "waited in process");
         notice

@@ -152,6 +152,8 @@ impl Transaction {
         let in_process_for = settings.wound_grace.min(settings.queue_ttl / 3);
         let mut last_look_at = tokio::time::Instant::now();
         let mut waited = false;
+        // The line as this waiter last saw it may be stale: it waited in process, untold.
+        let mut view_stale = false;
         loop {
             // The oldest waiter's mark the look found on the item.
             let mut found_head = None;
@@ -181,17 +183,12 @@ impl Transaction {
                     .held_by_other(&here, self.id.as_str())
                     .is_some()
             {
-                let at = (table, key, &here);
+                let at = (table, &here);
                 notice = self
-                    .wait_in_process(
-                        at,
-                        own_mark.is_some(),
-                        &mut line,
-                        last_look,
-                        &mut told,
-                        until,
-                    )
+                    .wait_in_process(at, own_mark.is_some(), &line, last_look, &mut told, until)
                     .await;
+                // Not told: the line may have changed while this waiter sent nothing.
+                view_stale = notice.is_none();
             }
             self.wrote.store(true, Ordering::SeqCst);
             // The marked waiter's look is conditional on its very mark: one that lands late (after
@@ -203,6 +200,11 @@ impl Transaction {
                 joined_line,
                 crate::ddb::now_millis(),
             );
+            // A lock on a stale view is held to it: one that removed the line whole would drop
+            // the entries that joined since. Refused, it returns the line to lock from.
+            if std::mem::take(&mut view_stale) {
+                step = step.held_to_view(&line, self.known_ticket(), joined_line);
+            }
             let (mut guard, at) = match own_look {
                 Some(own) => (item_lock::Guard::OwnMark(own, step), Existence::Present),
                 None => (self.lock_guard().stepping(step), first),

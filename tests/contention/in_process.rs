@@ -119,3 +119,67 @@ async fn a_waiter_in_process_looks_again_once_its_holder_commits_with_a_record()
 async fn a_waiter_in_process_looks_again_once_its_holder_is_dropped() {
     a_waiter_in_process_looks_again_once_its_holder_ends("ct-inproc-drop", Ends::Dropped).await;
 }
+
+/// A waiter in process whose view of the line is stale keeps the line that formed meanwhile,
+/// without a read: the marked waiter of one manager waits in process behind a holder of its own
+/// manager (with a record: it lets the item go, it hands nothing over) while a waiter of another
+/// manager joins the line. Let go, the marked waiter's lock is held to the line as it last saw
+/// it (none), is refused by the line that formed, and takes the item from the line as the
+/// refusal returned it: the other waiter is the mark from that write on. The marked waiter sends
+/// no `GetItem`, and the other takes the item next.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_woken_in_process_keeps_the_line_that_formed_while_it_waited() {
+    let env = TestEnv::new("ct-inproc-line").await;
+    let counter = RequestCounter::new();
+    let m = handing(&env, client_with(vec![shared(counter.clone())]), |s| {
+        s.queue_ttl = Duration::from_secs(30);
+    });
+    let other = handing(&env, client(), |_| {});
+    for k in ["j", "k"] {
+        env.raw_put(&env.table, item(&[("Id", s(k)), ("v", n(1))]))
+            .await;
+    }
+    let holder = m.begin();
+    assert_eq!(read_v(&holder, &env.table, "j").await, 1);
+    assert_eq!(read_v(&holder, &env.table, "k").await, 1);
+    set_i(&holder, &env.table, "k", 2).await;
+    let (wid, waiter) = waiter_reads(&env, &m, |w, _, read| async move { (w, read.unwrap()) });
+    until(&env, "k", "the waiter marks the item", |i| {
+        names(i, "_TxH") == [wid.to_string()]
+    })
+    .await;
+    let (oid, later) = waiter_reads(&env, &other, |w, table, read| async move {
+        let v = read.unwrap();
+        set_i(&w, &table, "k", v + 1).await;
+        w.commit().await.unwrap();
+        v
+    });
+    until(&env, "k", "the other waiter joins the line", |i| {
+        names(i, "_TxHL") == [oid.to_string()]
+    })
+    .await;
+    counter.reset();
+    holder.commit().await.unwrap();
+    let (w, read) = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("the waiter waited out its bound")
+        .unwrap();
+    assert_eq!(read, 2);
+    assert_eq!(
+        counter.get("GetItem"),
+        0,
+        "the waiter read the item: {:?}",
+        counter.snapshot()
+    );
+    let held = raw(&env, "k").await;
+    assert_eq!(
+        names(&held, "_TxH"),
+        [oid.to_string()],
+        "the lock promoted the other waiter: {held:?}"
+    );
+    assert!(names(&held, "_TxHL").is_empty(), "{held:?}");
+    set_i(&w, &env.table, "k", 3).await;
+    w.commit().await.unwrap();
+    assert_eq!(later.await.unwrap(), 3, "the other waiter took it next");
+    assert_eq!(raw(&env, "k").await, item(&[("Id", s("k")), ("v", n(4))]));
+}
