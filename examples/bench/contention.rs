@@ -143,6 +143,21 @@ pub const HOT: &[Hot] = &[
         workload: Workload::Transfer(Order::FromThenTo),
         shared: false,
     },
+    // The same transfers as tasks of one process: a waiter holding nothing else waits in
+    // process while a transfer of its own manager holds the item (docs/PROTOCOL.md "Handing the
+    // item over", *Waiting in process*).
+    Hot {
+        name: "transfer, lowest first, one manager",
+        how: How::Library(("defaults", |_| {})),
+        workload: Workload::Transfer(Order::LowestFirst),
+        shared: true,
+    },
+    Hot {
+        name: "transfer, from then to, one manager",
+        how: How::Library(("defaults", |_| {})),
+        workload: Workload::Transfer(Order::FromThenTo),
+        shared: true,
+    },
     // The behaviour before `run_relocks_reads`: a retry starts with nothing locked.
     Hot {
         name: "transfer, from then to, retries relock nothing",

@@ -188,12 +188,17 @@ pub fn goals(rows: &[Row], locks: &LockResults, contention: &[ContentionFigures]
 /// The hot-item goals (docs/PROTOCOL.md "Contention"), checked against one pass: transfers in
 /// either read order with p99 ≤ 3× p50, goodput ≥ 1.2× `baseline_lowest_first` (the lowest-first
 /// goodput the goals were set against), at most 2 attempts, no `run` giving up, ≤ 20 reads per
-/// waiter per second; the hot counter (its workers with a manager each, and sharing one) at
+/// waiter per second (their workers with a manager each, and sharing one); the hot counter (its workers with a manager each, and sharing one) at
 /// ≥ 0.8× its physical bound, p99 wait ≤ 2× its FIFO ideal, and against its native optimistic
 /// equivalent (retried until it commits, by default) ≥ 1.0× goodput and ≤ 0.5× p99.
 pub fn hot_goals(c: &ContentionResults, baseline_lowest_first: Option<f64>) -> String {
     let mut out = String::new();
-    for name in ["transfer, lowest first", "transfer, from then to"] {
+    for name in [
+        "transfer, lowest first",
+        "transfer, from then to",
+        "transfer, lowest first, one manager",
+        "transfer, from then to, one manager",
+    ] {
         let Some(f) = c.hot(name) else { continue };
         let ratio = f.latency.pct(99.0) / f.latency.pct(50.0);
         let base = baseline_lowest_first.unwrap_or(f64::NAN);
