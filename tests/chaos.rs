@@ -157,6 +157,7 @@ async fn transfers_survive_crashes_lost_responses_throttling_and_delays() {
             faults,
             throttle,
             delays,
+            ..
         } = ChaosWorker::new(&env, seed, w);
         let table = env.table.clone();
         handles.push(tokio::spawn(async move {
@@ -579,11 +580,13 @@ async fn increments_are_applied_once_through_crashes_lost_responses_throttling_a
 /// Tasks of one process share its manager, so they wait for each other in process (told the
 /// handover, or woken when the item is let go) rather than by looks at DynamoDB, and die together:
 /// three processes of four tasks increment the counter (two steps in three) and transfer between
-/// four accounts, with throttling and delays; a process dies at a random request in its first
-/// life and in about one of its next two, every task of it stopped at once as a killed process's
-/// would be, and starts again with a new manager; one attempt in eight has its
-/// future dropped after up to 30 ms, before its commit, and is rolled back or abandoned. What the
-/// dead left goes to the other processes and the sweeper; the counter and the total end exact.
+/// four accounts, with throttling, delays and an answer lost every 1–120 requests of a process
+/// (whichever task sent it carries on); a process dies at a random request in its first life and
+/// in about one of its next two, every task of it stopped at once as a killed process's would
+/// be, and starts again with a new manager; one attempt in eight has its future dropped after up
+/// to 30 ms, before its commit, and is rolled back or abandoned. What the dead left goes to the
+/// other processes and the sweeper; the counter and the total end exact, and every outcome a
+/// living task was told (lost answers included) is checked against the counter.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tasks_sharing_a_manager_survive_their_process_dying_and_their_futures_dropped() {
     let (seed, scale) = seed_and_scale("CHAOS_SEED", 10842988599556174014, "CHAOS_SCALE");
@@ -606,8 +609,8 @@ async fn tasks_sharing_a_manager_survive_their_process_dying_and_their_futures_d
     let t = &total;
     println!(
         "chaos: {} increments committed, {} rolled back, {} transfers committed, {} declined, {} \
-         attempts retried, {} cut short; {} processes died of {} crashes armed; {} throttled \
-         responses, {} requests delayed; {:.1}s",
+         attempts retried, {} cut short; {} processes died of {} crashes armed; {} answers lost; \
+         {} throttled responses, {} requests delayed; {:.1}s",
         t.incremented.len(),
         t.not_incremented.len(),
         t.committed,
@@ -616,12 +619,13 @@ async fn tasks_sharing_a_manager_survive_their_process_dying_and_their_futures_d
         t.cut,
         t.deaths,
         t.crashes_armed,
+        t.faults_struck,
         t.throttled,
         t.delayed,
         started.elapsed().as_secs_f64()
     );
     assert!(
-        t.deaths > 0 && t.cut > 0 && t.throttled > 0 && t.delayed > 0,
+        t.deaths > 0 && t.faults_struck > 0 && t.cut > 0 && t.throttled > 0 && t.delayed > 0,
         "faults were injected"
     );
     assert!(
@@ -659,6 +663,7 @@ async fn shared_process(
         let ChaosWorker {
             manager,
             faults,
+            lost,
             throttle,
             delays,
         } = ChaosWorker::with(env, seed, p * 10 + life, |s| {
@@ -685,7 +690,17 @@ async fn shared_process(
                 ))
             })
             .collect();
+        let mut lost_armed = false;
         while !handles.iter().all(|h| h.is_finished()) {
+            // An answer lost now and then, to whichever task's request it falls on: that task
+            // carries on (the library resolves what it does not know).
+            if !lost_armed || lost.struck() {
+                let mut st = stats.lock().unwrap();
+                st.faults_struck += u64::from(lost.struck());
+                st.lost_armed += 1;
+                lost.fail_once_at(rng.random_range(1..=120), FaultMode::AfterSend);
+                lost_armed = true;
+            }
             if faults.struck() {
                 // The process dies: none of its tasks sends anything more.
                 for h in &handles {

@@ -84,6 +84,7 @@ async fn list_append_histories_are_serializable_under_chaos() {
             faults,
             throttle,
             delays,
+            ..
         } = ChaosWorker::new(&env, seed, w);
         let table = env.table.clone();
         handles.push(tokio::spawn(async move {

@@ -30,6 +30,9 @@ pub async fn sweep_left_work(env: &TestEnv, tables: &[&str]) {
 pub struct ChaosWorker {
     pub manager: TransactionManager,
     pub faults: FaultInjector,
+    /// A second injector, for lost answers beside the crashes of `faults` (unarmed unless a
+    /// workload arms it).
+    pub lost: FaultInjector,
     pub throttle: Throttler,
     pub delays: Delayer,
 }
@@ -52,6 +55,7 @@ impl ChaosWorker {
         more: impl FnOnce(&mut dynamodb_transactions::Settings),
     ) -> ChaosWorker {
         let faults = FaultInjector::new();
+        let lost = FaultInjector::new();
         let throttle = Throttler::new(0.03, seed ^ (w as u64 + 1));
         let delays = Delayer::new(
             0.25,
@@ -59,7 +63,11 @@ impl ChaosWorker {
             seed.rotate_left(17) ^ (w as u64 + 1),
         );
         let manager = TransactionManager::builder(client_with_delays(
-            vec![shared(faults.clone()), shared(throttle.clone())],
+            vec![
+                shared(faults.clone()),
+                shared(lost.clone()),
+                shared(throttle.clone()),
+            ],
             Some(&delays),
         ))
         .transactions_table(env.manager.transactions_table())
@@ -103,6 +111,7 @@ impl ChaosWorker {
         ChaosWorker {
             manager,
             faults,
+            lost,
             throttle,
             delays,
         }
