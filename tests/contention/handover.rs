@@ -134,6 +134,20 @@ where
     (wid, call)
 }
 
+/// A waiter of `waiters` that reads `k` (locked), writes what it read + 1 and commits, spawned:
+/// its id, and its call, which returns what it read.
+pub(crate) fn incrementing_waiter(
+    env: &TestEnv,
+    waiters: &TransactionManager,
+) -> (TxId, Call<i64>) {
+    waiter_reads(env, waiters, |w, table, read| async move {
+        let v = read.unwrap();
+        set_i(&w, &table, "k", v + 1).await;
+        w.commit().await.unwrap();
+        v
+    })
+}
+
 /// Once `waiter` is in the line behind the second holder (and the second holder's looks have
 /// seen it), the first holder commits: the second takes the item, making the waiter the mark.
 /// The second, holding `k` at 2.
@@ -341,12 +355,7 @@ async fn a_waiter_of_the_holders_manager_is_told_the_handover_without_a_read() {
         v
     });
     let second = second_takes(&env, first, second_read, &w1).await;
-    let (w2, second_waiter) = waiter_reads(&env, &m, |waiter, table, read| async move {
-        let v = read.unwrap();
-        set_i(&waiter, &table, "k", v + 1).await;
-        waiter.commit().await.unwrap();
-        v
-    });
+    let (w2, second_waiter) = incrementing_waiter(&env, &m);
     until(&env, "k", "the second waiter joins the line", |i| {
         names(i, "_TxHL") == [w2.to_string()]
     })

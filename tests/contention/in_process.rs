@@ -7,18 +7,13 @@ use std::time::Duration;
 use dynamodb_transactions::fault::RequestCounter;
 
 use crate::common::*;
-use crate::handover::{Call, handing, names, raw, until, waiter_reads};
+use crate::handover::{Call, handing, incrementing_waiter, names, raw, until, waiter_reads};
 use crate::oldest_mark::{read_v, set_i};
 
 /// A waiter of `m` that reads `k` (locked), writes what it read + 1 and commits, spawned; once
 /// it marked `k` as its oldest waiter. What it read.
 async fn marked_waiter(env: &TestEnv, m: &dynamodb_transactions::TransactionManager) -> Call<i64> {
-    let (wid, waiter) = waiter_reads(env, m, |w, table, read| async move {
-        let v = read.unwrap();
-        set_i(&w, &table, "k", v + 1).await;
-        w.commit().await.unwrap();
-        v
-    });
+    let (wid, waiter) = incrementing_waiter(env, m);
     until(env, "k", "the waiter marks the item", |i| {
         names(i, "_TxH") == [wid.to_string()]
     })
@@ -148,12 +143,7 @@ async fn a_waiter_woken_in_process_keeps_the_line_that_formed_while_it_waited() 
         names(i, "_TxH") == [wid.to_string()]
     })
     .await;
-    let (oid, later) = waiter_reads(&env, &other, |w, table, read| async move {
-        let v = read.unwrap();
-        set_i(&w, &table, "k", v + 1).await;
-        w.commit().await.unwrap();
-        v
-    });
+    let (oid, later) = incrementing_waiter(&env, &other);
     until(&env, "k", "the other waiter joins the line", |i| {
         names(i, "_TxHL") == [oid.to_string()]
     })
